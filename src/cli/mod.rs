@@ -1,0 +1,71 @@
+//! The command line: argument definitions and dispatch to the library.
+
+mod sim;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pgfleet",
+    version,
+    about = "Out-of-cluster fleet manager for PostgreSQL on Kubernetes",
+    long_about = "pgfleet runs the operator pattern for every PostgresCluster in many Kubernetes \
+clusters from one central service. `pgfleet run` with no arguments starts the embedded \
+three-cluster fleet described by config/fleet.toml."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the fleet manager (default config: the embedded 3-cluster fleet).
+    Run {
+        /// Fleet TOML (default: config/fleet.toml, else the built-in default).
+        #[arg(long, short, env = "PGFLEET_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Run emulated Kubernetes clusters on loopback until interrupted.
+    Sim(sim::SimArgs),
+    /// Print the CustomResourceDefinitions as YAML.
+    Crd,
+    /// Check a fleet configuration without starting anything.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Report every problem in FILE with key and line; exit 2 if any.
+    Check {
+        /// Default: config/fleet.toml, else the built-in default.
+        file: Option<PathBuf>,
+    },
+}
+
+/// Runs the parsed command; returns the process exit code.
+pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Sim(args) => sim::run(args).await.map(|_| 0),
+        Command::Crd => {
+            print!("{}", crate::crd::yaml()?);
+            Ok(0)
+        }
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => {
+            let (report, code) = crate::config::check_report(file.as_deref());
+            if code == 0 {
+                println!("{report}");
+            } else {
+                eprintln!("{report}");
+            }
+            Ok(code)
+        }
+        Command::Run { config } => crate::manager::run_cli(config.as_deref()).await,
+    }
+}

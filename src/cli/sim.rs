@@ -1,0 +1,45 @@
+//! `pgfleet sim`: emulated clusters for kubectl, demos and manual testing.
+
+use crate::sim::{RuntimeKind, SimOptions};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct SimArgs {
+    /// How many clusters to start (named sim-1 … sim-N).
+    #[arg(long, default_value_t = 3)]
+    pub clusters: usize,
+    /// Where kubeconfigs and state are written; state persists across restarts.
+    #[arg(long, default_value = ".pgfleet/sim")]
+    pub dir: PathBuf,
+    /// Kubelet runtime for pods.
+    #[arg(long, value_enum, default_value = "host")]
+    pub runtime: RuntimeKind,
+    /// Do not persist state in DIR.
+    #[arg(long)]
+    pub ephemeral: bool,
+}
+
+pub async fn run(args: SimArgs) -> anyhow::Result<()> {
+    let mut opts = SimOptions::new(&args.dir, args.clusters);
+    opts.runtime = args.runtime;
+    opts.persist = !args.ephemeral;
+    let sim = crate::sim::start(&opts).await?;
+    for c in &sim.clusters {
+        println!(
+            "cluster {:<10} https://{}  kubeconfig {}",
+            c.name,
+            c.addr,
+            c.kubeconfig.display()
+        );
+    }
+    if let Some(a) = sim.admin_addr {
+        println!("admin (faults) http://{a}  — see docs/embedded-kubernetes.md");
+    }
+    println!("state in {} — Ctrl-C to stop", sim.dir.display());
+    tokio::signal::ctrl_c().await?;
+    // Give the persister one more chance to write the latest state.
+    for c in &sim.clusters {
+        let _ = crate::sim::persist::save_now(&c.cluster, &sim.dir, c.addr.port(), &c.token);
+    }
+    Ok(())
+}

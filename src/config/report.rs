@@ -1,0 +1,96 @@
+//! The output of `pgfleet config check [FILE]`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::env::process_env;
+use super::load::load_detailed;
+use super::{ClusterSource, Repository, Settings};
+
+/// Exit code when the configuration is valid.
+pub const EXIT_OK: i32 = 0;
+/// Exit code when the configuration has problems (2, like a usage error).
+pub const EXIT_INVALID: i32 = 2;
+
+/// Loads the configuration as `pgfleet run` would (same file resolution,
+/// same `PGFLEET_*` variables) and returns the text to print and the exit
+/// code: a short summary and 0, or every problem and 2. Starts nothing.
+pub fn check_report(path: Option<&Path>) -> (String, i32) {
+    check_report_with_env(path, process_env())
+}
+
+/// [`check_report`] with an explicit environment.
+pub(crate) fn check_report_with_env(
+    path: Option<&Path>,
+    env: Vec<(String, String)>,
+) -> (String, i32) {
+    let (origin, result) = load_detailed(path, env);
+    match result {
+        Ok(settings) => (format!("{origin}: OK\n{}", settings.summary()), EXIT_OK),
+        Err(errors) => {
+            let n = errors.len();
+            let noun = if n == 1 { "problem" } else { "problems" };
+            (
+                format!("{errors}\n{origin}: {n} {noun} found; nothing was started"),
+                EXIT_INVALID,
+            )
+        }
+    }
+}
+
+impl Settings {
+    /// A few lines describing what this configuration will manage. Never
+    /// includes credentials.
+    pub fn summary(&self) -> String {
+        let mut out = String::new();
+        let names: Vec<&str> = self.clusters.iter().map(|c| c.name.as_str()).collect();
+        let embedded = self
+            .clusters
+            .iter()
+            .filter(|c| matches!(c.source(), ClusterSource::Embedded))
+            .count();
+        let _ = writeln!(
+            out,
+            "  {} member cluster{} ({} embedded, {} kubeconfig): {}",
+            names.len(),
+            if names.len() == 1 { "" } else { "s" },
+            embedded,
+            names.len() - embedded,
+            names.join(", ")
+        );
+        let repo = match self.backup_repository() {
+            Repository::S3(s3) => format!("s3 bucket {}", s3.bucket),
+            Repository::Filesystem { path } => format!("filesystem {}", path.display()),
+        };
+        let _ = writeln!(
+            out,
+            "  backups: default schedule \"{}\", {} override(s), repository {repo}",
+            self.backups.default_schedule,
+            self.backups.overrides.len()
+        );
+        if self.rollouts.is_empty() {
+            let _ = writeln!(out, "  rollouts: none");
+        }
+        for (name, r) in &self.rollouts {
+            let stages: Vec<&str> = r.stages.iter().map(|s| s.name.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "  rollout {name}: to {} in {} stage(s): {}",
+                r.target_version,
+                stages.len(),
+                stages.join(" → ")
+            );
+        }
+        let _ = write!(
+            out,
+            "  manager: listen {}, API token {}",
+            self.manager.listen,
+            if self.manager.api_token.is_some() || self.manager.api_token_file.is_some() {
+                "configured"
+            } else {
+                "not configured (state-changing API calls are refused)"
+            }
+        );
+        out
+    }
+}

@@ -1,0 +1,101 @@
+//! `[rollouts.<name>]`: staggered minor-version rollouts across the fleet.
+//!
+//! The config only declares intent; progress (which stage, which clusters
+//! are done, approvals, pauses) lives in Kubernetes objects so that a
+//! restarted manager carries on where the last one stopped.
+
+use serde::Deserialize;
+
+use super::choices::{OnFailure, UnreachablePolicy};
+use super::selector::Selector;
+use super::values::{Checked, Concurrency, HumanDuration, PgVersion};
+
+/// One rollout: move every selected PostgresCluster to `target_version`,
+/// stage by stage.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct Rollout {
+    /// The version to reach, `"MAJOR.MINOR"` (required).
+    pub target_version: Checked<PgVersion>,
+    pub on_failure: Checked<OnFailure>,
+    /// Failed clusters tolerated before `on_failure` applies (0 = the first).
+    pub max_failures: u32,
+    /// A cluster that has not finished updating after this long has failed.
+    pub progress_deadline: HumanDuration,
+    pub unreachable: Checked<UnreachablePolicy>,
+    /// Run in order; a stage starts when the previous one has soaked.
+    pub stages: Vec<Stage>,
+}
+
+impl Default for Rollout {
+    fn default() -> Self {
+        Self {
+            target_version: Checked::default(),
+            on_failure: Checked::new("pause"),
+            max_failures: 0,
+            progress_deadline: Checked::new("30m"),
+            unreachable: Checked::new("skip_and_requeue"),
+            stages: Vec::new(),
+        }
+    }
+}
+
+impl Rollout {
+    /// The validated target version.
+    pub fn version(&self) -> PgVersion {
+        self.target_version.get()
+    }
+}
+
+/// `[[rollouts.<name>.stages]]`: a step of a rollout.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct Stage {
+    /// Unique within the rollout (DNS-1123 label); approvals refer to it.
+    pub name: String,
+    /// Member clusters in this stage, by their labels (required; `""` = all).
+    pub clusters: Option<Selector>,
+    /// Narrows the PostgresClusters within those member clusters by their
+    /// own labels; all of them when unset.
+    pub postgresclusters: Option<Selector>,
+    /// How many member clusters update at once: a count or a percentage.
+    pub max_concurrency: Checked<Concurrency>,
+    /// Wait this long after the stage's last cluster is healthy before the
+    /// next stage starts; problems that appear only under load show up here.
+    pub soak: HumanDuration,
+    /// The stage waits for an operator's approval before it starts.
+    pub requires_approval: bool,
+}
+
+impl Stage {
+    /// Whether this stage includes a member cluster with these labels.
+    pub fn selects(&self, cluster_labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.clusters
+            .as_ref()
+            .and_then(Checked::parsed)
+            .is_some_and(|s| s.matches(cluster_labels))
+    }
+
+    /// Whether a PostgresCluster with these labels takes part.
+    pub fn selects_postgrescluster(
+        &self,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> bool {
+        self.postgresclusters
+            .as_ref()
+            .is_none_or(|s| s.parsed().is_some_and(|s| s.matches(labels)))
+    }
+}
+
+impl Default for Stage {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            clusters: None,
+            postgresclusters: None,
+            max_concurrency: Checked::new("1"),
+            soak: Checked::new("0s"),
+            requires_approval: false,
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! `PostgresCluster` (pgfleet.io/v1): the business-level description of one
+//! highly available PostgreSQL cluster (DESIGN §4). The CRD YAML in `crds/` is
+//! generated from these types (`pgfleet crd`).
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(CustomResource, Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[kube(
+    group = "pgfleet.io",
+    version = "v1",
+    kind = "PostgresCluster",
+    namespaced,
+    status = "PostgresClusterStatus",
+    shortname = "pgc",
+    shortname = "pgcluster",
+    category = "pgfleet",
+    category = "all",
+    scale(
+        spec_replicas_path = ".spec.clusterSize",
+        status_replicas_path = ".status.readyInstances",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Size", type_ = "integer", json_path = ".spec.clusterSize"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyInstances"),
+    printcolumn(name = "Primary", type_ = "string", json_path = ".status.currentPrimary"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.currentVersion"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Last Backup", type_ = "date", json_path = ".status.lastBackup"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PostgresClusterSpec {
+    /// Number of instances (one primary, the rest streaming replicas).
+    #[serde(default = "default_size")]
+    #[schemars(range(min = 1, max = 16))]
+    pub cluster_size: i32,
+    /// PostgreSQL version, major or major.minor ("15", "15.20"); the image is
+    /// `postgres:<version>` unless `image` is set.
+    #[serde(default = "default_version")]
+    #[schemars(regex(pattern = r"^[0-9]{1,2}(\.[0-9]{1,3})?$"))]
+    pub version: String,
+    /// Overrides the image derived from `version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Cron schedule (5 fields, UTC) overriding the fleet's backup schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(\S+\s+){4,5}\S+$"))]
+    pub backup_schedule: Option<String>,
+    #[serde(default)]
+    pub storage: StorageSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronous: Option<SynchronousSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooler: Option<PoolerSpec>,
+    #[serde(default)]
+    pub postgresql: PostgresqlSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<BootstrapSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourcesSpec>,
+    /// How long a primary may be unhealthy before failover ("10s").
+    #[serde(default = "default_failover_delay")]
+    pub failover_delay: String,
+}
+
+fn default_size() -> i32 {
+    1
+}
+fn default_version() -> String {
+    "15".into()
+}
+fn default_failover_delay() -> String {
+    "5s".into()
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// PVC size per instance (a Kubernetes quantity).
+    #[serde(default = "default_storage_size")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"))]
+    pub size: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
+    /// What happens to the PVCs when the PostgresCluster is deleted.
+    #[serde(default)]
+    pub reclaim_policy: ReclaimPolicy,
+}
+
+impl Default for StorageSpec {
+    fn default() -> Self {
+        StorageSpec {
+            size: default_storage_size(),
+            storage_class: None,
+            reclaim_policy: ReclaimPolicy::default(),
+        }
+    }
+}
+
+fn default_storage_size() -> String {
+    "1Gi".into()
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, JsonSchema)]
+pub enum ReclaimPolicy {
+    /// PVCs stay (data is never deleted implicitly).
+    #[default]
+    Retain,
+    Delete,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SynchronousSpec {
+    #[serde(default)]
+    pub mode: SyncMode,
+    /// Replicas that must confirm each commit.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 15))]
+    pub number: i32,
+}
+
+fn one() -> i32 {
+    1
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    #[default]
+    Quorum,
+    First,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolerSpec {
+    #[serde(default)]
+    pub enabled: bool,
+    #[serde(default = "two")]
+    #[schemars(range(min = 1, max = 8))]
+    pub instances: i32,
+    #[serde(default)]
+    pub pool_mode: PoolMode,
+}
+
+fn two() -> i32 {
+    2
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolMode {
+    #[default]
+    Transaction,
+    Session,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PostgresqlSpec {
+    /// postgresql.conf parameters; reload-only changes are reloaded, the
+    /// others are recorded as a pending restart.
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+    /// Extra pg_hba.conf lines, placed before pgfleet's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pg_hba: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_backup: Option<FromBackup>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FromBackup {
+    /// The PostgresCluster whose backups to restore.
+    pub cluster: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Member cluster holding the source (default: this one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_cluster: Option<String>,
+    /// A PostgresBackup name; the latest when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
+    /// RFC 3339 point in time to recover to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_time: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcesSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+}
+
+/// Observed state; every multi-step operation writes its intent here first.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PostgresClusterStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_primary: Option<String>,
+    /// Set before a promotion starts; equal to `currentPrimary` when idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_primary: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<InstanceStatus>,
+    #[serde(default)]
+    pub ready_instances: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
+    /// Label selector of the instance pods (for the scale subresource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Parameters changed in the spec that need a restart to take effect.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_restart: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failover: Option<FailoverRecord>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// "True", "False" or "Unknown".
+    pub status: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceStatus {
+    pub name: String,
+    /// "primary", "replica" or "unknown".
+    pub role: String,
+    pub ready: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lsn: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverRecord {
+    pub from: String,
+    pub to: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detected_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewired_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<i64>,
+}

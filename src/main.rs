@@ -1,0 +1,20 @@
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = pgfleet::cli::Cli::parse();
+    pgfleet::telemetry::init_logging();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("pgfleet: cannot start the async runtime: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    match rt.block_on(pgfleet::cli::dispatch(cli)) {
+        Ok(code) => std::process::ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("pgfleet: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! The sim's admin endpoint, on its own port so it stays reachable while a
+//! cluster refuses connections: fault injection per cluster, dropping
+//! watches, and compacting watch history. Requests carry the addressed
+//! cluster's bearer token.
+//!
+//! - `GET  /clusters` — names and servers
+//! - `GET|PUT /clusters/{name}/faults` — a `FaultSpec` JSON
+//! - `POST /clusters/{name}/drop-watches`
+//! - `POST /clusters/{name}/compact`
+
+use super::SimCluster;
+use super::cluster::Cluster;
+use super::faults::FaultSpec;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::Json;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+type Clusters = Arc<HashMap<String, (Arc<Cluster>, String, SocketAddr)>>;
+
+pub async fn serve(clusters: &[SimCluster]) -> anyhow::Result<SocketAddr> {
+    let map: Clusters = Arc::new(
+        clusters
+            .iter()
+            .map(|c| (c.name.clone(), (c.cluster.clone(), c.token.clone(), c.addr)))
+            .collect(),
+    );
+    let app = Router::new()
+        .route("/clusters", get(list))
+        .route("/clusters/{name}/faults", get(get_faults).put(put_faults))
+        .route("/clusters/{name}/drop-watches", post(drop_watches))
+        .route("/clusters/{name}/compact", post(compact))
+        .with_state(map);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "sim admin endpoint stopped");
+        }
+    });
+    Ok(addr)
+}
+
+fn authorized(map: &Clusters, name: &str, h: &HeaderMap) -> Result<Arc<Cluster>, StatusCode> {
+    let (c, token, _) = map.get(name).ok_or(StatusCode::NOT_FOUND)?;
+    let given = h
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if given == token.as_str() { Ok(c.clone()) } else { Err(StatusCode::UNAUTHORIZED) }
+}
+
+async fn list(State(map): State<Clusters>) -> Json<serde_json::Value> {
+    let mut names: Vec<_> = map.iter().map(|(n, (_, _, a))| serde_json::json!({"name": n, "server": format!("https://{a}")})).collect();
+    names.sort_by_key(|v| v["name"].as_str().unwrap_or_default().to_string());
+    Json(serde_json::json!({ "clusters": names }))
+}
+
+async fn get_faults(State(map): State<Clusters>, Path(name): Path<String>, h: HeaderMap) -> Result<Json<FaultSpec>, StatusCode> {
+    Ok(Json(authorized(&map, &name, &h)?.faults.get()))
+}
+
+async fn put_faults(State(map): State<Clusters>, Path(name): Path<String>, h: HeaderMap, Json(spec): Json<FaultSpec>) -> Result<Json<FaultSpec>, StatusCode> {
+    let c = authorized(&map, &name, &h)?;
+    c.faults.set(spec);
+    Ok(Json(c.faults.get()))
+}
+
+async fn drop_watches(State(map): State<Clusters>, Path(name): Path<String>, h: HeaderMap) -> Result<StatusCode, StatusCode> {
+    authorized(&map, &name, &h)?.faults.drop_watches();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn compact(State(map): State<Clusters>, Path(name): Path<String>, h: HeaderMap) -> Result<StatusCode, StatusCode> {
+    authorized(&map, &name, &h)?.store.compact();
+    Ok(StatusCode::NO_CONTENT)
+}

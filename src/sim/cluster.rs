@@ -1,0 +1,533 @@
+//! One emulated cluster: the store, the served types, faults, addresses and
+//! the kubelet runtime, plus the write semantics kube-apiserver applies on top
+//! of storage (identity, generation, status subresource, schema, finalizers).
+
+use super::error::ApiError;
+use super::faults::Faults;
+use super::ipam::Ipam;
+use super::patch;
+use super::resources::{Registry, ResKey, ResourceType};
+use super::runtime::Runtime;
+use super::schema;
+use super::store::{Change, EventType, StoredObject, Store, str_at};
+use serde_json::{Value, json};
+use std::sync::{Arc, RwLock};
+
+/// Which part of an object a write addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sub {
+    Main,
+    Status,
+}
+
+/// Per-request write options from the query string.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOpts {
+    pub field_manager: String,
+    pub dry_run: bool,
+    pub force: bool,
+    /// Server-side apply computes managedFields itself.
+    pub is_apply: bool,
+    /// `fieldValidation=Strict`: unknown fields are an error instead of pruned.
+    pub strict: bool,
+}
+
+/// Per-request delete options (query string and DeleteOptions body).
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOpts {
+    pub propagation: Option<String>,
+    pub grace_period: Option<i64>,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
+    pub dry_run: bool,
+}
+
+pub struct Cluster {
+    pub name: String,
+    pub store: Store,
+    pub registry: RwLock<Registry>,
+    pub faults: Faults,
+    pub ipam: Ipam,
+    pub runtime: RwLock<Option<Arc<dyn Runtime>>>,
+    /// Wakes the garbage collector after deletions.
+    pub gc_wake: tokio::sync::Notify,
+}
+
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn new_uid() -> String {
+    let n: u128 = rand::random();
+    let h = format!("{n:032x}");
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
+}
+
+impl Cluster {
+    pub fn new(name: &str, ipam: Ipam, history: usize) -> Arc<Self> {
+        Arc::new(Cluster {
+            name: name.to_string(),
+            store: Store::new(history),
+            registry: RwLock::new(Registry::default()),
+            faults: Faults::default(),
+            ipam,
+            runtime: RwLock::new(None),
+            gc_wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    pub fn registry(&self) -> std::sync::RwLockReadGuard<'_, Registry> {
+        self.registry.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn runtime(&self) -> Option<Arc<dyn Runtime>> {
+        self.runtime
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Resolves a stored kind to its type (first served version).
+    pub fn type_of(&self, key: &ResKey) -> Option<ResourceType> {
+        self.registry().by_key(key).cloned()
+    }
+
+    pub fn get(&self, rt: &ResourceType, ns: &str, name: &str) -> Result<Arc<StoredObject>, ApiError> {
+        self.store
+            .get(&rt.key(), ns, name)
+            .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
+    }
+
+    fn check_namespace(&self, rt: &ResourceType, ns: &str) -> Result<(), ApiError> {
+        if !rt.namespaced {
+            return Ok(());
+        }
+        let key = ResKey {
+            group: String::new(),
+            plural: "namespaces".into(),
+        };
+        match self.store.get(&key, "", ns) {
+            None => Err(ApiError::not_found("namespaces", ns)),
+            Some(n) if n.value.pointer("/metadata/deletionTimestamp").is_some() => {
+                Err(ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                        rt.qualified()
+                    ),
+                ))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// POST: creates an object (name or generateName).
+    pub fn create(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        mut obj: Value,
+        opts: &WriteOpts,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        let mut name = str_at(&obj, "/metadata/name").to_string();
+        if name.is_empty() {
+            let prefix = str_at(&obj, "/metadata/generateName").to_string();
+            if prefix.is_empty() {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    "",
+                    vec![(
+                        "metadata.name".into(),
+                        "FieldValueRequired".into(),
+                        "metadata.name: Required value: name or generateName is required".into(),
+                    )],
+                ));
+            }
+            let n: u32 = rand::random();
+            name = format!("{prefix}{}", &format!("{n:08x}")[..5]);
+            obj["metadata"]["name"] = json!(name);
+        }
+        let body_ns = str_at(&obj, "/metadata/namespace").to_string();
+        if rt.namespaced && !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::bad_request(format!(
+                "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
+            )));
+        }
+        self.check_namespace(rt, ns)?;
+        let mut dry = None;
+        let out = self.store.mutate(&rt.key(), ns, &name, |cur| {
+            if cur.is_some() {
+                return Err(ApiError::already_exists(&rt.qualified(), &name));
+            }
+            let mut v = obj;
+            self.finish(rt, ns, &name, None, &mut v, Sub::Main, opts.strict)?;
+            patch::record_update(None, &mut v, &opts.field_manager, &now_rfc3339());
+            if opts.dry_run {
+                dry = Some(v);
+                return Ok(Change::Keep);
+            }
+            Ok(Change::Put(v))
+        })?;
+        self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
+        dry.map(|v| Arc::new(StoredObject { json: Default::default(), value: v }))
+            .or(out.map(|o| o.obj))
+            .ok_or_else(|| ApiError::new(500, "InternalError", "create produced nothing"))
+    }
+
+    /// Writes the result of `edit` on the current object (PUT, PATCH, apply).
+    /// `edit` gets the current object (None when absent) and returns the
+    /// object to store; absent objects are created only when `create_missing`.
+    pub fn write(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        sub: Sub,
+        opts: &WriteOpts,
+        create_missing: bool,
+        edit: impl FnOnce(Option<&Value>) -> Result<Value, ApiError>,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        if create_missing {
+            self.check_namespace(rt, ns)?;
+        }
+        let mut dry = None;
+        let out = self.store.mutate(&rt.key(), ns, name, |cur| {
+            let old = cur.map(|c| &c.value);
+            if old.is_none() && !create_missing {
+                return Err(ApiError::not_found(&rt.qualified(), name));
+            }
+            let mut v = edit(old)?;
+            if !v.is_object() {
+                return Err(ApiError::bad_request("the body must be a JSON object"));
+            }
+            if let (Some(o), Some(want)) = (old, v.pointer("/metadata/resourceVersion")) {
+                let want = want.as_str().unwrap_or_default();
+                if !want.is_empty() && want != str_at(o, "/metadata/resourceVersion") {
+                    return Err(ApiError::conflict(&rt.qualified(), name));
+                }
+            }
+            let body_name = str_at(&v, "/metadata/name");
+            if !body_name.is_empty() && body_name != name {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                )));
+            }
+            v["metadata"]["name"] = json!(name);
+            self.finish(rt, ns, name, old, &mut v, sub, opts.strict)?;
+            if !opts.is_apply {
+                patch::record_update(old, &mut v, &opts.field_manager, &now_rfc3339());
+            }
+            if opts.dry_run {
+                dry = Some(v);
+                return Ok(Change::Keep);
+            }
+            if v.pointer("/metadata/deletionTimestamp").is_some() && finalizers(&v).is_empty() {
+                return Ok(Change::Delete);
+            }
+            Ok(Change::Put(v))
+        })?;
+        self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
+        dry.map(|v| Arc::new(StoredObject { json: Default::default(), value: v }))
+            .or(out.map(|o| o.obj))
+            .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
+    }
+
+    /// The semantics kube-apiserver applies to every write: identity fields,
+    /// the status subresource split, generation, schema and kind-specific defaults.
+    fn finish(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        old: Option<&Value>,
+        v: &mut Value,
+        sub: Sub,
+        strict: bool,
+    ) -> Result<(), ApiError> {
+        v["apiVersion"] = json!(rt.api_version());
+        v["kind"] = json!(rt.kind);
+        if !v.get("metadata").is_some_and(Value::is_object) {
+            v["metadata"] = json!({});
+        }
+        if rt.namespaced {
+            v["metadata"]["namespace"] = json!(ns);
+        } else if let Some(m) = v["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+        validate_name(rt, name)?;
+        match old {
+            Some(o) => {
+                if sub == Sub::Status {
+                    let status = v.get("status").cloned();
+                    *v = o.clone();
+                    match status {
+                        Some(s) => v["status"] = s,
+                        None => {
+                            if let Some(m) = v.as_object_mut() {
+                                m.remove("status");
+                            }
+                        }
+                    }
+                } else if rt.status_subresource {
+                    match o.get("status") {
+                        Some(s) => v["status"] = s.clone(),
+                        None => {
+                            if let Some(m) = v.as_object_mut() {
+                                m.remove("status");
+                            }
+                        }
+                    }
+                }
+                for k in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+                    match o["metadata"].get(k) {
+                        Some(x) => v["metadata"][k] = x.clone(),
+                        None => {
+                            if let Some(m) = v["metadata"].as_object_mut() {
+                                m.remove(k);
+                            }
+                        }
+                    }
+                }
+                let generation = o.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+                let changed = spec_part(o) != spec_part(v);
+                v["metadata"]["generation"] = json!(if changed { generation + 1 } else { generation });
+                if o.pointer("/metadata/deletionTimestamp").is_some() {
+                    let before = finalizers(o);
+                    if let Some(new) = finalizers(v).iter().find(|f| !before.contains(f)) {
+                        return Err(ApiError::invalid(&rt.kind, name, vec![(
+                            "metadata.finalizers".into(),
+                            "FieldValueForbidden".into(),
+                            format!("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers [\"{new}\"]"),
+                        )]));
+                    }
+                }
+            }
+            None => {
+                if let Some(m) = v["metadata"].as_object_mut() {
+                    for k in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"] {
+                        m.remove(k);
+                    }
+                }
+                v["metadata"]["uid"] = json!(new_uid());
+                v["metadata"]["creationTimestamp"] = json!(now_rfc3339());
+                v["metadata"]["generation"] = json!(1);
+                if rt.status_subresource
+                    && rt.crd.is_some()
+                    && let Some(m) = v.as_object_mut()
+                {
+                    m.remove("status");
+                }
+            }
+        }
+        if let Some(schema) = &rt.schema {
+            let before = strict.then(|| v.clone());
+            schema::prepare(schema, v).map_err(|errs| {
+                ApiError::invalid(
+                    &format!("{}.{}", rt.kind, rt.group),
+                    name,
+                    errs.into_iter()
+                        .map(|e| (e.field, e.reason.to_string(), e.message))
+                        .collect(),
+                )
+            })?;
+            if let Some(before) = before {
+                let mut unknown = vec![];
+                removed_fields(&before, v, String::new(), &mut unknown);
+                if !unknown.is_empty() {
+                    return Err(ApiError::bad_request(format!(
+                        "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+                        rt.kind,
+                        rt.version,
+                        rt.kind,
+                        unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect::<Vec<_>>().join(", ")
+                    )));
+                }
+            }
+        }
+        super::kinds::on_write(self, rt, old, v)
+    }
+
+    /// Side effects of a committed write: CRDs start or stop being served,
+    /// deletions wake the garbage collector.
+    fn after_write(&self, rt: &ResourceType, out: Option<(&Arc<StoredObject>, Option<EventType>)>) {
+        let Some((obj, Some(kind))) = out else { return };
+        if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
+            let mut reg = self.registry.write().unwrap_or_else(|e| e.into_inner());
+            if kind == EventType::Deleted {
+                reg.remove_crd(str_at(&obj.value, "/metadata/name"));
+            } else {
+                reg.register_crd(&obj.value);
+            }
+        }
+        if kind == EventType::Deleted || obj.value.pointer("/metadata/deletionTimestamp").is_some() {
+            self.gc_wake.notify_one();
+        }
+    }
+
+    /// DELETE: immediate, or marked for deletion while finalizers (or a
+    /// graceful pod shutdown) are pending.
+    pub fn delete(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOpts,
+    ) -> Result<Arc<StoredObject>, ApiError> {
+        let has_runtime = self.runtime().is_some();
+        let mut dry = None;
+        let out = self.store.mutate(&rt.key(), ns, name, |cur| {
+            let Some(cur) = cur else {
+                return Err(ApiError::not_found(&rt.qualified(), name));
+            };
+            if let Some(uid) = &opts.precondition_uid
+                && uid != cur.uid()
+            {
+                return Err(ApiError::conflict(&rt.qualified(), name));
+            }
+            if let Some(rv) = &opts.precondition_rv
+                && rv != str_at(&cur.value, "/metadata/resourceVersion")
+            {
+                return Err(ApiError::conflict(&rt.qualified(), name));
+            }
+            let mut v = cur.value.clone();
+            let mut fins = finalizers(&v);
+            let already = v.pointer("/metadata/deletionTimestamp").is_some();
+            match opts.propagation.as_deref() {
+                Some("Foreground") if !already => fins.push("foregroundDeletion".into()),
+                Some("Orphan") if !already => fins.push("orphan".into()),
+                _ => {}
+            }
+            if rt.plural == "namespaces" && rt.group.is_empty() && !already {
+                fins.push("kubernetes".into());
+                v["status"] = json!({"phase": "Terminating"});
+            }
+            let grace = opts.grace_period.unwrap_or_else(|| {
+                v.pointer("/spec/terminationGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(30)
+            });
+            let graceful_pod = rt.plural == "pods"
+                && rt.group.is_empty()
+                && has_runtime
+                && grace > 0
+                && !str_at(&v, "/spec/nodeName").is_empty()
+                && v.pointer("/status/phase").and_then(Value::as_str).is_none_or(|p| p != "Succeeded" && p != "Failed");
+            if fins.is_empty() && !graceful_pod {
+                if opts.dry_run {
+                    dry = Some(v);
+                    return Ok(Change::Keep);
+                }
+                return Ok(Change::Delete);
+            }
+            if graceful_pod && !already {
+                v["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            } else if !already {
+                v["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            }
+            if !already {
+                v["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+            }
+            v["metadata"]["finalizers"] = json!(dedup(fins));
+            if opts.dry_run {
+                dry = Some(v);
+                return Ok(Change::Keep);
+            }
+            Ok(Change::Put(v))
+        })?;
+        self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
+        dry.map(|v| Arc::new(StoredObject { json: Default::default(), value: v }))
+            .or(out.map(|o| o.obj))
+            .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
+    }
+
+    /// Removes a finalizer (used by the garbage collector and runtimes).
+    pub fn remove_finalizer(&self, rt: &ResourceType, ns: &str, name: &str, finalizer: &str) {
+        let opts = WriteOpts {
+            field_manager: "kube-controller-manager".into(),
+            ..Default::default()
+        };
+        let _ = self.write(rt, ns, name, Sub::Main, &opts, false, |cur| {
+            let mut v = cur.cloned().unwrap_or_default();
+            let fins: Vec<String> = finalizers(&v).into_iter().filter(|f| f != finalizer).collect();
+            v["metadata"]["finalizers"] = json!(fins);
+            Ok(v)
+        });
+    }
+}
+
+/// Paths present in `before` but pruned from `after`.
+fn removed_fields(before: &Value, after: &Value, path: String, out: &mut Vec<String>) {
+    let (Some(b), Some(a)) = (before.as_object(), after.as_object()) else {
+        return;
+    };
+    for (k, bv) in b {
+        if path.is_empty() && (k == "metadata" || k == "apiVersion" || k == "kind") {
+            continue;
+        }
+        let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+        match a.get(k) {
+            None => out.push(p),
+            Some(av) => removed_fields(bv, av, p, out),
+        }
+    }
+}
+
+pub fn finalizers(v: &Value) -> Vec<String> {
+    v.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|f| f.as_str().map(String::from)).collect())
+        .unwrap_or_default()
+}
+
+fn dedup(v: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    for f in v {
+        if !out.contains(&f) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// Everything but metadata and status: what `generation` counts changes of.
+fn spec_part(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    v
+}
+
+/// DNS-1123 subdomain names (labels for namespaces), as kube checks them.
+fn validate_name(rt: &ResourceType, name: &str) -> Result<(), ApiError> {
+    let label_only = rt.plural == "namespaces" || rt.plural == "services";
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (!label_only && c == '.');
+    let valid = !name.is_empty()
+        && name.len() <= if label_only { 63 } else { 253 }
+        && name.chars().all(ok_char)
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && name.chars().last().is_some_and(|c| c.is_ascii_alphanumeric());
+    if valid || rt.plural == "events" {
+        return Ok(());
+    }
+    let what = if label_only { "RFC 1123 label" } else { "RFC 1123 subdomain" };
+    Err(ApiError::invalid(&rt.kind, name, vec![(
+        "metadata.name".into(),
+        "FieldValueInvalid".into(),
+        format!("metadata.name: Invalid value: \"{name}\": a lowercase {what} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"),
+    )]))
+}

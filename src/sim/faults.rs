@@ -1,0 +1,79 @@
+//! Fault injection for chaos tests and demos: added latency, a rate of 429 or
+//! 500 answers, dropping every open watch, and refusing connections (the
+//! cluster looks unreachable). Settable from tests directly and over the sim's
+//! admin endpoint.
+
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+use tokio::sync::watch;
+
+/// The fault settings; all off by default.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultSpec {
+    /// Added to every API request before it is served.
+    pub latency_ms: u64,
+    /// Fraction (0..=1) of requests answered with `error_code` instead.
+    pub error_rate: f64,
+    /// 429 (with Retry-After) or 500.
+    pub error_code: u16,
+    /// Close the listener and every open connection until cleared.
+    pub refuse_connections: bool,
+}
+
+pub struct Faults {
+    spec: Mutex<FaultSpec>,
+    /// Bumped to drop every open watch; watches select on changes.
+    drop_gen: watch::Sender<u64>,
+    /// Carries `refuse_connections` to the accept loop.
+    refuse: watch::Sender<bool>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            spec: Mutex::new(FaultSpec::default()),
+            drop_gen: watch::channel(0).0,
+            refuse: watch::channel(false).0,
+        }
+    }
+}
+
+impl Faults {
+    pub fn get(&self) -> FaultSpec {
+        self.spec.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set(&self, spec: FaultSpec) {
+        let refuse = spec.refuse_connections;
+        *self.spec.lock().unwrap_or_else(|e| e.into_inner()) = spec;
+        self.refuse.send_replace(refuse);
+    }
+
+    pub fn clear(&self) {
+        self.set(FaultSpec::default());
+    }
+
+    /// Ends every watch stream that is open now.
+    pub fn drop_watches(&self) {
+        self.drop_gen.send_modify(|g| *g += 1);
+    }
+
+    pub fn watch_drops(&self) -> watch::Receiver<u64> {
+        self.drop_gen.subscribe()
+    }
+
+    pub fn refusals(&self) -> watch::Receiver<bool> {
+        self.refuse.subscribe()
+    }
+
+    /// The injected error for this request, if the dice say so.
+    pub fn roll_error(&self) -> Option<u16> {
+        let spec = self.get();
+        if spec.error_rate > 0.0 && rand::random::<f64>() < spec.error_rate {
+            Some(if spec.error_code == 0 { 500 } else { spec.error_code })
+        } else {
+            None
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The "host" runtime: pods become Running and Ready at once and `exec` runs
+//! the command as a plain process on this machine. It proves the exec and log
+//! plumbing end to end (kubectl exec, kube-rs `AttachedProcess`) without the
+//! virtual or process runtimes.
+
+use super::cluster::{Cluster, DeleteOpts, Sub, WriteOpts};
+use super::resources::ResKey;
+use super::runtime::{ExecOutcome, ExecRequest, LogRequest, Runtime};
+use super::store::{EventType, str_at};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+pub struct HostRuntime;
+
+fn pods() -> ResKey {
+    ResKey {
+        group: String::new(),
+        plural: "pods".into(),
+    }
+}
+
+/// Marks a pod as scheduled, running and ready; deletes it when it is being
+/// deleted (termination is instant here).
+pub fn settle_pod(c: &Cluster, v: &Value, node: &str) {
+    let Some(rt) = c.type_of(&pods()) else { return };
+    let ns = str_at(v, "/metadata/namespace").to_string();
+    let name = str_at(v, "/metadata/name").to_string();
+    if v.pointer("/metadata/deletionTimestamp").is_some() {
+        let _ = c.delete(&rt, &ns, &name, &DeleteOpts { grace_period: Some(0), ..Default::default() });
+        return;
+    }
+    let opts = WriteOpts { field_manager: "kubelet".into(), ..Default::default() };
+    if str_at(v, "/spec/nodeName").is_empty() {
+        let _ = c.write(&rt, &ns, &name, Sub::Main, &opts, false, |cur| {
+            let mut v = cur.cloned().unwrap_or_default();
+            v["spec"]["nodeName"] = json!(node);
+            Ok(v)
+        });
+    }
+    if str_at(v, "/status/phase") == "Running" {
+        return;
+    }
+    let ip = c.ipam.pod_ip();
+    let now = super::cluster::now_rfc3339();
+    let statuses: Vec<Value> = v
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .map(|ct| json!({"name": str_at(ct, "/name"), "image": str_at(ct, "/image"), "ready": true,
+                    "started": true, "restartCount": 0, "state": {"running": {"startedAt": now}}}))
+                .collect()
+        })
+        .unwrap_or_default();
+    let _ = c.write(&rt, &ns, &name, Sub::Status, &opts, false, |cur| {
+        let mut v = cur.cloned().unwrap_or_default();
+        v["status"] = json!({
+            "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "127.0.0.1", "startTime": now,
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            ],
+            "containerStatuses": statuses,
+        });
+        Ok(v)
+    });
+}
+
+impl Runtime for HostRuntime {
+    fn start(self: Arc<Self>, cluster: Arc<Cluster>) {
+        let weak = Arc::downgrade(&cluster);
+        let (_, mut rx) = cluster.store.subscribe();
+        let (existing, _) = cluster.store.list(&pods(), None, None);
+        drop(cluster);
+        tokio::spawn(async move {
+            if let Some(c) = weak.upgrade() {
+                for p in existing {
+                    settle_pod(&c, &p.value, "sim-node");
+                }
+            }
+            while let Ok(ev) = rx.recv().await {
+                let Some(c) = weak.upgrade() else { return };
+                if ev.key == pods() && ev.kind != EventType::Deleted {
+                    settle_pod(&c, &ev.obj.value, "sim-node");
+                }
+            }
+        });
+    }
+
+    fn exec(&self, req: ExecRequest) -> BoxFuture<'static, ExecOutcome> {
+        Box::pin(async move {
+            let Some((prog, args)) = req.command.split_first() else {
+                return ExecOutcome::Failed("empty command".into());
+            };
+            let mut cmd = tokio::process::Command::new(prog);
+            cmd.args(args)
+                .env("POD_NAME", &req.pod)
+                .env("POD_NAMESPACE", &req.namespace)
+                .stdin(if req.stdin.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .kill_on_drop(true);
+            let mut child = match cmd.spawn() {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = req.stderr.send(Bytes::from(format!("exec {prog}: {e}\n"))).await;
+                    return ExecOutcome::Exited(126);
+                }
+            };
+            if let (Some(mut rx), Some(mut sin)) = (req.stdin, child.stdin.take()) {
+                tokio::spawn(async move {
+                    while let Some(b) = rx.recv().await {
+                        if sin.write_all(&b).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            let pump = |r: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>, tx: mpsc::Sender<Bytes>| async move {
+                let Some(mut r) = r else { return };
+                let mut buf = vec![0u8; 16 * 1024];
+                while let Ok(n) = r.read(&mut buf).await {
+                    if n == 0 || tx.send(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
+                        break;
+                    }
+                }
+            };
+            let out = child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>);
+            let err = child.stderr.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>);
+            tokio::join!(pump(out, req.stdout), pump(err, req.stderr));
+            match child.wait().await {
+                Ok(st) => ExecOutcome::Exited(st.code().unwrap_or(137)),
+                Err(e) => ExecOutcome::Failed(format!("waiting for {prog}: {e}")),
+            }
+        })
+    }
+
+    fn logs(&self, req: LogRequest) -> BoxFuture<'static, Result<mpsc::Receiver<Bytes>, String>> {
+        Box::pin(async move {
+            let (tx, rx) = mpsc::channel(4);
+            let line = format!("{}/{} container {} started\n", req.namespace, req.pod, req.container);
+            let _ = tx.send(Bytes::from(line)).await;
+            Ok(rx)
+        })
+    }
+}

@@ -1,0 +1,158 @@
+//! Kind-specific behaviour of built-in types that clients rely on: Services get
+//! a ClusterIP, Namespaces and PVCs a phase, Pods their defaults, CRDs the
+//! Established condition kubectl waits for.
+
+use super::cluster::Cluster;
+use super::error::ApiError;
+use super::resources::{ResourceType, types_from_crd};
+use serde_json::{Value, json};
+
+pub fn on_write(
+    cluster: &Cluster,
+    rt: &ResourceType,
+    old: Option<&Value>,
+    v: &mut Value,
+) -> Result<(), ApiError> {
+    match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "services") => service(cluster, old, v),
+        ("", "namespaces") => {
+            if old.is_none() {
+                v["status"] = json!({"phase": "Active"});
+            }
+            Ok(())
+        }
+        ("", "persistentvolumeclaims") => {
+            if old.is_none() {
+                v["status"] = json!({"phase": "Pending"});
+            }
+            Ok(())
+        }
+        ("", "pods") => {
+            pod_defaults(v);
+            if old.is_none() {
+                v["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+            }
+            Ok(())
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => crd(rt, v),
+        _ => Ok(()),
+    }
+}
+
+fn service(cluster: &Cluster, old: Option<&Value>, v: &mut Value) -> Result<(), ApiError> {
+    let spec = v
+        .get_mut("spec")
+        .filter(|s| s.is_object())
+        .ok_or_else(|| ApiError::invalid("Service", "", vec![(
+            "spec".into(),
+            "FieldValueRequired".into(),
+            "spec: Required value".into(),
+        )]))?;
+    if spec.get("type").is_none() {
+        spec["type"] = json!("ClusterIP");
+    }
+    if spec.get("sessionAffinity").is_none() {
+        spec["sessionAffinity"] = json!("None");
+    }
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for p in ports {
+            if p.get("protocol").is_none() {
+                p["protocol"] = json!("TCP");
+            }
+            if p.get("targetPort").is_none()
+                && let Some(port) = p.get("port").cloned()
+            {
+                p["targetPort"] = port;
+            }
+        }
+    }
+    let old_ip = old
+        .and_then(|o| o.pointer("/spec/clusterIP"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty());
+    let is_external = spec.get("type").and_then(Value::as_str) == Some("ExternalName");
+    let ip = match (old_ip, spec.get("clusterIP").and_then(Value::as_str)) {
+        (Some(old), _) => old.to_string(),
+        (None, Some(ip)) if !ip.is_empty() => {
+            cluster.ipam.reserve(ip);
+            ip.to_string()
+        }
+        _ if is_external => return Ok(()),
+        _ => cluster.ipam.service_ip(),
+    };
+    spec["clusterIP"] = json!(ip);
+    spec["clusterIPs"] = json!([ip]);
+    if v.get("status").is_none() {
+        v["status"] = json!({"loadBalancer": {}});
+    }
+    Ok(())
+}
+
+fn pod_defaults(v: &mut Value) {
+    let Some(spec) = v.get_mut("spec").filter(|s| s.is_object()) else {
+        return;
+    };
+    for (k, d) in [
+        ("restartPolicy", json!("Always")),
+        ("terminationGracePeriodSeconds", json!(30)),
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("schedulerName", json!("default-scheduler")),
+    ] {
+        if spec.get(k).is_none() {
+            spec[k] = d;
+        }
+    }
+    if let Some(cs) = spec.get_mut("containers").and_then(Value::as_array_mut) {
+        for c in cs {
+            if c.get("imagePullPolicy").is_none() {
+                c["imagePullPolicy"] = json!("IfNotPresent");
+            }
+            if c.get("terminationMessagePath").is_none() {
+                c["terminationMessagePath"] = json!("/dev/termination-log");
+            }
+        }
+    }
+}
+
+fn crd(rt: &ResourceType, v: &mut Value) -> Result<(), ApiError> {
+    let name = v
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
+    let (group, plural, kind) = (s("/spec/group"), s("/spec/names/plural"), s("/spec/names/kind"));
+    let mut causes = vec![];
+    let mut req = |field: &str, ok: bool| {
+        if !ok {
+            causes.push((field.to_string(), "FieldValueRequired".to_string(), format!("{field}: Required value")));
+        }
+    };
+    req("spec.group", !group.is_empty());
+    req("spec.names.plural", !plural.is_empty());
+    req("spec.names.kind", !kind.is_empty());
+    let versions = v.pointer("/spec/versions").and_then(Value::as_array).map(Vec::len).unwrap_or(0);
+    req("spec.versions", versions > 0);
+    if !group.is_empty() && !plural.is_empty() && name != format!("{plural}.{group}") {
+        causes.push((
+            "metadata.name".into(),
+            "FieldValueInvalid".into(),
+            format!("metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"),
+        ));
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(&rt.kind, &name, causes));
+    }
+    let stored: Vec<Value> = types_from_crd(v).iter().map(|t| json!(t.version)).collect();
+    let now = super::cluster::now_rfc3339();
+    let names = v.pointer("/spec/names").cloned().unwrap_or(json!({}));
+    v["status"] = json!({
+        "acceptedNames": names,
+        "storedVersions": stored,
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+        ]
+    });
+    Ok(())
+}

@@ -1,0 +1,222 @@
+//! The embedded Kubernetes (DESIGN §5): N emulated clusters on loopback, each
+//! an HTTP API server with its own port, bearer token and kubeconfig, its state
+//! persisted in a directory so a restart keeps the objects. Everything else in
+//! pgfleet reaches these clusters only through kubeconfigs and HTTP.
+
+pub mod admin;
+pub mod cluster;
+pub mod error;
+pub mod faults;
+pub mod gc;
+pub mod hostexec;
+pub mod ipam;
+pub mod kinds;
+pub mod patch;
+pub mod persist;
+pub mod resources;
+pub mod runtime;
+pub mod schema;
+pub mod selector;
+pub mod server;
+pub mod store;
+pub mod table;
+pub mod tls;
+
+use anyhow::Context;
+use cluster::{Cluster, WriteOpts};
+use serde_json::json;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Which kubelet runtime runs the pods of the emulated clusters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeKind {
+    /// Pods are scheduled nowhere and never run (API server only).
+    None,
+    /// Pods become Ready at once; exec runs commands on this host.
+    Host,
+}
+
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    pub dir: PathBuf,
+    pub names: Vec<String>,
+    pub runtime: RuntimeKind,
+    /// Write state to `dir` so a restart keeps the objects.
+    pub persist: bool,
+    /// Watch events kept for resuming watches.
+    pub history: usize,
+    /// Serve the admin (fault injection) endpoint.
+    pub admin: bool,
+}
+
+impl SimOptions {
+    pub fn new(dir: impl Into<PathBuf>, n: usize) -> Self {
+        SimOptions {
+            dir: dir.into(),
+            names: (1..=n).map(|i| format!("sim-{i}")).collect(),
+            runtime: RuntimeKind::Host,
+            persist: true,
+            history: 100_000,
+            admin: true,
+        }
+    }
+}
+
+/// One running emulated cluster.
+pub struct SimCluster {
+    pub name: String,
+    pub cluster: Arc<Cluster>,
+    pub addr: SocketAddr,
+    pub token: String,
+    pub kubeconfig: PathBuf,
+}
+
+/// A set of running emulated clusters.
+pub struct Sim {
+    pub clusters: Vec<SimCluster>,
+    pub admin_addr: Option<SocketAddr>,
+    pub dir: PathBuf,
+}
+
+impl Sim {
+    pub fn get(&self, name: &str) -> Option<&SimCluster> {
+        self.clusters.iter().find(|c| c.name == name)
+    }
+}
+
+/// Starts the clusters; each listens on 127.0.0.1 (the port it had before when
+/// `dir` holds state from an earlier run).
+pub async fn start(opts: &SimOptions) -> anyhow::Result<Sim> {
+    std::fs::create_dir_all(&opts.dir)
+        .with_context(|| format!("creating the sim directory {}", opts.dir.display()))?;
+    let tls = tls::load_or_create(&opts.dir)?;
+    let mut clusters = vec![];
+    for (i, name) in opts.names.iter().enumerate() {
+        clusters.push(start_one(opts, i, name, &tls).await?);
+    }
+    let admin_addr = if opts.admin {
+        Some(admin::serve(&clusters).await?)
+    } else {
+        None
+    };
+    let info = json!({
+        "admin": admin_addr.map(|a| format!("http://{a}")),
+        "clusters": clusters.iter().map(|c| json!({"name": c.name, "server": format!("https://{}", c.addr), "kubeconfig": c.kubeconfig})).collect::<Vec<_>>(),
+    });
+    write_private(&opts.dir.join("sim.json"), &serde_json::to_vec_pretty(&info)?)?;
+    Ok(Sim {
+        clusters,
+        admin_addr,
+        dir: opts.dir.clone(),
+    })
+}
+
+async fn start_one(opts: &SimOptions, index: usize, name: &str, tls: &tls::SimTls) -> anyhow::Result<SimCluster> {
+    let cluster = Cluster::new(name, ipam::Ipam::for_cluster(index), opts.history);
+    let state_path = opts.dir.join(format!("{name}.state.json"));
+    let restored = if opts.persist {
+        persist::load(&cluster, &state_path)?
+    } else {
+        None
+    };
+    let (port, token) = match restored {
+        Some(r) => (r.port, r.token),
+        None => {
+            bootstrap(&cluster);
+            (0, random_token())
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+        Ok(l) => l,
+        Err(_) if port != 0 => tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?,
+        Err(e) => return Err(e).context("binding a loopback port"),
+    };
+    let addr = listener.local_addr()?;
+    let kubeconfig = opts.dir.join(format!("{name}.kubeconfig"));
+    write_private(&kubeconfig, kubeconfig_yaml(name, addr, &token, &tls.ca_pem).as_bytes())?;
+    if let Some(rt) = runtime_for(opts.runtime) {
+        *cluster.runtime.write().unwrap_or_else(|e| e.into_inner()) = Some(rt.clone());
+        rt.start(cluster.clone());
+    }
+    tokio::spawn(gc::run(Arc::downgrade(&cluster)));
+    if opts.persist {
+        tokio::spawn(persist::run(Arc::downgrade(&cluster), state_path, addr.port(), token.clone()));
+    }
+    let ctx = server::Ctx {
+        cluster: cluster.clone(),
+        token: Arc::new(token.clone()),
+        tls: tokio_rustls::TlsAcceptor::from(tls.server.clone()),
+    };
+    tokio::spawn(server::serve(ctx, listener));
+    Ok(SimCluster {
+        name: name.to_string(),
+        cluster,
+        addr,
+        token,
+        kubeconfig,
+    })
+}
+
+fn runtime_for(kind: RuntimeKind) -> Option<Arc<dyn runtime::Runtime>> {
+    match kind {
+        RuntimeKind::None => None,
+        RuntimeKind::Host => Some(Arc::new(hostexec::HostRuntime)),
+    }
+}
+
+/// The objects a fresh cluster has: the standard namespaces and one node.
+fn bootstrap(c: &Arc<Cluster>) {
+    let opts = WriteOpts {
+        field_manager: "kube-apiserver".into(),
+        ..Default::default()
+    };
+    let reg = c.registry().clone();
+    if let Some(ns) = reg.get("", "v1", "namespaces") {
+        for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let _ = c.create(ns, "", json!({"metadata": {"name": n}}), &opts);
+        }
+    }
+    if let Some(node) = reg.get("", "v1", "nodes") {
+        let _ = c.create(
+            node,
+            "",
+            json!({"metadata": {"name": "sim-node", "labels": {"kubernetes.io/hostname": "sim-node"}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+            &opts,
+        );
+    }
+}
+
+fn random_token() -> String {
+    let a: u128 = rand::random();
+    let b: u128 = rand::random();
+    format!("{a:032x}{b:032x}")
+}
+
+pub fn kubeconfig_yaml(name: &str, addr: SocketAddr, token: &str, ca_pem: &str) -> String {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: default\ncurrent-context: {name}\nusers:\n- name: {name}\n  user:\n    token: {token}\n"
+    )
+}
+
+/// Writes a file readable only by its owner (kubeconfigs hold tokens).
+pub fn write_private(path: &Path, data: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(data)?;
+    f.sync_all().ok();
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,811 @@
+//! Pure patch logic for the embedded API server, over untyped `serde_json::Value` objects.
+//!
+//! The simulator stores every object as JSON without Go types or OpenAPI schemas, so the
+//! patch flavours kube-apiserver supports are reimplemented here against a small built-in
+//! table of list merge keys. This module holds RFC 7386 merge patch, RFC 6902 JSON patch
+//! (delegated to the `json_patch` crate), strategic merge patch, the error type and the
+//! shared merge-key table; server-side apply and managedFields bookkeeping live in
+//! `apply.rs` (a child module declared with `#[path]`) and are re-exported here.
+//!
+//! # Where this differs from kube-apiserver
+//!
+//! * **Merge keys come from a fixed table keyed by the list's field name**, not from the
+//!   OpenAPI `x-kubernetes-patch-merge-key` / `x-kubernetes-list-map-keys` of the concrete
+//!   type. The table (`declared_merge_key`) is applied to every kind, CRDs included, so
+//!   e.g. a CRD list field called `conditions` is keyed by `type` even if its schema says
+//!   `atomic`, and a Pod field not in the table is atomic even if kube merges it.
+//! * **Single-key list maps only.** kube keys container ports by
+//!   `containerPort`+`protocol` and Service ports by `port`+`protocol` for SSA; here
+//!   `ports` is keyed by `containerPort` when any item has one, otherwise by `port`.
+//!   FieldsV1 keys therefore look like `k:{"containerPort":5432}` instead of
+//!   `k:{"containerPort":5432,"protocol":"TCP"}`.
+//! * **Only `finalizers` is a set** (`listType: set` / patchStrategy merge for scalars).
+//!   Every other list of scalars is atomic.
+//! * **Strategic merge patch:** `$patch: delete` on a map removes the key from its parent
+//!   (kube leaves an empty map `{}` behind); at the root it empties the object.
+//!   `$setElementOrder` reorders only the items it names, keeping server-only items in
+//!   their slots (kube interleaves slightly differently); new list items are appended.
+//!   `$retainKeys` is honoured on any map, not only fields declaring the retainKeys
+//!   strategy. Directive keys are recognised anywhere and never stored; other `$`-prefixed
+//!   keys (such as `$ref` in CRD schemas) are ordinary data. `null` inside an atomic list
+//!   item is stored as-is (kube would drop it when decoding into Go types).
+//! * **No schema validation or defaulting** after patching; the caller validates. Nor is
+//!   strategic merge patch refused for custom resources (kube answers 415); the caller
+//!   should do that if it wants kube's behaviour.
+//! * **Conflicts carry only paths.** kube's message names the other manager, its
+//!   apiVersion and time (`conflict with "alice" using apps/v1: .spec.replicas`);
+//!   [`PatchError::Conflict`] holds just `.spec.replicas`-style paths. As in kube, a
+//!   manager's `Update` entry and its `Apply` entry are different owners, so an apply can
+//!   conflict with an earlier create/PUT made under the same manager name.
+//! * **Server-side apply / managedFields** (see the `apply` module): no version conversion
+//!   (all field sets are taken to be in the object's current apiVersion); no
+//!   `subresource` bookkeeping (existing `subresource` values on entries are preserved
+//!   but new entries never get one); entries are keyed by (manager, operation) only
+//!   (kube also splits Update entries by apiVersion); no cap on the number of Update managers; no
+//!   last-applied-configuration (client-side apply) migration; `null` in an applied
+//!   configuration means "omit" (so a previously applied field set to null is pruned);
+//!   server-owned metadata (`managedFields`, `resourceVersion`, `uid`,
+//!   `creationTimestamp`, `generation`, `selfLink`) in an applied configuration is
+//!   ignored rather than rejected or used as a precondition; client-supplied
+//!   `managedFields` on create/update are ignored (kube lets clients overwrite or clear
+//!   them). Without typed zero values, a list or map that a write brings into existence
+//!   is itself marked owned (`.: {}`) even where kube's typed empty object would already
+//!   contain it; root `spec` and `status` are special-cased to match kube. Empty maps and
+//!   lists left behind by pruning are removed (mimicking `omitempty`), except at the
+//!   root level.
+
+use serde_json::{Map, Value};
+use std::fmt;
+
+// Server-side apply lives in `apply.rs` next to this file but is a child module, so the
+// parent only needs `mod patch;` and callers see one API under `patch::`.
+#[path = "apply.rs"]
+mod apply;
+pub use apply::{record_update, server_side_apply};
+
+/// Errors from applying a patch. Kept free of `thiserror` so this file compiles
+/// standalone in a scratch crate; the API layer maps `Invalid` to 422/400 and `Conflict`
+/// to 409 with one `FieldManagerConflict` cause per path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatchError {
+    /// The patch document is malformed or cannot be applied to the target.
+    Invalid(String),
+    /// Server-side apply conflicts: field paths in kube notation (for example
+    /// `.spec.replicas` or `.spec.containers[name="pg"].image`) that another manager owns
+    /// and whose value the apply would change. Sorted and deduplicated.
+    Conflict(Vec<String>),
+}
+
+impl fmt::Display for PatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PatchError::Invalid(msg) => f.write_str(msg),
+            PatchError::Conflict(paths) => {
+                let noun = if paths.len() == 1 { "conflict" } else { "conflicts" };
+                write!(f, "Apply failed with {} {noun}: {}", paths.len(), paths.join(", "))
+            }
+        }
+    }
+}
+
+impl std::error::Error for PatchError {}
+
+/// How a list merges in strategic merge patch and server-side apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ListKind {
+    /// Replaced wholesale; owned as a single leaf.
+    Atomic,
+    /// List of scalars merged as a set (`v:` path elements).
+    Set,
+    /// List of objects merged by the named key field (`k:` path elements).
+    Keyed(&'static str),
+}
+
+/// The merge key our built-in table declares for a list field, if any. `lists` are all
+/// the instances of the list involved in the operation (live, patch, applied); they are
+/// only consulted to disambiguate `ports` between container ports and Service ports.
+pub(crate) fn declared_merge_key(field: &str, lists: &[&[Value]]) -> Option<&'static str> {
+    match field {
+        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes"
+        | "imagePullSecrets" => Some("name"),
+        "volumeMounts" => Some("mountPath"),
+        "volumeDevices" => Some("devicePath"),
+        "conditions" => Some("type"),
+        "ownerReferences" => Some("uid"),
+        "hostAliases" => Some("ip"),
+        "ports" => {
+            let container = lists
+                .iter()
+                .flat_map(|l| l.iter())
+                .any(|item| item.get("containerPort").is_some());
+            Some(if container { "containerPort" } else { "port" })
+        }
+        _ => None,
+    }
+}
+
+/// Whether a list field of scalars is a set (merged and deduplicated rather than replaced).
+pub(crate) fn is_set_field(field: &str) -> bool {
+    field == "finalizers"
+}
+
+pub(crate) fn is_scalar(v: &Value) -> bool {
+    !v.is_object() && !v.is_array()
+}
+
+/// Decides how a list merges. A keyed list needs every item to be an object; items that
+/// lack the key are tolerated here (they are invisible to ownership tracking and never
+/// match), and apply rejects them in the applied configuration.
+pub(crate) fn list_kind(field: &str, lists: &[&[Value]]) -> ListKind {
+    let mut items = lists.iter().flat_map(|l| l.iter());
+    if is_set_field(field) && items.clone().all(is_scalar) {
+        return ListKind::Set;
+    }
+    match declared_merge_key(field, lists) {
+        Some(key) if items.all(Value::is_object) => ListKind::Keyed(key),
+        _ => ListKind::Atomic,
+    }
+}
+
+/// RFC 7386 JSON merge patch (`application/merge-patch+json`). Objects merge recursively,
+/// `null` deletes, and anything else (including arrays) replaces. Cannot fail.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch_map) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let Value::Object(target_map) = target else {
+        return;
+    };
+    for (key, value) in patch_map {
+        if value.is_null() {
+            target_map.remove(key);
+        } else {
+            merge_patch(target_map.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+/// RFC 6902 JSON patch (`application/json-patch+json`). All-or-nothing: the operations
+/// run on a copy so a failing `test` (or bad path) leaves `target` untouched, and the
+/// error names the failing operation's index, op and path.
+pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
+    let ops: ::json_patch::Patch = serde_json::from_value(patch.clone())
+        .map_err(|e| PatchError::Invalid(format!("invalid JSON patch document: {e}")))?;
+    let mut work = target.clone();
+    // patch_unsafe on a copy instead of `patch`: same atomicity, and no undo path that
+    // could panic.
+    ::json_patch::patch_unsafe(&mut work, &ops).map_err(|e| {
+        let op = ops.0.get(e.operation).map_or("unknown", json_patch_op_name);
+        PatchError::Invalid(format!(
+            "JSON patch operation {} ({op} \"{}\") failed: {}",
+            e.operation, e.path, e.kind
+        ))
+    })?;
+    *target = work;
+    Ok(())
+}
+
+fn json_patch_op_name(op: &::json_patch::PatchOperation) -> &'static str {
+    use ::json_patch::PatchOperation as Op;
+    match op {
+        Op::Add(_) => "add",
+        Op::Remove(_) => "remove",
+        Op::Replace(_) => "replace",
+        Op::Move(_) => "move",
+        Op::Copy(_) => "copy",
+        Op::Test(_) => "test",
+    }
+}
+
+const PATCH_DIRECTIVE: &str = "$patch";
+const RETAIN_KEYS: &str = "$retainKeys";
+const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
+const DELETE_FROM_PRIMITIVE_LIST: &str = "$deleteFromPrimitiveList/";
+
+/// Only the directives kubectl actually emits are special; other `$` keys are data.
+fn is_directive(key: &str) -> bool {
+    key == PATCH_DIRECTIVE
+        || key == RETAIN_KEYS
+        || key.starts_with(SET_ELEMENT_ORDER)
+        || key.starts_with(DELETE_FROM_PRIMITIVE_LIST)
+}
+
+/// What the parent should do with a map after a strategic merge into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MapOutcome {
+    Keep,
+    /// The patch said `$patch: delete` for this map.
+    Delete,
+}
+
+/// Strategic merge patch (`application/strategic-merge-patch+json`) as kubectl sends it
+/// for built-in kinds: maps merge, `null` deletes, lists named in the merge-key table merge
+/// by key, `finalizers` merges as a set, all other lists are replaced. Directives
+/// (`$patch`, `$retainKeys`, `$setElementOrder/…`, `$deleteFromPrimitiveList/…`) are
+/// honoured and never stored. All-or-nothing: works on a copy.
+pub fn strategic_merge_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
+    let Value::Object(patch_map) = patch else {
+        return Err(PatchError::Invalid(
+            "strategic merge patch must be a JSON object".to_string(),
+        ));
+    };
+    let mut work = match target {
+        Value::Object(m) => m.clone(),
+        _ => Map::new(),
+    };
+    if smp_map(&mut work, patch_map)? == MapOutcome::Delete {
+        work.clear();
+    }
+    *target = Value::Object(work);
+    Ok(())
+}
+
+fn smp_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>) -> Result<MapOutcome, PatchError> {
+    if let Some(directive) = patch.get(PATCH_DIRECTIVE) {
+        match directive.as_str() {
+            Some("replace") => {
+                // Replace = merge the rest of the patch into nothing, which also drops
+                // nulls and processes nested directives.
+                let mut fresh = Map::new();
+                let rest: Map<String, Value> = patch
+                    .iter()
+                    .filter(|(k, _)| k.as_str() != PATCH_DIRECTIVE)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                smp_map(&mut fresh, &rest)?;
+                *orig = fresh;
+                return Ok(MapOutcome::Keep);
+            }
+            Some("delete") => return Ok(MapOutcome::Delete),
+            Some("merge") => {}
+            _ => {
+                return Err(PatchError::Invalid(format!(
+                    "unknown strategic merge patch directive $patch: {directive}"
+                )));
+            }
+        }
+    }
+    if let Some(retain) = patch.get(RETAIN_KEYS) {
+        let Value::Array(keys) = retain else {
+            return Err(PatchError::Invalid(format!("$retainKeys must be a list, got {retain}")));
+        };
+        orig.retain(|k, _| keys.iter().any(|key| key.as_str() == Some(k.as_str())));
+    }
+    for (key, values) in patch {
+        let Some(field) = key.strip_prefix(DELETE_FROM_PRIMITIVE_LIST) else {
+            continue;
+        };
+        let Value::Array(values) = values else {
+            return Err(PatchError::Invalid(format!("{key} must be a list, got {values}")));
+        };
+        if let Some(Value::Array(items)) = orig.get_mut(field) {
+            items.retain(|item| !values.contains(item));
+        }
+    }
+    for (key, patch_value) in patch {
+        if is_directive(key) {
+            continue;
+        }
+        if patch_value.is_null() {
+            orig.remove(key);
+            continue;
+        }
+        match (orig.get_mut(key), patch_value) {
+            (Some(Value::Object(om)), Value::Object(pm)) => {
+                if smp_map(om, pm)? == MapOutcome::Delete {
+                    orig.remove(key);
+                }
+            }
+            (Some(Value::Array(oa)), Value::Array(pa)) => smp_list(key, oa, pa)?,
+            _ => match smp_fresh(key, patch_value)? {
+                Some(v) => {
+                    orig.insert(key.clone(), v);
+                }
+                None => {
+                    orig.remove(key);
+                }
+            },
+        }
+    }
+    for (key, order) in patch {
+        let Some(field) = key.strip_prefix(SET_ELEMENT_ORDER) else {
+            continue;
+        };
+        let Value::Array(order) = order else {
+            return Err(PatchError::Invalid(format!("{key} must be a list, got {order}")));
+        };
+        if let Some(Value::Array(items)) = orig.get_mut(field) {
+            apply_element_order(field, items, order);
+        }
+    }
+    Ok(MapOutcome::Keep)
+}
+
+/// A patch value landing where the original has nothing (or a different type): merge it
+/// into emptiness so nulls vanish and directives are processed. `None` = store nothing.
+fn smp_fresh(field: &str, patch_value: &Value) -> Result<Option<Value>, PatchError> {
+    match patch_value {
+        Value::Object(pm) => {
+            let mut m = Map::new();
+            Ok(match smp_map(&mut m, pm)? {
+                MapOutcome::Keep => Some(Value::Object(m)),
+                MapOutcome::Delete => None,
+            })
+        }
+        Value::Array(pa) => {
+            let mut items = Vec::new();
+            smp_list(field, &mut items, pa)?;
+            Ok(Some(Value::Array(items)))
+        }
+        Value::Null => Ok(None),
+        scalar => Ok(Some(scalar.clone())),
+    }
+}
+
+fn item_directive(item: &Value) -> Option<&Value> {
+    item.as_object().and_then(|m| m.get(PATCH_DIRECTIVE))
+}
+
+fn smp_list(field: &str, orig: &mut Vec<Value>, patch: &[Value]) -> Result<(), PatchError> {
+    // A `{"$patch": "replace"}` element anywhere replaces the list with the other elements.
+    if patch
+        .iter()
+        .any(|item| item_directive(item).and_then(Value::as_str) == Some("replace"))
+    {
+        let mut out = Vec::new();
+        for item in patch.iter().filter(|i| item_directive(i).is_none()) {
+            if let Some(v) = smp_fresh("", item)? {
+                out.push(v);
+            }
+        }
+        *orig = out;
+        return Ok(());
+    }
+    if patch.iter().all(is_scalar) {
+        if is_set_field(field) && orig.iter().all(is_scalar) {
+            for item in patch {
+                if !orig.contains(item) {
+                    orig.push(item.clone());
+                }
+            }
+            dedup_in_place(orig);
+        } else {
+            *orig = patch.to_vec();
+        }
+        return Ok(());
+    }
+    let key = match declared_merge_key(field, &[orig.as_slice(), patch]) {
+        Some(key) if patch.iter().all(Value::is_object) => key,
+        _ => {
+            // Atomic: replace, but never let directive keys into storage.
+            *orig = patch
+                .iter()
+                .filter(|i| item_directive(i).is_none())
+                .map(strip_directives)
+                .collect();
+            return Ok(());
+        }
+    };
+    for item in patch {
+        let Value::Object(pm) = item else { continue };
+        let key_value = pm.get(key);
+        match pm.get(PATCH_DIRECTIVE).map(|d| d.as_str()) {
+            None | Some(Some("merge")) => {}
+            Some(Some("delete")) => {
+                let key_value = key_value.ok_or_else(|| missing_key(field, key, item))?;
+                orig.retain(|o| o.get(key) != Some(key_value));
+                continue;
+            }
+            Some(_) => {
+                return Err(PatchError::Invalid(format!(
+                    "unknown strategic merge patch directive in {field} item {item}"
+                )));
+            }
+        }
+        let key_value = key_value.ok_or_else(|| missing_key(field, key, item))?;
+        match orig.iter().position(|o| o.get(key) == Some(key_value)) {
+            Some(idx) => {
+                let outcome = match orig.get_mut(idx) {
+                    Some(Value::Object(om)) => smp_map(om, pm)?,
+                    _ => MapOutcome::Keep,
+                };
+                if outcome == MapOutcome::Delete {
+                    orig.remove(idx);
+                }
+            }
+            None => {
+                if let Some(v) = smp_fresh("", item)? {
+                    orig.push(v);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn missing_key(field: &str, key: &str, item: &Value) -> PatchError {
+    PatchError::Invalid(format!(
+        "{field}: list item {item} does not contain declared merge key \"{key}\""
+    ))
+}
+
+fn dedup_in_place(items: &mut Vec<Value>) {
+    let mut seen: Vec<Value> = Vec::with_capacity(items.len());
+    items.retain(|item| {
+        if seen.contains(item) {
+            false
+        } else {
+            seen.push(item.clone());
+            true
+        }
+    });
+}
+
+/// Copy of `v` with every directive key removed at any depth.
+fn strip_directives(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !is_directive(k))
+                .map(|(k, v)| (k.clone(), strip_directives(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(strip_directives).collect()),
+        other => other.clone(),
+    }
+}
+
+/// `$setElementOrder/<field>`: the items named in `order` are rearranged into that order
+/// within the slots they already occupy; items the order does not mention stay put.
+fn apply_element_order(field: &str, items: &mut [Value], order: &[Value]) {
+    let key = declared_merge_key(field, &[&*items, order]);
+    let position = |item: &Value| {
+        order.iter().position(|o| match (o, key) {
+            (Value::Object(om), Some(key)) => om.get(key).is_some_and(|kv| item.get(key) == Some(kv)),
+            _ => o == item,
+        })
+    };
+    let positions: Vec<Option<usize>> = items.iter().map(position).collect();
+    let mut ordered: Vec<(usize, Value)> = items
+        .iter()
+        .zip(&positions)
+        .filter_map(|(item, pos)| pos.map(|p| (p, item.clone())))
+        .collect();
+    ordered.sort_by_key(|(p, _)| *p);
+    let mut ordered = ordered.into_iter().map(|(_, v)| v);
+    for (slot, pos) in items.iter_mut().zip(&positions) {
+        if pos.is_some()
+            && let Some(v) = ordered.next()
+        {
+            *slot = v;
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_patch_rfc7386_appendix_a() {
+        let cases = [
+            (json!({"a":"b"}), json!({"a":"c"}), json!({"a":"c"})),
+            (json!({"a":"b"}), json!({"b":"c"}), json!({"a":"b","b":"c"})),
+            (json!({"a":"b"}), json!({"a":null}), json!({})),
+            (json!({"a":"b","b":"c"}), json!({"a":null}), json!({"b":"c"})),
+            (json!({"a":["b"]}), json!({"a":"c"}), json!({"a":"c"})),
+            (json!({"a":"c"}), json!({"a":["b"]}), json!({"a":["b"]})),
+            (
+                json!({"a":{"b":"c"}}),
+                json!({"a":{"b":"d","c":null}}),
+                json!({"a":{"b":"d"}}),
+            ),
+            (json!({"a":[{"b":"c"}]}), json!({"a":[1]}), json!({"a":[1]})),
+            (json!(["a","b"]), json!(["c","d"]), json!(["c","d"])),
+            (json!({"a":"b"}), json!(["c"]), json!(["c"])),
+            (json!({"a":"foo"}), json!(null), json!(null)),
+            (json!({"a":"foo"}), json!("bar"), json!("bar")),
+            (json!({"e":null}), json!({"a":1}), json!({"e":null,"a":1})),
+            (json!([1,2]), json!({"a":"b","c":null}), json!({"a":"b"})),
+            (json!({}), json!({"a":{"bb":{"ccc":null}}}), json!({"a":{"bb":{}}})),
+        ];
+        for (target, patch, expected) in cases {
+            let mut doc = target.clone();
+            merge_patch(&mut doc, &patch);
+            assert_eq!(doc, expected, "target {target} patch {patch}");
+        }
+    }
+
+    #[test]
+    fn merge_patch_rfc7386_section3_example() {
+        let mut doc = json!({
+            "title": "Goodbye!",
+            "author": {"givenName": "John", "familyName": "Doe"},
+            "tags": ["example", "sample"],
+            "content": "This will be unchanged"
+        });
+        let patch = json!({
+            "title": "Hello!",
+            "phoneNumber": "+01-123-456-7890",
+            "author": {"familyName": null},
+            "tags": ["example"]
+        });
+        merge_patch(&mut doc, &patch);
+        assert_eq!(
+            doc,
+            json!({
+                "title": "Hello!",
+                "author": {"givenName": "John"},
+                "tags": ["example"],
+                "content": "This will be unchanged",
+                "phoneNumber": "+01-123-456-7890"
+            })
+        );
+    }
+
+    #[test]
+    fn json_patch_add_remove_replace() {
+        let mut doc = json!({"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 1, "xs": [1, 2]}});
+        json_patch(
+            &mut doc,
+            &json!([
+                {"op": "add", "path": "/metadata/labels/b", "value": "2"},
+                {"op": "remove", "path": "/metadata/labels/a"},
+                {"op": "replace", "path": "/spec/replicas", "value": 3},
+                {"op": "add", "path": "/spec/xs/-", "value": 3},
+                {"op": "test", "path": "/spec/replicas", "value": 3}
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            doc,
+            json!({"metadata": {"labels": {"b": "2"}}, "spec": {"replicas": 3, "xs": [1, 2, 3]}})
+        );
+    }
+
+    #[test]
+    fn json_patch_test_failure_is_atomic_and_named() {
+        let original = json!({"spec": {"replicas": 1}});
+        let mut doc = original.clone();
+        let err = json_patch(
+            &mut doc,
+            &json!([
+                {"op": "replace", "path": "/spec/replicas", "value": 5},
+                {"op": "test", "path": "/spec/replicas", "value": 1}
+            ]),
+        )
+        .unwrap_err();
+        let PatchError::Invalid(msg) = &err else { panic!("{err:?}") };
+        assert!(msg.contains("test") && msg.contains("/spec/replicas") && msg.contains(" 1 "), "{msg}");
+        assert_eq!(doc, original);
+    }
+
+    #[test]
+    fn json_patch_bad_path_and_bad_document() {
+        let mut doc = json!({"a": 1});
+        let err = json_patch(&mut doc, &json!([{"op": "remove", "path": "/nope"}])).unwrap_err();
+        assert!(err.to_string().contains("remove \"/nope\""), "{err}");
+        let err = json_patch(&mut doc, &json!({"op": "remove"})).unwrap_err();
+        assert!(err.to_string().contains("invalid JSON patch"), "{err}");
+        let err = json_patch(&mut doc, &json!([{"op": "frobnicate", "path": "/a"}])).unwrap_err();
+        assert!(matches!(err, PatchError::Invalid(_)));
+        assert_eq!(doc, json!({"a": 1}));
+    }
+
+    fn pod() -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "p",
+                "labels": {"app": "pg", "tier": "db"},
+                "finalizers": ["a.example/x"]
+            },
+            "spec": {
+                "containers": [
+                    {"name": "pg", "image": "postgres:16", "env": [{"name": "A", "value": "1"}],
+                     "ports": [{"containerPort": 5432, "name": "pg"}]},
+                    {"name": "sidecar", "image": "busybox"}
+                ],
+                "tolerations": [{"key": "k", "operator": "Exists"}]
+            }
+        })
+    }
+
+    fn containers(p: &Value) -> &Vec<Value> {
+        p["spec"]["containers"].as_array().unwrap()
+    }
+
+    #[test]
+    fn smp_changes_one_container_image_by_name() {
+        let mut p = pod();
+        strategic_merge_patch(
+            &mut p,
+            &json!({"spec": {"containers": [{"name": "sidecar", "image": "busybox:2"}]}}),
+        )
+        .unwrap();
+        let cs = containers(&p);
+        assert_eq!(cs.len(), 2);
+        assert_eq!(cs[0]["image"], "postgres:16");
+        assert_eq!(cs[1]["image"], "busybox:2");
+    }
+
+    #[test]
+    fn smp_adds_env_var_and_merges_existing() {
+        let mut p = pod();
+        strategic_merge_patch(
+            &mut p,
+            &json!({"spec": {"containers": [{"name": "pg", "env": [
+                {"name": "B", "value": "2"}, {"name": "A", "value": "one"}
+            ]}]}}),
+        )
+        .unwrap();
+        assert_eq!(
+            containers(&p)[0]["env"],
+            json!([{"name": "A", "value": "one"}, {"name": "B", "value": "2"}])
+        );
+        assert_eq!(containers(&p)[0]["image"], "postgres:16");
+    }
+
+    #[test]
+    fn smp_deletes_container_with_patch_delete() {
+        let mut p = pod();
+        strategic_merge_patch(
+            &mut p,
+            &json!({"spec": {"containers": [{"name": "sidecar", "$patch": "delete"}]}}),
+        )
+        .unwrap();
+        let cs = containers(&p);
+        assert_eq!(cs.len(), 1);
+        assert_eq!(cs[0]["name"], "pg");
+    }
+
+    #[test]
+    fn smp_set_element_order_is_respected_and_stripped() {
+        let mut p = pod();
+        strategic_merge_patch(
+            &mut p,
+            &json!({"spec": {
+                "$setElementOrder/containers": [{"name": "sidecar"}, {"name": "pg"}],
+                "containers": [{"name": "pg", "image": "postgres:17"}]
+            }}),
+        )
+        .unwrap();
+        let cs = containers(&p);
+        assert_eq!(cs[0]["name"], "sidecar");
+        assert_eq!(cs[1]["image"], "postgres:17");
+        assert!(!p.to_string().contains('$'), "{p}");
+    }
+
+    #[test]
+    fn smp_null_deletes_label() {
+        let mut p = pod();
+        strategic_merge_patch(&mut p, &json!({"metadata": {"labels": {"tier": null, "new": "x"}}})).unwrap();
+        assert_eq!(p["metadata"]["labels"], json!({"app": "pg", "new": "x"}));
+    }
+
+    #[test]
+    fn smp_finalizers_merge_as_set() {
+        let mut p = pod();
+        strategic_merge_patch(
+            &mut p,
+            &json!({"metadata": {"finalizers": ["b.example/y", "a.example/x"]}}),
+        )
+        .unwrap();
+        assert_eq!(p["metadata"]["finalizers"], json!(["a.example/x", "b.example/y"]));
+        strategic_merge_patch(
+            &mut p,
+            &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.example/x"]}}),
+        )
+        .unwrap();
+        assert_eq!(p["metadata"]["finalizers"], json!(["b.example/y"]));
+        assert!(!p.to_string().contains('$'));
+    }
+
+    #[test]
+    fn smp_atomic_lists_are_replaced() {
+        let mut p = pod();
+        strategic_merge_patch(
+            &mut p,
+            &json!({"spec": {"tolerations": [{"key": "other", "operator": "Exists"}],
+                             "containers": [{"name": "pg", "args": ["-c", "x"]}]}}),
+        )
+        .unwrap();
+        assert_eq!(p["spec"]["tolerations"], json!([{"key": "other", "operator": "Exists"}]));
+        strategic_merge_patch(&mut p, &json!({"spec": {"containers": [{"name": "pg", "args": ["-v"]}]}})).unwrap();
+        assert_eq!(containers(&p)[0]["args"], json!(["-v"]));
+    }
+
+    #[test]
+    fn smp_ports_keyed_by_container_port_and_service_port() {
+        let mut p = pod();
+        strategic_merge_patch(
+            &mut p,
+            &json!({"spec": {"containers": [{"name": "pg", "ports": [{"containerPort": 9187, "name": "metrics"}]}]}}),
+        )
+        .unwrap();
+        assert_eq!(containers(&p)[0]["ports"].as_array().unwrap().len(), 2);
+
+        let mut svc = json!({"spec": {"ports": [{"port": 5432, "targetPort": 5432}, {"port": 80}]}});
+        strategic_merge_patch(&mut svc, &json!({"spec": {"ports": [{"port": 5432, "targetPort": 6432}]}})).unwrap();
+        assert_eq!(svc["spec"]["ports"], json!([{"port": 5432, "targetPort": 6432}, {"port": 80}]));
+    }
+
+    #[test]
+    fn smp_replace_and_delete_directives_on_maps_and_lists() {
+        let mut p = pod();
+        strategic_merge_patch(
+            &mut p,
+            &json!({"metadata": {"labels": {"$patch": "replace", "only": "this", "gone": null}}}),
+        )
+        .unwrap();
+        assert_eq!(p["metadata"]["labels"], json!({"only": "this"}));
+
+        strategic_merge_patch(&mut p, &json!({"metadata": {"labels": {"$patch": "delete"}}})).unwrap();
+        assert!(p["metadata"].get("labels").is_none());
+
+        strategic_merge_patch(
+            &mut p,
+            &json!({"spec": {"containers": [{"name": "solo", "image": "x"}, {"$patch": "replace"}]}}),
+        )
+        .unwrap();
+        assert_eq!(p["spec"]["containers"], json!([{"name": "solo", "image": "x"}]));
+        assert!(!p.to_string().contains('$'));
+    }
+
+    #[test]
+    fn smp_retain_keys() {
+        let mut v = json!({"spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}}});
+        strategic_merge_patch(
+            &mut v,
+            &json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}}),
+        )
+        .unwrap();
+        assert_eq!(v, json!({"spec": {"strategy": {"type": "Recreate"}}}));
+    }
+
+    #[test]
+    fn smp_new_subtrees_are_cleaned_of_directives_and_nulls() {
+        let mut v = json!({"metadata": {"name": "x"}});
+        strategic_merge_patch(
+            &mut v,
+            &json!({"spec": {
+                "containers": [{"name": "a", "env": [{"name": "E", "value": "1"}, {"name": "F", "$patch": "delete"}],
+                                "$setElementOrder/env": [{"name": "E"}]}],
+                "nodeSelector": {"x": null, "y": "1"}
+            }}),
+        )
+        .unwrap();
+        assert_eq!(
+            v["spec"],
+            json!({"containers": [{"name": "a", "env": [{"name": "E", "value": "1"}]}], "nodeSelector": {"y": "1"}})
+        );
+    }
+
+    #[test]
+    fn smp_errors_are_atomic() {
+        let original = pod();
+        let mut p = original.clone();
+        let err = strategic_merge_patch(
+            &mut p,
+            &json!({"metadata": {"labels": {"x": "y"}}, "spec": {"containers": [{"image": "nameless"}]}}),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("merge key \"name\""), "{err}");
+        assert_eq!(p, original);
+        assert!(strategic_merge_patch(&mut p, &json!({"spec": {"$patch": "bogus"}})).is_err());
+        assert!(strategic_merge_patch(&mut p, &json!([1])).is_err());
+    }
+
+    #[test]
+    fn conflict_display_lists_paths() {
+        let e = PatchError::Conflict(vec![".spec.replicas".into()]);
+        assert_eq!(e.to_string(), "Apply failed with 1 conflict: .spec.replicas");
+    }
+}

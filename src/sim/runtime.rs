@@ -1,0 +1,48 @@
+//! The kubelet side of an emulated cluster, pluggable so the same API server
+//! runs pods as in-memory models (virtual), as real local processes (process),
+//! or as plain host commands (the test runtime that proves the exec and log
+//! plumbing).
+
+use super::cluster::Cluster;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// One `pods/exec` call.
+pub struct ExecRequest {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub command: Vec<String>,
+    /// None when the client did not ask for stdin.
+    pub stdin: Option<mpsc::Receiver<Bytes>>,
+    pub stdout: mpsc::Sender<Bytes>,
+    pub stderr: mpsc::Sender<Bytes>,
+}
+
+/// How an exec ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExecOutcome {
+    Exited(i32),
+    /// The call could not run (pod missing, container unknown, partitioned).
+    Failed(String),
+}
+
+/// One `pods/log` call.
+pub struct LogRequest {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub follow: bool,
+    pub tail_lines: Option<usize>,
+}
+
+pub trait Runtime: Send + Sync {
+    /// Starts the runtime's own loops (it watches pods through the store, the
+    /// way a kubelet watches the API server).
+    fn start(self: Arc<Self>, cluster: Arc<Cluster>);
+    fn exec(&self, req: ExecRequest) -> BoxFuture<'static, ExecOutcome>;
+    /// Log bytes; a follow stream ends when the container stops.
+    fn logs(&self, req: LogRequest) -> BoxFuture<'static, Result<mpsc::Receiver<Bytes>, String>>;
+}

@@ -1,0 +1,203 @@
+//! `pods/exec` over WebSocket with the Kubernetes channel protocols
+//! (`v5.channel.k8s.io`, `v4.channel.k8s.io`): one byte of channel (0 stdin,
+//! 1 stdout, 2 stderr, 3 status, 4 resize, 255 close in v5) before each
+//! payload, and a final `Status` on channel 3. Also `pods/log`.
+
+use super::{Ctx, Query};
+use crate::sim::error::ApiError;
+use crate::sim::runtime::{ExecOutcome, ExecRequest, LogRequest};
+use crate::sim::store::str_at;
+use axum::body::Body;
+use axum::extract::FromRequestParts;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::http::{Request, Response, StatusCode, header};
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+const PROTOCOLS: [&str; 4] = [
+    "v5.channel.k8s.io",
+    "v4.channel.k8s.io",
+    "v3.channel.k8s.io",
+    "channel.k8s.io",
+];
+
+fn container_of(ctx: &Ctx, ns: &str, pod: &str, q: &Query) -> Result<String, ApiError> {
+    let key = crate::sim::resources::ResKey {
+        group: String::new(),
+        plural: "pods".into(),
+    };
+    let p = ctx
+        .cluster
+        .store
+        .get(&key, ns, pod)
+        .ok_or_else(|| ApiError::not_found("pods", pod))?;
+    let names: Vec<String> = p
+        .value
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(|cs| cs.iter().map(|c| str_at(c, "/name").to_string()).collect())
+        .unwrap_or_default();
+    match q.get("container") {
+        Some(c) if names.iter().any(|n| n == c) => Ok(c.to_string()),
+        Some(c) => Err(ApiError::bad_request(format!(
+            "container {c} is not valid for pod {pod}"
+        ))),
+        None => names
+            .first()
+            .cloned()
+            .ok_or_else(|| ApiError::bad_request(format!("pod {pod} has no containers"))),
+    }
+}
+
+pub async fn exec(
+    ctx: Ctx,
+    ns: &str,
+    pod: &str,
+    q: &Query,
+    req: Request<Body>,
+) -> Result<Response<Body>, ApiError> {
+    let runtime = ctx
+        .cluster
+        .runtime()
+        .ok_or_else(|| ApiError::new(500, "InternalError", "no kubelet runtime in this cluster"))?;
+    let container = container_of(&ctx, ns, pod, q)?;
+    let command = q.all("command");
+    if command.is_empty() {
+        return Err(ApiError::bad_request("you must specify at least 1 command"));
+    }
+    let want_stdin = q.flag("stdin");
+    let (mut parts, _) = req.into_parts();
+    let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
+        .await
+        .map_err(|_| {
+            ApiError::bad_request("exec needs a WebSocket upgrade (SPDY is not supported)")
+        })?
+        .protocols(PROTOCOLS);
+    let (ns, pod) = (ns.to_string(), pod.to_string());
+    Ok(ws.on_upgrade(move |socket| async move {
+        let v5 = socket.protocol().and_then(|p| p.to_str().ok()) == Some(PROTOCOLS[0]);
+        session(socket, v5, want_stdin, move |stdin, stdout, stderr| {
+            runtime.exec(ExecRequest {
+                namespace: ns,
+                pod,
+                container,
+                command,
+                stdin,
+                stdout,
+                stderr,
+            })
+        })
+        .await;
+    }))
+}
+
+async fn session<F>(socket: WebSocket, v5: bool, want_stdin: bool, start: F)
+where
+    F: FnOnce(
+        Option<mpsc::Receiver<Bytes>>,
+        mpsc::Sender<Bytes>,
+        mpsc::Sender<Bytes>,
+    ) -> futures::future::BoxFuture<'static, ExecOutcome>,
+{
+    let (mut sink, mut source) = socket.split();
+    let (in_tx, in_rx) = mpsc::channel::<Bytes>(64);
+    let (out_tx, mut out_rx) = mpsc::channel::<Bytes>(64);
+    let (err_tx, mut err_rx) = mpsc::channel::<Bytes>(64);
+    let run = tokio::spawn(start(want_stdin.then_some(in_rx), out_tx, err_tx));
+    // Client frames: stdin data, and in v5 the close signal for stdin.
+    let reader = tokio::spawn(async move {
+        let mut in_tx = Some(in_tx);
+        while let Some(Ok(msg)) = source.next().await {
+            let data = match msg {
+                Message::Binary(b) => b,
+                Message::Text(t) => Bytes::from(t.as_str().as_bytes().to_vec()),
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            match data.first() {
+                Some(0) if data.len() > 1 => {
+                    if let Some(tx) = &in_tx
+                        && tx.send(data.slice(1..)).await.is_err()
+                    {
+                        in_tx = None;
+                    }
+                }
+                Some(255) if v5 && data.get(1) == Some(&0) => in_tx = None,
+                _ => {}
+            }
+        }
+    });
+    let mut out_open = true;
+    let mut err_open = true;
+    while out_open || err_open {
+        tokio::select! {
+            b = out_rx.recv(), if out_open => match b {
+                Some(b) => { if sink.send(frame(1, &b)).await.is_err() { break; } }
+                None => out_open = false,
+            },
+            b = err_rx.recv(), if err_open => match b {
+                Some(b) => { if sink.send(frame(2, &b)).await.is_err() { break; } }
+                None => err_open = false,
+            },
+        }
+    }
+    let outcome = run
+        .await
+        .unwrap_or_else(|e| ExecOutcome::Failed(format!("exec task failed: {e}")));
+    let status = match outcome {
+        ExecOutcome::Exited(0) => json!({"metadata": {}, "status": "Success"}),
+        ExecOutcome::Exited(code) => json!({
+            "metadata": {}, "status": "Failure",
+            "message": format!("command terminated with non-zero exit code: error executing command, exit status {code}"),
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]}
+        }),
+        ExecOutcome::Failed(msg) => {
+            json!({"metadata": {}, "status": "Failure", "message": msg, "reason": "InternalError"})
+        }
+    };
+    let _ = sink
+        .send(frame(3, status.to_string().as_bytes()))
+        .await;
+    let _ = sink.send(Message::Close(None)).await;
+    reader.abort();
+}
+
+fn frame(channel: u8, data: &[u8]) -> Message {
+    let mut b = Vec::with_capacity(data.len() + 1);
+    b.push(channel);
+    b.extend_from_slice(data);
+    Message::Binary(Bytes::from(b))
+}
+
+pub async fn logs(ctx: Ctx, ns: &str, pod: &str, q: &Query) -> Result<Response<Body>, ApiError> {
+    let runtime = ctx
+        .cluster
+        .runtime()
+        .ok_or_else(|| ApiError::new(500, "InternalError", "no kubelet runtime in this cluster"))?;
+    let container = container_of(&ctx, ns, pod, q)?;
+    let rx = runtime
+        .logs(LogRequest {
+            namespace: ns.to_string(),
+            pod: pod.to_string(),
+            container,
+            follow: q.flag("follow"),
+            tail_lines: q.int("tailLines").map(|n| n.max(0) as usize),
+        })
+        .await
+        .map_err(|e| ApiError::bad_request(e))?;
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    });
+    let mut r = Response::new(Body::from_stream(stream));
+    *r.status_mut() = StatusCode::OK;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain"),
+    );
+    Ok(r)
+}

@@ -1,0 +1,191 @@
+//! The HTTP front of an emulated cluster: a hand-run accept loop (so a
+//! "refuse connections" fault can really close the port and cut open
+//! connections), bearer-token authentication, injected latency and errors, and
+//! routing of Kubernetes API paths.
+
+mod discovery;
+mod exec;
+mod query;
+mod rest;
+mod watch;
+
+use super::cluster::Cluster;
+use super::error::ApiError;
+use axum::body::Body;
+use axum::http::{Request, Response, StatusCode, header};
+use bytes::Bytes;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+pub use query::Query;
+
+/// What a request handler needs.
+#[derive(Clone)]
+pub struct Ctx {
+    pub cluster: Arc<Cluster>,
+    pub token: Arc<String>,
+    pub tls: tokio_rustls::TlsAcceptor,
+}
+
+/// Serves the cluster on `listener` until the process ends. While the
+/// refuse-connections fault is on, the port is closed (clients get
+/// ECONNREFUSED) and every open connection is dropped.
+pub async fn serve(ctx: Ctx, listener: TcpListener) {
+    let addr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!(cluster = %ctx.cluster.name, error = %e, "listener has no address");
+            return;
+        }
+    };
+    let mut refusals = ctx.cluster.faults.refusals();
+    let mut listener = Some(listener);
+    loop {
+        let refuse = *refusals.borrow_and_update();
+        if refuse {
+            listener = None;
+            if refusals.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let l = match listener.take() {
+            Some(l) => l,
+            None => match bind_retry(addr).await {
+                Some(l) => l,
+                None => return,
+            },
+        };
+        tokio::select! {
+            accepted = l.accept() => {
+                listener = Some(l);
+                let Ok((stream, _)) = accepted else { continue };
+                let _ = stream.set_nodelay(true);
+                let ctx = ctx.clone();
+                let mut cut = ctx.cluster.faults.refusals();
+                tokio::spawn(async move {
+                    let stream = match ctx.tls.accept(stream).await {
+                        Ok(s) => s,
+                        Err(_) => return,
+                    };
+                    let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let ctx = ctx.clone();
+                        async move { Ok::<_, std::convert::Infallible>(handle(ctx, req.map(Body::new)).await) }
+                    });
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades();
+                    tokio::select! {
+                        _ = conn => {}
+                        _ = cut.wait_for(|r| *r) => {}
+                    }
+                });
+            }
+            _ = refusals.changed() => { listener = Some(l); }
+        }
+    }
+}
+
+async fn bind_retry(addr: SocketAddr) -> Option<TcpListener> {
+    for _ in 0..200 {
+        if let Ok(l) = TcpListener::bind(addr).await {
+            return Some(l);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tracing::error!(%addr, "could not bind the cluster's port again after a refuse fault");
+    None
+}
+
+/// Authenticates, applies faults, then routes.
+pub async fn handle(ctx: Ctx, req: Request<Body>) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    if matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") {
+        return text(StatusCode::OK, "ok");
+    }
+    let authorized = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), ctx.token.as_bytes()));
+    if !authorized {
+        return error(&ApiError::new(401, "Unauthorized", "Unauthorized"));
+    }
+    let faults = ctx.cluster.faults.get();
+    if faults.latency_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
+    }
+    if let Some(code) = ctx.cluster.faults.roll_error() {
+        let mut r = error(&ApiError::new(
+            code,
+            if code == 429 { "TooManyRequests" } else { "InternalError" },
+            format!("injected fault: {code}"),
+        ));
+        if code == 429 {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        }
+        return r;
+    }
+    match route(ctx, req).await {
+        Ok(r) => r,
+        Err(e) => error(&e),
+    }
+}
+
+async fn route(ctx: Ctx, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["version"] => Ok(json_response(StatusCode::OK, &discovery::version())),
+        ["api"] => Ok(json_response(StatusCode::OK, &discovery::core_versions())),
+        ["apis"] => Ok(json_response(StatusCode::OK, &discovery::groups(&ctx.cluster))),
+        ["openapi", rest @ ..] => discovery::openapi(&ctx.cluster, rest),
+        ["api", "v1", rest @ ..] => rest::dispatch(ctx.clone(), "", "v1", rest, req).await,
+        ["apis", group] => discovery::group(&ctx.cluster, group)
+            .map(|v| json_response(StatusCode::OK, &v)),
+        ["apis", group, version, rest @ ..] => {
+            rest::dispatch(ctx.clone(), group, version, rest, req).await
+        }
+        _ => Err(ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+pub fn json_response(code: StatusCode, v: &serde_json::Value) -> Response<Body> {
+    bytes_response(code, Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
+}
+
+pub fn bytes_response(code: StatusCode, b: Bytes) -> Response<Body> {
+    let mut r = Response::new(Body::from(b));
+    *r.status_mut() = code;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+pub fn text(code: StatusCode, s: &str) -> Response<Body> {
+    let mut r = Response::new(Body::from(s.to_string()));
+    *r.status_mut() = code;
+    r
+}
+
+pub fn error(e: &ApiError) -> Response<Body> {
+    json_response(
+        StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &e.status(),
+    )
+}

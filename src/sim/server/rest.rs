@@ -1,0 +1,460 @@
+//! Resource paths: collections (list, watch, create, deletecollection),
+//! objects (get, replace, patch, delete) and the status, scale, exec and log
+//! subresources.
+
+use super::{Ctx, Query, bytes_response, discovery, exec, json_response, watch};
+use crate::sim::cluster::{DeleteOpts, Sub, WriteOpts};
+use crate::sim::error::ApiError;
+use crate::sim::patch;
+use crate::sim::resources::ResourceType;
+use crate::sim::selector::{FieldSelector, LabelSelector};
+use crate::sim::store::{StoredObject, str_at};
+use crate::sim::table;
+use axum::body::Body;
+use axum::http::{Method, Request, Response, StatusCode, header};
+use base64::Engine;
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Where a request points, once the path is resolved against the registry.
+struct Target {
+    rt: ResourceType,
+    ns: String,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+pub async fn dispatch(
+    ctx: Ctx,
+    group: &str,
+    version: &str,
+    segs: &[&str],
+    req: Request<Body>,
+) -> Result<Response<Body>, ApiError> {
+    if segs.is_empty() {
+        return discovery::resource_list(&ctx.cluster, group, version)
+            .map(|v| json_response(StatusCode::OK, &v))
+            .ok_or_else(|| ApiError::new(404, "NotFound", "the server could not find the requested resource"));
+    }
+    let target = resolve(&ctx, group, version, segs)?;
+    let query = Query::parse(req.uri().query());
+    let method = req.method().clone();
+    match (target.name.as_deref(), target.sub.as_deref()) {
+        (None, _) => match method {
+            Method::GET if query.flag("watch") => watch::watch(ctx, &target.rt, &target.ns, &query, req.headers()),
+            Method::GET => list(&ctx, &target.rt, &target.ns, &query, req.headers()),
+            Method::POST => {
+                let body = read_body(req).await?;
+                let obj = ctx.cluster.create(&target.rt, &target.ns, body, &write_opts(&query, None))?;
+                Ok(object_response(StatusCode::CREATED, &obj))
+            }
+            Method::DELETE => delete_collection(&ctx, &target, &query),
+            _ => Err(ApiError::method_not_allowed()),
+        },
+        (Some(name), None) => object(ctx, &target, name, query, req).await,
+        (Some(name), Some("status")) => status(ctx, &target, name, query, req).await,
+        (Some(name), Some("scale")) => scale(ctx, &target, name, query, req).await,
+        (Some(name), Some("exec")) if is_pods(&target.rt) => exec::exec(ctx, &target.ns, name, &query, req).await,
+        (Some(name), Some("log")) if is_pods(&target.rt) => exec::logs(ctx, &target.ns, name, &query).await,
+        _ => Err(ApiError::new(404, "NotFound", "the server could not find the requested resource")),
+    }
+}
+
+fn is_pods(rt: &ResourceType) -> bool {
+    rt.group.is_empty() && rt.plural == "pods"
+}
+
+fn resolve(ctx: &Ctx, group: &str, version: &str, segs: &[&str]) -> Result<Target, ApiError> {
+    let reg = ctx.cluster.registry();
+    let find = |plural: &str| {
+        reg.get(group, version, plural).cloned().ok_or_else(|| {
+            ApiError::new(404, "NotFound", "the server could not find the requested resource")
+        })
+    };
+    let namespaced_plural = |p: &str| reg.get(group, version, p).is_some_and(|t| t.namespaced);
+    let t = |rt: ResourceType, ns: &str, name: Option<&str>, sub: Option<&str>| Target {
+        rt,
+        ns: ns.to_string(),
+        name: name.map(String::from),
+        sub: sub.map(String::from),
+    };
+    Ok(match segs {
+        ["namespaces", ns, plural] if namespaced_plural(plural) => t(find(plural)?, ns, None, None),
+        ["namespaces", ns, plural, name] if namespaced_plural(plural) => t(find(plural)?, ns, Some(name), None),
+        ["namespaces", ns, plural, name, sub] if namespaced_plural(plural) => t(find(plural)?, ns, Some(name), Some(sub)),
+        [plural] => t(find(plural)?, "", None, None),
+        [plural, name] => t(find(plural)?, "", Some(name), None),
+        [plural, name, sub] => t(find(plural)?, "", Some(name), Some(sub)),
+        _ => return Err(ApiError::new(404, "NotFound", "the server could not find the requested resource")),
+    })
+}
+
+pub fn write_opts(q: &Query, headers: Option<&axum::http::HeaderMap>) -> WriteOpts {
+    let manager = q.get("fieldManager").map(String::from).unwrap_or_else(|| {
+        headers
+            .and_then(|h| h.get(header::USER_AGENT))
+            .and_then(|v| v.to_str().ok())
+            .and_then(|ua| ua.split('/').next())
+            .filter(|s| !s.is_empty())
+            .unwrap_or("unknown")
+            .to_string()
+    });
+    WriteOpts {
+        field_manager: manager,
+        dry_run: q.get("dryRun") == Some("All"),
+        force: q.flag("force"),
+        is_apply: false,
+        strict: q.get("fieldValidation") == Some("Strict"),
+    }
+}
+
+async fn read_raw(req: Request<Body>) -> Result<(String, Bytes), ApiError> {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let b = axum::body::to_bytes(req.into_body(), 256 << 20)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+    Ok((ct, b))
+}
+
+fn parse_body(ct: &str, b: &[u8]) -> Result<Value, ApiError> {
+    if let Ok(v) = serde_json::from_slice(b) {
+        return Ok(v);
+    }
+    if ct.contains("yaml") {
+        return serde_yaml::from_slice(b)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")));
+    }
+    Err(ApiError::bad_request("the body is not valid JSON"))
+}
+
+async fn read_body(req: Request<Body>) -> Result<Value, ApiError> {
+    let (ct, b) = read_raw(req).await?;
+    parse_body(&ct, &b)
+}
+
+pub fn object_response(code: StatusCode, o: &Arc<StoredObject>) -> Response<Body> {
+    if o.json.is_empty() {
+        json_response(code, &o.value)
+    } else {
+        bytes_response(code, o.json.clone())
+    }
+}
+
+fn wants_table(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
+}
+
+pub fn columns(rt: &ResourceType) -> Vec<table::Column> {
+    if rt.crd.is_some() {
+        table::columns_for_crd(&rt.printer_columns)
+    } else {
+        table::columns_for_builtin(&rt.plural)
+    }
+}
+
+/// The objects a list or watch selects.
+pub struct Filter {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+}
+
+impl Filter {
+    pub fn from_query(q: &Query) -> Result<Self, ApiError> {
+        Ok(Filter {
+            labels: LabelSelector::parse(q.get("labelSelector").unwrap_or_default())
+                .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
+            fields: FieldSelector::parse(q.get("fieldSelector").unwrap_or_default())
+                .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?,
+        })
+    }
+
+    pub fn matches(&self, v: &Value) -> bool {
+        self.labels.matches(v.pointer("/metadata/labels").and_then(Value::as_object))
+            && self.fields.matches(v)
+    }
+}
+
+fn list(ctx: &Ctx, rt: &ResourceType, ns: &str, q: &Query, headers: &axum::http::HeaderMap) -> Result<Response<Body>, ApiError> {
+    let filter = Filter::from_query(q)?;
+    let after = match q.get("continue") {
+        Some(tok) => Some(decode_continue(tok, ctx.cluster.store.current_rv())?),
+        None => None,
+    };
+    let ns_opt = (!ns.is_empty()).then_some(ns);
+    let (items, rv) = match filter.fields.pinned_name() {
+        Some(name) if after.is_none() => {
+            let one = ctx.cluster.store.get(&rt.key(), ns, name);
+            (one.into_iter().collect(), ctx.cluster.store.current_rv())
+        }
+        _ => ctx.cluster.store.list(&rt.key(), ns_opt, after.as_ref()),
+    };
+    let limit = q.int("limit").filter(|l| *l > 0).map(|l| l as usize);
+    let mut selected = vec![];
+    let mut cont = None;
+    for o in items {
+        if !filter.matches(&o.value) {
+            continue;
+        }
+        if limit.is_some_and(|l| selected.len() >= l) {
+            let last: &Arc<StoredObject> = &selected[selected.len() - 1];
+            cont = Some(encode_continue(rv, &last.value));
+            break;
+        }
+        selected.push(o);
+    }
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = &cont {
+        meta["continue"] = json!(c);
+    }
+    if wants_table(headers) {
+        let objs: Vec<Value> = selected.iter().map(|o| o.value.clone()).collect();
+        let t = table::build_table(&columns(rt), &objs, q.get("includeObject").unwrap_or("Metadata"), meta, chrono::Utc::now());
+        return Ok(json_response(StatusCode::OK, &t));
+    }
+    let mut buf = BytesMut::with_capacity(128 + selected.iter().map(|o| o.json.len() + 1).sum::<usize>());
+    buf.put_slice(format!(
+        "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
+        rt.kind, rt.api_version(), meta
+    ).as_bytes());
+    for (i, o) in selected.iter().enumerate() {
+        if i > 0 {
+            buf.put_u8(b',');
+        }
+        buf.put_slice(&o.json);
+    }
+    buf.put_slice(b"]}");
+    Ok(bytes_response(StatusCode::OK, buf.freeze()))
+}
+
+fn encode_continue(rv: u64, last: &Value) -> String {
+    let tok = json!({"rv": rv, "ns": str_at(last, "/metadata/namespace"), "name": str_at(last, "/metadata/name")});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tok.to_string())
+}
+
+/// Continue tokens name the last key returned. Kube serves the rest from a
+/// snapshot at the token's revision; this store serves the current state
+/// after that key (documented), and still answers 410 once history is gone.
+fn decode_continue(tok: &str, _current: u64) -> Result<(String, String), ApiError> {
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(tok)
+        .map_err(|_| ApiError::bad_request("invalid continue token"))?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| ApiError::bad_request("invalid continue token"))?;
+    Ok((str_at(&v, "/ns").to_string(), str_at(&v, "/name").to_string()))
+}
+
+fn delete_collection(ctx: &Ctx, t: &Target, q: &Query) -> Result<Response<Body>, ApiError> {
+    let filter = Filter::from_query(q)?;
+    let (items, rv) = ctx.cluster.store.list(&t.rt.key(), (!t.ns.is_empty()).then_some(t.ns.as_str()), None);
+    let opts = delete_opts(q, None);
+    let mut out = vec![];
+    for o in items.iter().filter(|o| filter.matches(&o.value)) {
+        let ns = str_at(&o.value, "/metadata/namespace");
+        if let Ok(d) = ctx.cluster.delete(&t.rt, ns, str_at(&o.value, "/metadata/name"), &opts) {
+            out.push(d.value.clone());
+        }
+    }
+    Ok(json_response(StatusCode::OK, &json!({
+        "kind": format!("{}List", t.rt.kind), "apiVersion": t.rt.api_version(),
+        "metadata": {"resourceVersion": rv.to_string()}, "items": out
+    })))
+}
+
+fn delete_opts(q: &Query, body: Option<&Value>) -> DeleteOpts {
+    let b = |k: &str| body.and_then(|b| b.pointer(k)).and_then(Value::as_str).map(String::from);
+    DeleteOpts {
+        propagation: q.get("propagationPolicy").map(String::from).or_else(|| b("/propagationPolicy")),
+        grace_period: q
+            .int("gracePeriodSeconds")
+            .or_else(|| body.and_then(|b| b.get("gracePeriodSeconds")).and_then(Value::as_i64)),
+        precondition_uid: b("/preconditions/uid"),
+        precondition_rv: b("/preconditions/resourceVersion"),
+        dry_run: q.get("dryRun") == Some("All")
+            || body.and_then(|b| b.get("dryRun")).and_then(Value::as_array).is_some_and(|a| !a.is_empty()),
+    }
+}
+
+/// Applies a PATCH body of the given content type to `cur`.
+fn apply_patch(rt: &ResourceType, ct: &str, cur: &Value, p: &Value) -> Result<Value, ApiError> {
+    let mut v = cur.clone();
+    match ct {
+        "application/json-patch+json" => patch::json_patch(&mut v, p).map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?,
+        "application/merge-patch+json" => patch::merge_patch(&mut v, p),
+        "application/strategic-merge-patch+json" => {
+            if rt.crd.is_some() {
+                return Err(ApiError::new(415, "UnsupportedMediaType", "strategic merge patch is not supported for custom resources; use a merge or JSON patch"));
+            }
+            patch::strategic_merge_patch(&mut v, p).map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?
+        }
+        other => return Err(ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other})"))),
+    }
+    Ok(v)
+}
+
+async fn object(ctx: Ctx, t: &Target, name: &str, q: Query, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+    let headers = req.headers().clone();
+    match req.method().clone() {
+        Method::GET => {
+            let o = ctx.cluster.get(&t.rt, &t.ns, name)?;
+            if wants_table(&headers) {
+                let tb = table::build_table(&columns(&t.rt), std::slice::from_ref(&o.value), q.get("includeObject").unwrap_or("Metadata"), json!({"resourceVersion": o.rv().to_string()}), chrono::Utc::now());
+                return Ok(json_response(StatusCode::OK, &tb));
+            }
+            Ok(object_response(StatusCode::OK, &o))
+        }
+        Method::PUT => {
+            let body = read_body(req).await?;
+            let o = ctx.cluster.write(&t.rt, &t.ns, name, Sub::Main, &write_opts(&q, Some(&headers)), false, |_| Ok(body))?;
+            Ok(object_response(StatusCode::OK, &o))
+        }
+        Method::PATCH => patch_object(ctx, t, name, Sub::Main, q, req).await,
+        Method::DELETE => {
+            let (_, raw) = read_raw(req).await?;
+            let body: Option<Value> = serde_json::from_slice(&raw).ok();
+            let o = ctx.cluster.delete(&t.rt, &t.ns, name, &delete_opts(&q, body.as_ref()))?;
+            let code = if o.value.pointer("/metadata/deletionTimestamp").is_some() { StatusCode::ACCEPTED } else { StatusCode::OK };
+            Ok(object_response(code, &o))
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+async fn patch_object(ctx: Ctx, t: &Target, name: &str, sub: Sub, q: Query, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+    let headers = req.headers().clone();
+    let (ct, raw) = read_raw(req).await?;
+    let p = parse_body(&ct, &raw)?;
+    let mut opts = write_opts(&q, Some(&headers));
+    if ct.starts_with("application/apply-patch") {
+        if q.get("fieldManager").is_none() {
+            return Err(ApiError::bad_request("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
+        }
+        opts.is_apply = true;
+        let rt = t.rt.clone();
+        let now = crate::sim::cluster::now_rfc3339();
+        let o = ctx.cluster.write(&t.rt, &t.ns, name, sub, &opts, sub == Sub::Main, |cur| {
+            let mut applied = p.clone();
+            if applied.get("apiVersion").and_then(Value::as_str) != Some(&rt.api_version())
+                || applied.get("kind").and_then(Value::as_str) != Some(&rt.kind)
+            {
+                return Err(ApiError::bad_request(format!("apply: apiVersion/kind must be {}/{}", rt.api_version(), rt.kind)));
+            }
+            applied["metadata"]["name"] = json!(name);
+            patch::server_side_apply(cur, &applied, &opts.field_manager, opts.force, &now).map_err(|e| match e {
+                patch::PatchError::Conflict(paths) => ApiError::new(409, "Conflict", format!("Apply failed with {} conflict{}: {}", paths.len(), if paths.len() == 1 { "" } else { "s" }, paths.iter().map(|p| format!("conflict with another field manager: {p}")).collect::<Vec<_>>().join(", "))),
+                other => ApiError::new(422, "Invalid", other.to_string()),
+            })
+        })?;
+        let created = o.value.pointer("/metadata/managedFields").is_some() && o.value.pointer("/metadata/generation") == Some(&json!(1)) && o.rv() == ctx.cluster.store.current_rv();
+        let _ = created;
+        return Ok(object_response(StatusCode::OK, &o));
+    }
+    let rt = t.rt.clone();
+    let o = ctx.cluster.write(&t.rt, &t.ns, name, sub, &opts, false, |cur| {
+        let cur = cur.cloned().unwrap_or_default();
+        apply_patch(&rt, &ct, &cur, &p)
+    })?;
+    Ok(object_response(StatusCode::OK, &o))
+}
+
+async fn status(ctx: Ctx, t: &Target, name: &str, q: Query, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+    if !t.rt.status_subresource {
+        return Err(ApiError::new(404, "NotFound", "the server could not find the requested resource"));
+    }
+    let headers = req.headers().clone();
+    match req.method().clone() {
+        Method::GET => Ok(object_response(StatusCode::OK, &ctx.cluster.get(&t.rt, &t.ns, name)?)),
+        Method::PUT => {
+            let body = read_body(req).await?;
+            let o = ctx.cluster.write(&t.rt, &t.ns, name, Sub::Status, &write_opts(&q, Some(&headers)), false, |_| Ok(body))?;
+            Ok(object_response(StatusCode::OK, &o))
+        }
+        Method::PATCH => patch_object(ctx, t, name, Sub::Status, q, req).await,
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+fn path_ptr(json_path: &str) -> String {
+    json_path.replace('.', "/")
+}
+
+fn scale_of(rt: &ResourceType, o: &Value) -> Option<Value> {
+    let sc = rt.scale.as_ref()?;
+    let mut s = json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": str_at(o, "/metadata/name"), "namespace": str_at(o, "/metadata/namespace"),
+            "uid": str_at(o, "/metadata/uid"), "resourceVersion": str_at(o, "/metadata/resourceVersion"),
+            "creationTimestamp": str_at(o, "/metadata/creationTimestamp"),
+        },
+        "spec": {"replicas": o.pointer(&path_ptr(&sc.spec_replicas_path)).cloned().unwrap_or(json!(0))},
+        "status": {"replicas": o.pointer(&path_ptr(&sc.status_replicas_path)).cloned().unwrap_or(json!(0))},
+    });
+    if let Some(sel) = sc.label_selector_path.as_ref().and_then(|p| o.pointer(&path_ptr(p))) {
+        s["status"]["selector"] = sel.clone();
+    }
+    Some(s)
+}
+
+async fn scale(ctx: Ctx, t: &Target, name: &str, q: Query, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+    let Some(sc) = t.rt.scale.clone() else {
+        return Err(ApiError::new(404, "NotFound", "the server could not find the requested resource"));
+    };
+    let headers = req.headers().clone();
+    let method = req.method().clone();
+    if method == Method::GET {
+        let o = ctx.cluster.get(&t.rt, &t.ns, name)?;
+        return Ok(json_response(StatusCode::OK, &scale_of(&t.rt, &o.value).unwrap_or_default()));
+    }
+    if method != Method::PUT && method != Method::PATCH {
+        return Err(ApiError::method_not_allowed());
+    }
+    let (ct, raw) = read_raw(req).await?;
+    let body = parse_body(&ct, &raw)?;
+    let rt = t.rt.clone();
+    let o = ctx.cluster.write(&t.rt, &t.ns, name, Sub::Main, &write_opts(&q, Some(&headers)), false, |cur| {
+        let cur = cur.cloned().unwrap_or_default();
+        let scale = scale_of(&rt, &cur).unwrap_or_default();
+        let new_scale = if method == Method::PUT {
+            body.clone()
+        } else if ct == "application/merge-patch+json" || ct == "application/strategic-merge-patch+json" {
+            let mut s = scale.clone();
+            patch::merge_patch(&mut s, &body);
+            s
+        } else {
+            apply_patch(&rt, &ct, &scale, &body)?
+        };
+        let replicas = new_scale
+            .pointer("/spec/replicas")
+            .cloned()
+            .ok_or_else(|| ApiError::bad_request("scale: spec.replicas is required"))?;
+        let mut v = cur;
+        let ptr = path_ptr(&sc.spec_replicas_path);
+        if let Some(slot) = v.pointer_mut(&ptr) {
+            *slot = replicas;
+        } else {
+            let parts: Vec<&str> = ptr.split('/').filter(|s| !s.is_empty()).collect();
+            let mut node = &mut v;
+            for (i, p) in parts.iter().enumerate() {
+                if i + 1 == parts.len() {
+                    node[*p] = replicas.clone();
+                } else {
+                    node = &mut node[*p];
+                }
+            }
+        }
+        Ok(v)
+    })?;
+    Ok(json_response(StatusCode::OK, &scale_of(&t.rt, &o.value).unwrap_or_default()))
+}

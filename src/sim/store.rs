@@ -1,0 +1,441 @@
+//! The object store of one emulated cluster: what etcd plus the watch cache are
+//! to a kube-apiserver. Every write runs under one lock, gets the next
+//! resourceVersion, is serialized once (lists and watches reuse those bytes),
+//! lands in a bounded history (so watches can resume, and get `410 Gone` when
+//! they ask for something older) and is broadcast to open watches.
+
+use super::resources::ResKey;
+use bytes::Bytes;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, RwLock};
+use tokio::sync::broadcast;
+
+/// A stored object and its serialized form.
+#[derive(Debug)]
+pub struct StoredObject {
+    pub value: Value,
+    pub json: Bytes,
+}
+
+impl StoredObject {
+    fn new(value: Value) -> Arc<Self> {
+        let json = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
+        Arc::new(StoredObject { value, json })
+    }
+
+    pub fn rv(&self) -> u64 {
+        rv_of(&self.value)
+    }
+
+    pub fn uid(&self) -> &str {
+        self.value
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+}
+
+fn rv_of(v: &Value) -> u64 {
+    v.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as watches see it. `prev` lets a selector-filtered watch turn a
+/// change that moves an object out of its selection into a DELETED.
+#[derive(Debug)]
+pub struct WatchEvent {
+    pub rv: u64,
+    pub key: ResKey,
+    pub namespace: String,
+    pub kind: EventType,
+    pub obj: Arc<StoredObject>,
+    pub prev: Option<Arc<StoredObject>>,
+}
+
+/// What a mutation closure decides.
+pub enum Change {
+    Put(Value),
+    Delete,
+    /// Leave the object as it is (the result is the current object).
+    Keep,
+}
+
+/// The outcome of a mutation: the object after it (for a delete, the last state).
+pub struct Outcome {
+    pub obj: Arc<StoredObject>,
+    pub kind: Option<EventType>,
+}
+
+/// (namespace, name); cluster-scoped objects use "" as namespace.
+pub type ObjName = (String, String);
+
+struct Inner {
+    rv: u64,
+    objects: HashMap<ResKey, BTreeMap<ObjName, Arc<StoredObject>>>,
+    history: VecDeque<Arc<WatchEvent>>,
+    history_cap: usize,
+    /// Events with rv <= this are no longer in history.
+    compacted_rv: u64,
+    /// owner uid -> dependents, for garbage collection.
+    dependents: HashMap<String, HashSet<(ResKey, String, String)>>,
+    dirty: bool,
+}
+
+pub struct Store {
+    inner: RwLock<Inner>,
+    tx: broadcast::Sender<Arc<WatchEvent>>,
+}
+
+/// A watch asked for a resourceVersion older than the history holds.
+#[derive(Debug)]
+pub struct Gone {
+    pub oldest: u64,
+}
+
+impl Store {
+    pub fn new(history_cap: usize) -> Self {
+        let (tx, _) = broadcast::channel(65_536);
+        Store {
+            inner: RwLock::new(Inner {
+                rv: 1,
+                objects: HashMap::new(),
+                history: VecDeque::new(),
+                history_cap,
+                compacted_rv: 1,
+                dependents: HashMap::new(),
+                dirty: false,
+            }),
+            tx,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn current_rv(&self) -> u64 {
+        self.read().rv
+    }
+
+    pub fn get(&self, key: &ResKey, ns: &str, name: &str) -> Option<Arc<StoredObject>> {
+        self.read()
+            .objects
+            .get(key)?
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Objects of one kind (optionally one namespace) in name order, starting
+    /// after `after`, with the revision they were read at.
+    pub fn list(
+        &self,
+        key: &ResKey,
+        ns: Option<&str>,
+        after: Option<&ObjName>,
+    ) -> (Vec<Arc<StoredObject>>, u64) {
+        let inner = self.read();
+        let Some(map) = inner.objects.get(key) else {
+            return (vec![], inner.rv);
+        };
+        let items: Vec<_> = match (ns, after) {
+            (_, Some(a)) => map
+                .range::<ObjName, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
+                .filter(|((n, _), _)| ns.is_none_or(|want| want == n))
+                .map(|(_, o)| o.clone())
+                .collect(),
+            (Some(want), None) => map
+                .range::<ObjName, _>((want.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == want)
+                .map(|(_, o)| o.clone())
+                .collect(),
+            (None, None) => map.values().cloned().collect(),
+        };
+        (items, inner.rv)
+    }
+
+    /// Every stored kind with its objects (GC, persistence, namespace cleanup).
+    pub fn kinds(&self) -> Vec<ResKey> {
+        self.read().objects.keys().cloned().collect()
+    }
+
+    /// Dependents recorded for an owner uid.
+    pub fn dependents_of(&self, uid: &str) -> Vec<(ResKey, String, String)> {
+        self.read()
+            .dependents
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Runs `f` on the current object under the write lock and commits what it
+    /// decides. The closure sees the revision the write will get, so it can
+    /// stamp it (e.g. into `metadata.resourceVersion`, which the store sets anyway).
+    pub fn mutate<E>(
+        &self,
+        key: &ResKey,
+        ns: &str,
+        name: &str,
+        f: impl FnOnce(Option<&Arc<StoredObject>>) -> Result<Change, E>,
+    ) -> Result<Option<Outcome>, E> {
+        let mut inner = self.write();
+        let id = (ns.to_string(), name.to_string());
+        let current = inner.objects.get(key).and_then(|m| m.get(&id)).cloned();
+        let change = f(current.as_ref())?;
+        let (obj, kind) = match change {
+            Change::Keep => return Ok(current.map(|obj| Outcome { obj, kind: None })),
+            Change::Delete => {
+                let Some(cur) = current.clone() else {
+                    return Ok(None);
+                };
+                inner.rv += 1;
+                let mut v = cur.value.clone();
+                set_rv(&mut v, inner.rv);
+                let obj = StoredObject::new(v);
+                if let Some(m) = inner.objects.get_mut(key) {
+                    m.remove(&id);
+                }
+                (obj, EventType::Deleted)
+            }
+            Change::Put(mut v) => {
+                if let Some(cur) = &current
+                    && same_content(&cur.value, &v)
+                {
+                    return Ok(Some(Outcome {
+                        obj: cur.clone(),
+                        kind: None,
+                    }));
+                }
+                inner.rv += 1;
+                set_rv(&mut v, inner.rv);
+                let obj = StoredObject::new(v);
+                inner
+                    .objects
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(id.clone(), obj.clone());
+                let kind = if current.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                };
+                (obj, kind)
+            }
+        };
+        let entry = (key.clone(), ns.to_string(), name.to_string());
+        if let Some(prev) = &current {
+            for uid in owner_uids(&prev.value) {
+                if let Some(s) = inner.dependents.get_mut(&uid) {
+                    s.remove(&entry);
+                    if s.is_empty() {
+                        inner.dependents.remove(&uid);
+                    }
+                }
+            }
+        }
+        if kind != EventType::Deleted {
+            for uid in owner_uids(&obj.value) {
+                inner.dependents.entry(uid).or_default().insert(entry.clone());
+            }
+        }
+        let ev = Arc::new(WatchEvent {
+            rv: inner.rv,
+            key: key.clone(),
+            namespace: ns.to_string(),
+            kind,
+            obj: obj.clone(),
+            prev: current,
+        });
+        inner.history.push_back(ev.clone());
+        while inner.history.len() > inner.history_cap {
+            if let Some(old) = inner.history.pop_front() {
+                inner.compacted_rv = old.rv;
+            }
+        }
+        inner.dirty = true;
+        // No receivers is fine: nobody watches yet.
+        let _ = self.tx.send(ev);
+        Ok(Some(Outcome {
+            obj,
+            kind: Some(kind),
+        }))
+    }
+
+    /// Events after `rv` from history plus a live receiver, taken atomically so
+    /// nothing falls between them.
+    #[allow(clippy::type_complexity)]
+    pub fn watch_from(
+        &self,
+        rv: u64,
+    ) -> Result<(Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>), Gone> {
+        let inner = self.read();
+        if rv < inner.compacted_rv {
+            return Err(Gone {
+                oldest: inner.compacted_rv,
+            });
+        }
+        let backlog = inner.history.iter().filter(|e| e.rv > rv).cloned().collect();
+        Ok((backlog, self.tx.subscribe()))
+    }
+
+    /// A live receiver plus the revision it starts after.
+    pub fn subscribe(&self) -> (u64, broadcast::Receiver<Arc<WatchEvent>>) {
+        let inner = self.read();
+        (inner.rv, self.tx.subscribe())
+    }
+
+    /// Forgets all history (tests use this to provoke `410 Gone`).
+    pub fn compact(&self) {
+        let mut inner = self.write();
+        inner.history.clear();
+        inner.compacted_rv = inner.rv;
+    }
+
+    /// Takes the dirty flag; persistence writes a snapshot only when set.
+    pub fn take_dirty(&self) -> bool {
+        std::mem::take(&mut self.write().dirty)
+    }
+
+    /// Every object with its kind, and the current revision.
+    pub fn dump(&self) -> (u64, Vec<(ResKey, Arc<StoredObject>)>) {
+        let inner = self.read();
+        let mut out = vec![];
+        for (k, m) in &inner.objects {
+            for o in m.values() {
+                out.push((k.clone(), o.clone()));
+            }
+        }
+        (inner.rv, out)
+    }
+
+    /// Loads a snapshot into an empty store.
+    pub fn load(&self, rv: u64, objects: Vec<(ResKey, Value)>) {
+        let mut inner = self.write();
+        inner.rv = rv.max(inner.rv);
+        inner.compacted_rv = inner.rv;
+        for (k, v) in objects {
+            let ns = str_at(&v, "/metadata/namespace").to_string();
+            let name = str_at(&v, "/metadata/name").to_string();
+            for uid in owner_uids(&v) {
+                inner
+                    .dependents
+                    .entry(uid)
+                    .or_default()
+                    .insert((k.clone(), ns.clone(), name.clone()));
+            }
+            inner
+                .objects
+                .entry(k)
+                .or_default()
+                .insert((ns, name), StoredObject::new(v));
+        }
+    }
+}
+
+fn set_rv(v: &mut Value, rv: u64) {
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+    }
+}
+
+pub fn str_at<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn owner_uids(v: &Value) -> Vec<String> {
+    v.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| r.get("uid").and_then(Value::as_str).map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Equal apart from resourceVersion and managedFields timestamps: a write that
+/// changes nothing does not bump the revision or wake watchers, as in kube.
+fn same_content(a: &Value, b: &Value) -> bool {
+    fn strip(v: &Value) -> Value {
+        let mut v = v.clone();
+        if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("resourceVersion");
+            if let Some(Value::Array(mf)) = meta.get_mut("managedFields") {
+                for e in mf {
+                    if let Some(o) = e.as_object_mut() {
+                        o.remove("time");
+                    }
+                }
+            }
+        }
+        v
+    }
+    strip(a) == strip(b)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn key() -> ResKey {
+        ResKey {
+            group: String::new(),
+            plural: "configmaps".into(),
+        }
+    }
+
+    fn put(s: &Store, name: &str, data: &str) -> Option<Outcome> {
+        s.mutate::<()>(&key(), "default", name, |_| {
+            Ok(Change::Put(
+                json!({"metadata": {"name": name, "namespace": "default"}, "data": {"k": data}}),
+            ))
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn revisions_history_and_gone() {
+        let s = Store::new(2);
+        let a = put(&s, "a", "1").unwrap();
+        assert_eq!(a.kind, Some(EventType::Added));
+        assert_eq!(a.obj.rv(), 2);
+        // identical write is a no-op
+        assert_eq!(put(&s, "a", "1").unwrap().kind, None);
+        assert_eq!(s.current_rv(), 2);
+        put(&s, "b", "1");
+        put(&s, "a", "2");
+        let (backlog, _) = s.watch_from(2).unwrap();
+        assert_eq!(backlog.iter().map(|e| e.rv).collect::<Vec<_>>(), vec![3, 4]);
+        assert!(s.watch_from(1).is_err());
+        let (items, rv) = s.list(&key(), Some("default"), None);
+        assert_eq!(items.len(), 2);
+        assert_eq!(rv, 4);
+        let (after, _) = s.list(&key(), None, Some(&("default".into(), "a".into())));
+        assert_eq!(after.len(), 1);
+    }
+}

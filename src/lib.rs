@@ -1,9 +1,13 @@
 //! pgfleet: an out-of-cluster fleet manager for PostgreSQL on Kubernetes.
 //! See `docs/architecture.md` for how the parts fit together.
 
+pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod controller;
 pub mod crd;
+pub mod fleet;
 pub mod manager;
+pub mod postgres;
 pub mod sim;
 pub mod telemetry;

@@ -31,6 +31,11 @@ pub enum Command {
     Sim(sim::SimArgs),
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
+    /// Benchmarks that print figures and ratios to a floor from the same run.
+    Bench {
+        #[command(subcommand)]
+        what: crate::bench::BenchCommand,
+    },
     /// Check a fleet configuration without starting anything.
     Config {
         #[command(subcommand)]
@@ -51,6 +56,7 @@ pub enum ConfigCommand {
 pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Sim(args) => sim::run(args).await.map(|_| 0),
+        Command::Bench { what } => crate::bench::run(what).await.map(|_| 0),
         Command::Crd => {
             print!("{}", crate::crd::yaml()?);
             Ok(0)

@@ -116,7 +116,15 @@ fn durations_crons_and_versions() {
         Duration::from_secs(5400)
     );
     assert!(HumanDuration::new("30").error().unwrap().contains("\"30\""));
-    assert!(CronSchedule::new("0 2 * * *").parsed().is_some());
+    for ok in [
+        "0 2 * * *",
+        "@daily",
+        "0 3 L * *",
+        "0 4 * * FRI#2",
+        "*/15 * * * SUN",
+    ] {
+        assert!(CronSchedule::new(ok).parsed().is_some(), "{ok:?}");
+    }
     assert!(
         CronSchedule::new("30 0 2 * * MON-FRI").parsed().is_some(),
         "6 fields: seconds"
@@ -149,9 +157,14 @@ fn backup_schedule_overrides_pick_the_first_match() {
     let toml = "[[clusters]]\nname = \"a\"\nembedded = true\n[backups]\ndefault_schedule = \"0 2 * * *\"\n\
                 [[backups.overrides]]\nselector = \"env=prod,region=eu\"\nschedule = \"0 3 * * *\"\n\
                 [[backups.overrides]]\nselector = \"env=prod\"\nschedule = \"0 4 * * *\"\n";
-    let b = load_str(&format!("{toml}[backups.retention]\ncount = 7\n"), "t").unwrap().backups;
+    let b = load_str(&format!("{toml}[backups.retention]\ncount = 7\n"), "t")
+        .unwrap()
+        .backups;
     // A given retention table replaces the default: no age limit now.
-    assert_eq!((b.retention.count, b.retention.age.is_none()), (Some(7), true));
+    assert_eq!(
+        (b.retention.count, b.retention.age.is_none()),
+        (Some(7), true)
+    );
     let sched = |pairs: &[(&str, &str)]| b.schedule_for(&labels(pairs)).raw().to_string();
     assert_eq!(sched(&[("env", "prod"), ("region", "eu")]), "0 3 * * *");
     assert_eq!(sched(&[("env", "prod"), ("region", "us")]), "0 4 * * *");

@@ -1,7 +1,75 @@
 //! The `pgfleet run` service: loads the fleet config, starts the embedded
-//! clusters it asks for, and runs the fleet.
+//! clusters it names, connects to every member cluster, installs the CRDs,
+//! and runs one controller per member, keeping a compact fleet summary on the
+//! terminal.
 
+pub mod bootstrap;
+
+use crate::config::{EmbeddedRuntime, Settings};
+use crate::controller;
+use crate::fleet::Fleet;
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A running manager (the embedded clusters stay alive while it lives).
+pub struct Manager {
+    pub fleet: Arc<Fleet>,
+    pub controllers: Vec<controller::Handle>,
+    pub sim: Option<crate::sim::Sim>,
+}
+
+/// Starts everything the settings describe.
+pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<Manager> {
+    let embedded: Vec<String> = settings.clusters.iter().filter(|c| c.embedded).map(|c| c.name.clone()).collect();
+    let sim = if embedded.is_empty() {
+        None
+    } else {
+        let mut opts = crate::sim::SimOptions::new(settings.manager.state_dir.join("embedded"), 0);
+        opts.names = embedded;
+        opts.runtime = match settings.manager.embedded.runtime.get() {
+            EmbeddedRuntime::Virtual => crate::sim::RuntimeKind::Virtual,
+            // The process runtime is not built yet; the virtual one stands in.
+            EmbeddedRuntime::Process => crate::sim::RuntimeKind::Virtual,
+        };
+        Some(crate::sim::start(&opts).await?)
+    };
+    let kubeconfigs: BTreeMap<String, std::path::PathBuf> = sim
+        .as_ref()
+        .map(|s| s.clusters.iter().map(|c| (c.name.clone(), c.kubeconfig.clone())).collect())
+        .unwrap_or_default();
+    let fleet = Arc::new(Fleet::connect(settings, &kubeconfigs).await?);
+    let m = &settings.manager;
+    fleet.spawn_probes(m.probe_interval.get(), m.probe_timeout.get(), m.probe_failure_threshold.max(1));
+    let mut controllers = vec![];
+    for member in &fleet.members {
+        let is_embedded = kubeconfigs.contains_key(&member.name);
+        tokio::spawn(bootstrap::install(member.clone(), apply_examples && is_embedded));
+        controllers.push(controller::start(member.clone(), m.shards_per_cluster, m.workers_per_cluster));
+    }
+    Ok(Manager { fleet, controllers, sim })
+}
+
+impl Manager {
+    /// One line: members ready, PostgresClusters healthy / total.
+    pub fn summary(&self) -> String {
+        let ready = self.fleet.members.iter().filter(|m| m.state() == crate::fleet::ConnState::Ready).count();
+        let (mut healthy, mut total) = (0, 0);
+        let mut parts = vec![];
+        for h in &self.controllers {
+            let (ok, n) = h.health();
+            healthy += ok;
+            total += n;
+            parts.push(format!("{} {} {ok}/{n}", h.member.name, h.member.state().label()));
+        }
+        format!(
+            "clusters ready {ready}/{} · PostgresClusters healthy {healthy}/{total} · {}",
+            self.fleet.members.len(),
+            parts.join(" · ")
+        )
+    }
+}
 
 /// Entry point of `pgfleet run`; returns the exit code.
 pub async fn run_cli(config: Option<&Path>) -> anyhow::Result<i32> {
@@ -12,18 +80,27 @@ pub async fn run_cli(config: Option<&Path>) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
-    let embedded: Vec<String> = settings
-        .clusters
-        .iter()
-        .filter(|c| c.embedded)
-        .map(|c| c.name.clone())
-        .collect();
-    let mut opts = crate::sim::SimOptions::new(settings.manager.state_dir.join("embedded"), 0);
-    opts.names = embedded;
-    let sim = crate::sim::start(&opts).await?;
-    for c in &sim.clusters {
-        println!("embedded cluster {} at https://{} (kubeconfig {})", c.name, c.addr, c.kubeconfig.display());
+    let mgr = start(&settings, true).await?;
+    if let Some(sim) = &mgr.sim {
+        for c in &sim.clusters {
+            println!("embedded cluster {:<14} https://{}  kubectl --kubeconfig {}", c.name, c.addr, c.kubeconfig.display());
+        }
     }
-    tokio::signal::ctrl_c().await?;
-    Ok(0)
+    let mut last = String::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let line = mgr.summary();
+                if line != last {
+                    println!("{line}");
+                    last = line;
+                }
+            }
+            _ = tokio::signal::ctrl_c() => {
+                println!("stopping; state stays in {}", settings.manager.state_dir.display());
+                return Ok(0);
+            }
+        }
+    }
 }

@@ -63,7 +63,8 @@ impl ApiError {
                 "name": name,
                 "kind": kind,
                 "causes": causes.iter().map(|(field, reason, message)| json!({
-                    "field": field, "reason": reason, "message": message
+                    "field": field, "reason": reason,
+                    "message": message.strip_prefix(&format!("{field}: ")).unwrap_or(message)
                 })).collect::<Vec<_>>()
             }),
         )

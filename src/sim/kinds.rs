@@ -35,6 +35,10 @@ pub fn on_write(
             Ok(())
         }
         ("apiextensions.k8s.io", "customresourcedefinitions") => crd(rt, v),
+        ("", "secrets") => {
+            secret_string_data(v);
+            Ok(())
+        }
         _ => Ok(()),
     }
 }
@@ -86,6 +90,26 @@ fn service(cluster: &Cluster, old: Option<&Value>, v: &mut Value) -> Result<(), 
         v["status"] = json!({"loadBalancer": {}});
     }
     Ok(())
+}
+
+/// `stringData` is write-only: merged into `data` (base64), as kube does.
+fn secret_string_data(v: &mut Value) {
+    use base64::Engine;
+    let Some(sd) = v.as_object_mut().and_then(|o| o.remove("stringData")) else {
+        return;
+    };
+    if !v.get("data").is_some_and(Value::is_object) {
+        v["data"] = json!({});
+    }
+    if let Some(m) = sd.as_object() {
+        for (k, val) in m {
+            let raw = val.as_str().unwrap_or_default();
+            v["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(raw));
+        }
+    }
+    if v.get("type").is_none() {
+        v["type"] = json!("Opaque");
+    }
 }
 
 fn pod_defaults(v: &mut Value) {

@@ -21,6 +21,7 @@ pub mod server;
 pub mod store;
 pub mod table;
 pub mod tls;
+pub mod virtual_kubelet;
 
 use anyhow::Context;
 use cluster::{Cluster, WriteOpts};
@@ -36,6 +37,9 @@ pub enum RuntimeKind {
     None,
     /// Pods become Ready at once; exec runs commands on this host.
     Host,
+    /// Pods become Ready at once; `pgfleet-instance` verbs answer from an
+    /// in-memory PostgreSQL model (scale tests, the embedded default).
+    Virtual,
 }
 
 #[derive(Debug, Clone)]
@@ -163,6 +167,7 @@ fn runtime_for(kind: RuntimeKind) -> Option<Arc<dyn runtime::Runtime>> {
     match kind {
         RuntimeKind::None => None,
         RuntimeKind::Host => Some(Arc::new(hostexec::HostRuntime)),
+        RuntimeKind::Virtual => Some(Arc::new(virtual_kubelet::VirtualRuntime::default())),
     }
 }
 

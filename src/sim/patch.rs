@@ -173,8 +173,16 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 /// run on a copy so a failing `test` (or bad path) leaves `target` untouched, and the
 /// error names the failing operation's index, op and path.
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
-    let ops: ::json_patch::Patch = serde_json::from_value(patch.clone())
+    let mut ops: ::json_patch::Patch = serde_json::from_value(patch.clone())
         .map_err(|e| PatchError::Invalid(format!("invalid JSON patch document: {e}")))?;
+    // kube-apiserver (evanphx/json-patch) treats `test` of a missing path
+    // against null as a success; kube-runtime's finalizer helper relies on it.
+    ops.0.retain(|op| match op {
+        ::json_patch::PatchOperation::Test(t) => {
+            !(t.value.is_null() && target.pointer(t.path.as_str()).is_none())
+        }
+        _ => true,
+    });
     let mut work = target.clone();
     // patch_unsafe on a copy instead of `patch`: same atomicity, and no undo path that
     // could panic.

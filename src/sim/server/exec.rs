@@ -161,7 +161,12 @@ where
     let _ = sink
         .send(frame(3, status.to_string().as_bytes()))
         .await;
-    let _ = sink.send(Message::Close(None)).await;
+    let _ = sink
+        .send(Message::Close(Some(axum::extract::ws::CloseFrame {
+            code: 1000,
+            reason: "".into(),
+        })))
+        .await;
     reader.abort();
 }
 

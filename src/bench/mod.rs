@@ -1,0 +1,17 @@
+//! Benchmarks (`pgfleet bench …`). They print figures next to a floor measured
+//! in the same run, as a ratio, because absolute timings on shared machines
+//! mean little; none of them asserts a time.
+
+pub mod emulator;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCommand {
+    /// The embedded API server: full LIST and watch fan-out at scale.
+    Emulator(emulator::Args),
+}
+
+pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Emulator(a) => emulator::run(a).await,
+    }
+}

@@ -1,0 +1,293 @@
+//! What a PostgresCluster becomes: the child objects, built as JSON for
+//! server-side apply. Pure. The Pod spec is a real one: it runs on a real
+//! cluster with the stock `postgres:<version>` image, because its command is
+//! the `pgfleet-instance run` verb from the ConfigMap, not the image's
+//! entrypoint.
+
+use crate::crd::PostgresCluster;
+use crate::postgres;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+pub const LABEL_CLUSTER: &str = "pgfleet.io/cluster";
+pub const LABEL_INSTANCE: &str = "pgfleet.io/instance";
+pub const LABEL_ROLE: &str = "pgfleet.io/role";
+pub const LABEL_SHARD: &str = "pgfleet.io/shard";
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const ANN_HASH: &str = "pgfleet.io/hash";
+pub const ANN_VERSION: &str = "pgfleet.io/version";
+pub const ANN_PARAMETERS: &str = "pgfleet.io/parameters";
+
+const DATA_MOUNT: &str = "/var/lib/postgresql/data";
+const CONFIG_MOUNT: &str = "/etc/pgfleet/config";
+
+/// Identity of the owning PostgresCluster, as children need it.
+#[derive(Debug, Clone)]
+pub struct Owner {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub shard: u32,
+}
+
+impl Owner {
+    pub fn of(pg: &PostgresCluster, shard: u32) -> Self {
+        Owner {
+            name: pg.metadata.name.clone().unwrap_or_default(),
+            namespace: pg.metadata.namespace.clone().unwrap_or_default(),
+            uid: pg.metadata.uid.clone().unwrap_or_default(),
+            shard,
+        }
+    }
+
+    fn reference(&self) -> Value {
+        json!([{"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster", "name": self.name,
+                "uid": self.uid, "controller": true, "blockOwnerDeletion": true}])
+    }
+
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (LABEL_CLUSTER.to_string(), self.name.clone()),
+            (LABEL_SHARD.to_string(), self.shard.to_string()),
+            (LABEL_MANAGED_BY.to_string(), "pgfleet".to_string()),
+        ])
+    }
+
+    fn meta(&self, name: &str, extra_labels: &[(&str, &str)], owned: bool) -> Value {
+        let mut labels = self.labels();
+        for (k, v) in extra_labels {
+            labels.insert((*k).to_string(), (*v).to_string());
+        }
+        let mut m = json!({"name": name, "namespace": self.namespace, "labels": labels});
+        if owned {
+            m["ownerReferences"] = self.reference();
+        }
+        m
+    }
+
+    pub fn instance_name(&self, ordinal: u32) -> String {
+        format!("{}-{ordinal}", self.name)
+    }
+
+    pub fn config_name(&self) -> String {
+        format!("{}-config", self.name)
+    }
+
+    pub fn secret_name(&self, which: &str) -> String {
+        format!("{}-{which}", self.name)
+    }
+}
+
+/// A stable content hash (FNV-1a over canonical JSON): children carry the
+/// hash of what they were built from, so an unchanged child costs no write.
+pub fn content_hash(v: &Value) -> String {
+    let bytes = serde_json::to_vec(v).unwrap_or_default();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Stamps the hash annotation computed over everything else.
+fn with_hash(mut obj: Value) -> Value {
+    let h = content_hash(&obj);
+    obj["metadata"]["annotations"][ANN_HASH] = json!(h);
+    obj
+}
+
+pub fn image(pg: &PostgresCluster) -> String {
+    pg.spec
+        .image
+        .clone()
+        .unwrap_or_else(|| format!("postgres:{}", pg.spec.version))
+}
+
+/// A Secret with generated credentials; created once, never rotated silently.
+pub fn secret(o: &Owner, which: &str, username: &str, password: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": o.meta(&o.secret_name(which), &[], true),
+        "type": "kubernetes.io/basic-auth",
+        "stringData": {"username": username, "password": password},
+    })
+}
+
+pub fn config_map(o: &Owner, params: &BTreeMap<String, String>, pg_hba: &[String]) -> Value {
+    let mut obj = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": o.meta(&o.config_name(), &[], true),
+        "data": {
+            "postgresql.conf": postgres::render_postgresql_conf(params),
+            "pg_hba.conf": postgres::render_pg_hba(pg_hba),
+            "pgfleet-instance": postgres::INSTANCE_SCRIPT,
+        },
+    });
+    obj["metadata"]["annotations"] = json!({ANN_PARAMETERS: serde_json::to_string(params).unwrap_or_default()});
+    with_hash(obj)
+}
+
+pub fn pvc(o: &Owner, pg: &PostgresCluster, ordinal: u32) -> Value {
+    let mut spec = json!({
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": pg.spec.storage.size}},
+    });
+    if let Some(sc) = &pg.spec.storage.storage_class {
+        spec["storageClassName"] = json!(sc);
+    }
+    let name = o.instance_name(ordinal);
+    // No owner reference: whether data outlives the cluster is the
+    // reclaim policy's decision, taken by the finalizer, not the GC's.
+    with_hash(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": o.meta(&name, &[(LABEL_INSTANCE, &name)], false),
+        "spec": spec,
+    }))
+}
+
+/// The instance Pod. `role` goes into a label the instance reads through the
+/// downward API, so it knows whether it may run as primary.
+pub fn pod(o: &Owner, pg: &PostgresCluster, ordinal: u32, role: &str, init: &str) -> Value {
+    let name = o.instance_name(ordinal);
+    let env = |n: &str, v: &str| json!({"name": n, "value": v});
+    let field = |n: &str, path: &str| json!({"name": n, "valueFrom": {"fieldRef": {"fieldPath": path}}});
+    let script = format!("{CONFIG_MOUNT}/pgfleet-instance");
+    let probe = |period: i64, failures: i64| {
+        json!({"exec": {"command": ["/bin/sh", "-c", "pg_isready -q -h /tmp -p 5432"]},
+               "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 5})
+    };
+    let mut resources = json!({});
+    if let Some(r) = &pg.spec.resources {
+        let mut req = serde_json::Map::new();
+        if let Some(c) = &r.cpu {
+            req.insert("cpu".into(), json!(c));
+        }
+        if let Some(m) = &r.memory {
+            req.insert("memory".into(), json!(m));
+        }
+        resources = json!({"requests": req.clone(), "limits": req});
+    }
+    let mut obj = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": o.meta(&name, &[(LABEL_INSTANCE, &name)], true),
+        "spec": {
+            "hostname": name,
+            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999, "runAsNonRoot": true},
+            "terminationGracePeriodSeconds": 30,
+            "enableServiceLinks": false,
+            "containers": [{
+                "name": "postgres",
+                "image": image(pg),
+                "command": ["/bin/sh", script, "run"],
+                "env": [
+                    env("PGDATA", &format!("{DATA_MOUNT}/pgdata")),
+                    field("POD_NAME", "metadata.name"),
+                    field("POD_NAMESPACE", "metadata.namespace"),
+                    field("POD_IP", "status.podIP"),
+                    env("PGFLEET_CLUSTER", &o.name),
+                    env("PGFLEET_INIT", init),
+                    env("PGFLEET_PRIMARY_HOST", &format!("{}-rw", o.name)),
+                    env("PGFLEET_PODINFO", "/etc/pgfleet/podinfo"),
+                    env("PGFLEET_CONFIG", CONFIG_MOUNT),
+                    env("PGFLEET_SECRETS", "/etc/pgfleet/secrets"),
+                ],
+                "ports": [{"name": "postgresql", "containerPort": 5432, "protocol": "TCP"}],
+                "readinessProbe": probe(2, 3),
+                "livenessProbe": probe(10, 6),
+                "resources": resources,
+                "volumeMounts": [
+                    {"name": "pgdata", "mountPath": DATA_MOUNT},
+                    {"name": "config", "mountPath": CONFIG_MOUNT},
+                    {"name": "podinfo", "mountPath": "/etc/pgfleet/podinfo"},
+                    {"name": "secrets", "mountPath": "/etc/pgfleet/secrets"},
+                ],
+            }],
+            "volumes": [
+                {"name": "pgdata", "persistentVolumeClaim": {"claimName": name}},
+                {"name": "config", "configMap": {"name": o.config_name(), "defaultMode": 0o755}},
+                {"name": "podinfo", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+                {"name": "secrets", "projected": {"sources": [
+                    {"secret": {"name": o.secret_name("superuser"), "items": [{"key": "password", "path": "superuser-password"}]}},
+                    {"secret": {"name": o.secret_name("replication"), "items": [{"key": "password", "path": "replication-password"}]}},
+                ]}},
+            ],
+        },
+    });
+    // The hash leaves out the role label (relabelled in place on failover)
+    // and the init mode (only meaningful for an empty volume).
+    let h = content_hash(&json!({"spec": obj["spec"]["containers"][0]["image"], "res": obj["spec"]["containers"][0]["resources"]}));
+    obj["metadata"]["labels"][LABEL_ROLE] = json!(role);
+    obj["metadata"]["annotations"] = json!({ANN_HASH: h, ANN_VERSION: pg.spec.version});
+    obj
+}
+
+/// `-rw` (primary), `-ro` (replicas) and `-r` (any instance).
+pub fn services(o: &Owner) -> Vec<Value> {
+    [("rw", Some("primary")), ("ro", Some("replica")), ("r", None)]
+        .into_iter()
+        .map(|(suffix, role)| {
+            let mut selector = json!({LABEL_CLUSTER: o.name});
+            if let Some(r) = role {
+                selector[LABEL_ROLE] = json!(r);
+            }
+            with_hash(json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": o.meta(&format!("{}-{suffix}", o.name), &[], true),
+                "spec": {"type": "ClusterIP", "selector": selector,
+                         "ports": [{"name": "postgresql", "port": 5432, "targetPort": 5432, "protocol": "TCP"}]},
+            }))
+        })
+        .collect()
+}
+
+/// At most one instance voluntarily disrupted at a time.
+pub fn pdb(o: &Owner) -> Value {
+    with_hash(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": o.meta(&o.name, &[], true),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {LABEL_CLUSTER: o.name}}},
+    }))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn pg() -> PostgresCluster {
+        let mut pg = PostgresCluster::new("orders", serde_json::from_value(json!({"clusterSize": 3, "version": "15.20"})).unwrap());
+        pg.metadata.namespace = Some("shop".into());
+        pg.metadata.uid = Some("u-1".into());
+        pg
+    }
+
+    #[test]
+    fn pod_runs_the_instance_script_on_the_stock_image() {
+        let pg = pg();
+        let o = Owner::of(&pg, 2);
+        let p = pod(&o, &pg, 2, "replica", "clone");
+        assert_eq!(p["metadata"]["name"], "orders-2");
+        assert_eq!(p["spec"]["containers"][0]["image"], "postgres:15.20");
+        assert_eq!(p["spec"]["containers"][0]["command"][2], "run");
+        assert_eq!(p["metadata"]["labels"][LABEL_ROLE], "replica");
+        assert_eq!(p["metadata"]["labels"][LABEL_SHARD], "2");
+        assert_eq!(p["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"], "orders-2");
+        assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        // Same spec, other role: same hash (relabelled in place, not recreated).
+        let q = pod(&o, &pg, 2, "primary", "initdb");
+        assert_eq!(p["metadata"]["annotations"][ANN_HASH], q["metadata"]["annotations"][ANN_HASH]);
+    }
+
+    #[test]
+    fn services_select_by_role_and_pvcs_are_not_owned() {
+        let pg = pg();
+        let o = Owner::of(&pg, 0);
+        let s = services(&o);
+        assert_eq!(s[0]["metadata"]["name"], "orders-rw");
+        assert_eq!(s[0]["spec"]["selector"][LABEL_ROLE], "primary");
+        assert_eq!(s[1]["spec"]["selector"][LABEL_ROLE], "replica");
+        assert!(s[2]["spec"]["selector"].get(LABEL_ROLE).is_none());
+        assert!(pvc(&o, &pg, 1)["metadata"].get("ownerReferences").is_none());
+    }
+}

@@ -1,0 +1,233 @@
+//! A compact cache of the children of every PostgresCluster in one member
+//! cluster, fed by kube-runtime watchers (metadata-only where metadata is
+//! enough). Reconcile reads its observation from here instead of listing, and
+//! every child change triggers a reconcile of its owner on the right shard.
+//! Only what reconcile reads is kept (a few strings per child), which is what
+//! keeps the manager small per managed PostgresCluster.
+
+use super::build::{ANN_HASH, ANN_PARAMETERS, ANN_VERSION, LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_ROLE};
+use super::plan::{Observed, PodInfo};
+use crate::crd::PostgresCluster;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Resource};
+use std::collections::{HashMap, HashSet};
+use std::sync::RwLock;
+
+type Key = (String, String);
+
+#[derive(Default)]
+pub struct ChildIndex {
+    map: RwLock<HashMap<Key, Observed>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    Pod,
+    Pvc,
+    Service,
+    Secret,
+    ConfigMap,
+    Pdb,
+}
+
+impl ChildIndex {
+    pub fn get(&self, ns: &str, cluster: &str) -> Observed {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(ns.to_string(), cluster.to_string()))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn edit(&self, key: Key, f: impl FnOnce(&mut Observed)) {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        f(map.entry(key).or_default());
+    }
+
+    /// Records a child from its metadata (and, for pods, readiness).
+    fn record(&self, kind: Kind, meta: &ObjectMeta, pod_ready: Option<bool>) -> Option<Key> {
+        let key = owner_key(meta)?;
+        let name = meta.name.clone().unwrap_or_default();
+        let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
+        self.edit(key.clone(), |o| match kind {
+            Kind::Pod => {
+                o.pods.insert(name.clone(), PodInfo {
+                    name,
+                    role: meta.labels.as_ref().and_then(|l| l.get(LABEL_ROLE)).cloned(),
+                    ready: pod_ready.unwrap_or(false),
+                    deleting: meta.deletion_timestamp.is_some(),
+                    hash: ann(ANN_HASH),
+                    version: ann(ANN_VERSION),
+                });
+            }
+            Kind::Pvc => {
+                o.pvcs.insert(name);
+            }
+            Kind::Service => {
+                o.services.insert(name, ann(ANN_HASH).unwrap_or_default());
+            }
+            Kind::Secret => {
+                o.secrets.insert(name);
+            }
+            Kind::ConfigMap => {
+                o.config_hash = ann(ANN_HASH);
+                o.config_params = ann(ANN_PARAMETERS).and_then(|p| serde_json::from_str(&p).ok());
+            }
+            Kind::Pdb => o.pdb_hash = ann(ANN_HASH),
+        });
+        Some(key)
+    }
+
+    fn forget(&self, kind: Kind, meta: &ObjectMeta) -> Option<Key> {
+        let key = owner_key(meta)?;
+        let name = meta.name.clone().unwrap_or_default();
+        self.edit(key.clone(), |o| match kind {
+            Kind::Pod => {
+                o.pods.remove(&name);
+            }
+            Kind::Pvc => {
+                o.pvcs.remove(&name);
+            }
+            Kind::Service => {
+                o.services.remove(&name);
+            }
+            Kind::Secret => {
+                o.secrets.remove(&name);
+            }
+            Kind::ConfigMap => {
+                o.config_hash = None;
+                o.config_params = None;
+            }
+            Kind::Pdb => o.pdb_hash = None,
+        });
+        Some(key)
+    }
+
+    /// Drops an owner's entry (after its deletion).
+    pub fn remove_owner(&self, ns: &str, cluster: &str) {
+        self.map.write().unwrap_or_else(|e| e.into_inner()).remove(&(ns.to_string(), cluster.to_string()));
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn owner_key(meta: &ObjectMeta) -> Option<Key> {
+    let cluster = meta.labels.as_ref()?.get(LABEL_CLUSTER)?.clone();
+    Some((meta.namespace.clone().unwrap_or_default(), cluster))
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Where child changes are sent: the owner's reference (the controller mod
+/// routes it to the owner's shard).
+pub type Trigger = std::sync::Arc<dyn Fn(ObjectRef<PostgresCluster>) + Send + Sync>;
+
+fn selector() -> watcher::Config {
+    watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}=pgfleet,{LABEL_CLUSTER}"))
+}
+
+/// Runs one watch per child kind until the client's cluster goes away.
+pub async fn run(client: kube::Client, index: std::sync::Arc<ChildIndex>, trigger: Trigger) {
+    let pods = {
+        let (index, trigger) = (index.clone(), trigger.clone());
+        let stream = watcher::watcher(Api::<Pod>::all(client.clone()), selector()).default_backoff();
+        feed(stream, index, trigger, Kind::Pod, |p: &Pod| (p.meta().clone(), Some(pod_ready(p))))
+    };
+    macro_rules! meta_feed {
+        ($k:ty, $kind:expr) => {{
+            let stream = watcher::watcher(Api::<kube::core::PartialObjectMeta<$k>>::all(client.clone()), selector()).default_backoff();
+            feed(stream, index.clone(), trigger.clone(), $kind, |m: &kube::core::PartialObjectMeta<$k>| (m.metadata.clone(), None))
+        }};
+    }
+    tokio::join!(
+        pods,
+        meta_feed!(PersistentVolumeClaim, Kind::Pvc),
+        meta_feed!(Service, Kind::Service),
+        meta_feed!(Secret, Kind::Secret),
+        meta_feed!(ConfigMap, Kind::ConfigMap),
+        meta_feed!(PodDisruptionBudget, Kind::Pdb),
+    );
+}
+
+async fn feed<S, T>(
+    stream: S,
+    index: std::sync::Arc<ChildIndex>,
+    trigger: Trigger,
+    kind: Kind,
+    meta_of: impl Fn(&T) -> (ObjectMeta, Option<bool>),
+) where
+    S: futures::Stream<Item = Result<Event<T>, watcher::Error>>,
+{
+    futures::pin_mut!(stream);
+    // Names seen during a re-list; anything not seen again is gone.
+    let mut relist: Option<HashSet<(Key, String)>> = None;
+    let mut before: HashSet<(Key, String)> = HashSet::new();
+    while let Some(ev) = stream.next().await {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::debug!(error = %e, ?kind, "child watch error (retrying with backoff)");
+                continue;
+            }
+        };
+        let fire = |key: Option<Key>| {
+            if let Some((ns, name)) = key {
+                trigger(ObjectRef::new(&name).within(&ns));
+            }
+        };
+        match ev {
+            Event::Init => relist = Some(HashSet::new()),
+            Event::InitApply(o) | Event::Apply(o) => {
+                let (meta, ready) = meta_of(&o);
+                let key = index.record(kind, &meta, ready);
+                if let Some(k) = &key {
+                    let id = (k.clone(), meta.name.clone().unwrap_or_default());
+                    if let Some(seen) = relist.as_mut() {
+                        seen.insert(id.clone());
+                    }
+                    before.insert(id);
+                }
+                fire(key);
+            }
+            Event::Delete(o) => {
+                let (meta, _) = meta_of(&o);
+                if let Some(k) = owner_key(&meta) {
+                    before.remove(&(k, meta.name.clone().unwrap_or_default()));
+                }
+                fire(index.forget(kind, &meta));
+            }
+            Event::InitDone => {
+                if let Some(seen) = relist.take() {
+                    for (key, name) in before.difference(&seen).cloned().collect::<Vec<_>>() {
+                        let meta = ObjectMeta {
+                            name: Some(name.clone()),
+                            namespace: Some(key.0.clone()),
+                            labels: Some([(LABEL_CLUSTER.to_string(), key.1.clone())].into()),
+                            ..Default::default()
+                        };
+                        fire(index.forget(kind, &meta));
+                        before.remove(&(key, name));
+                    }
+                }
+            }
+        }
+    }
+}

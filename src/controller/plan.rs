@@ -1,0 +1,213 @@
+//! The pure core of reconciliation: from the spec and what was observed,
+//! decide which instances should exist (scale order), which child objects to
+//! create or update, and what the status says. No I/O here; everything is
+//! unit-tested with fixtures.
+
+use crate::crd::cluster::{Condition, InstanceStatus, PostgresClusterStatus};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One instance Pod as observed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodInfo {
+    pub name: String,
+    pub role: Option<String>,
+    pub ready: bool,
+    pub deleting: bool,
+    pub hash: Option<String>,
+    pub version: Option<String>,
+}
+
+/// Children of one PostgresCluster, as observed (from the watch caches).
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub pods: BTreeMap<String, PodInfo>,
+    pub pvcs: BTreeSet<String>,
+    /// name → hash annotation
+    pub services: BTreeMap<String, String>,
+    pub secrets: BTreeSet<String>,
+    pub config_hash: Option<String>,
+    pub config_params: Option<BTreeMap<String, String>>,
+    pub pdb_hash: Option<String>,
+}
+
+/// What should happen to the instances.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct InstancePlan {
+    /// The instance that is (or becomes) primary.
+    pub primary: Option<u32>,
+    /// Ordinals that should exist after this round.
+    pub keep: Vec<u32>,
+    /// Ordinals to create (PVC and Pod), with the init mode of an empty volume.
+    pub create: Vec<(u32, &'static str)>,
+    /// Ordinals whose Pod is missing but whose PVC exists: recreate the Pod.
+    pub recreate_pods: Vec<u32>,
+    /// Ordinals to remove (Pod and PVC), highest first, never the primary.
+    pub remove: Vec<u32>,
+}
+
+/// The ordinal of `<cluster>-<n>`.
+pub fn ordinal(cluster: &str, name: &str) -> Option<u32> {
+    name.strip_prefix(cluster)?.strip_prefix('-')?.parse().ok()
+}
+
+/// Decides creation, recreation and scale-down. The primary is the recorded
+/// `currentPrimary` when its data still exists, else the pod labelled
+/// primary, else (a new cluster) instance 1, bootstrapped with initdb.
+pub fn plan_instances(cluster: &str, size: u32, current_primary: Option<&str>, obs: &Observed) -> InstancePlan {
+    let mut existing: BTreeSet<u32> = obs.pvcs.iter().filter_map(|n| ordinal(cluster, n)).collect();
+    existing.extend(obs.pods.values().filter(|p| !p.deleting).filter_map(|p| ordinal(cluster, &p.name)));
+    let labelled = obs
+        .pods
+        .values()
+        .find(|p| p.role.as_deref() == Some("primary") && !p.deleting)
+        .and_then(|p| ordinal(cluster, &p.name));
+    let recorded = current_primary.and_then(|n| ordinal(cluster, n)).filter(|o| existing.contains(o));
+    let fresh = existing.is_empty();
+    let primary = recorded.or(labelled).or(if fresh { Some(1) } else { existing.iter().next().copied() });
+    let mut keep: Vec<u32> = existing.iter().copied().collect();
+    let mut remove = vec![];
+    // Scale down: highest ordinal first, never the primary.
+    while keep.len() > size as usize {
+        let Some(victim) = keep.iter().rev().copied().find(|o| Some(*o) != primary) else { break };
+        keep.retain(|o| *o != victim);
+        remove.push(victim);
+    }
+    let mut create = vec![];
+    let mut next = 1;
+    while keep.len() + create.len() < size as usize {
+        while existing.contains(&next) {
+            next += 1;
+        }
+        let init = if fresh && Some(next) == primary { "initdb" } else { "clone" };
+        create.push((next, init));
+        existing.insert(next);
+    }
+    let recreate_pods = keep
+        .iter()
+        .copied()
+        .filter(|o| !obs.pods.contains_key(&format!("{cluster}-{o}")))
+        .collect();
+    keep.extend(create.iter().map(|(o, _)| *o));
+    keep.sort_unstable();
+    InstancePlan { primary, keep, create, recreate_pods, remove }
+}
+
+/// Inputs to the status computation besides the observation.
+pub struct StatusInput<'a> {
+    pub cluster: &'a str,
+    pub size: u32,
+    pub version: &'a str,
+    pub generation: Option<i64>,
+    pub primary: Option<String>,
+    pub invalid: Option<String>,
+    pub pending_restart: Vec<String>,
+    pub previous: Option<&'a PostgresClusterStatus>,
+    pub now: String,
+}
+
+/// Phase, conditions and instance list. Conditions keep their transition
+/// time while their status does not change.
+pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
+    let prev = inp.previous.cloned().unwrap_or_default();
+    let mut instances: Vec<InstanceStatus> = obs
+        .pods
+        .values()
+        .filter(|p| ordinal(inp.cluster, &p.name).is_some())
+        .map(|p| {
+            let old = prev.instances.iter().find(|i| i.name == p.name);
+            InstanceStatus {
+                name: p.name.clone(),
+                role: p.role.clone().unwrap_or_else(|| "unknown".into()),
+                ready: p.ready && !p.deleting,
+                timeline: old.and_then(|o| o.timeline),
+                lsn: old.and_then(|o| o.lsn.clone()),
+                version: p.version.clone(),
+            }
+        })
+        .collect();
+    instances.sort_by_key(|i| ordinal(inp.cluster, &i.name));
+    let ready = instances.iter().filter(|i| i.ready).count() as i32;
+    let primary_ready = inp.primary.as_ref().is_some_and(|p| instances.iter().any(|i| &i.name == p && i.ready));
+    let count = instances.len() as u32;
+    let phase = if inp.invalid.is_some() {
+        "Invalid"
+    } else if ready == 0 && prev.current_primary.is_none() {
+        "Creating"
+    } else if count != inp.size {
+        "Scaling"
+    } else if ready as u32 == inp.size && primary_ready {
+        "Healthy"
+    } else {
+        "Degraded"
+    };
+    let versions: BTreeSet<&str> = instances.iter().filter_map(|i| i.version.as_deref()).collect();
+    let current_version = match versions.len() {
+        0 => prev.current_version.clone(),
+        1 => versions.iter().next().map(|v| v.to_string()),
+        _ => instances
+            .iter()
+            .find(|i| Some(&i.name) == inp.primary.as_ref())
+            .and_then(|i| i.version.clone()),
+    };
+    let cond = |t: &str, ok: bool, reason: &str, msg: String| {
+        let status = if ok { "True" } else { "False" };
+        let old = prev.conditions.iter().find(|c| c.type_ == t);
+        let since = match old {
+            Some(c) if c.status == status => c.last_transition_time.clone(),
+            _ => Some(inp.now.clone()),
+        };
+        Condition {
+            type_: t.to_string(),
+            status: status.to_string(),
+            reason: reason.to_string(),
+            message: msg,
+            last_transition_time: since,
+            observed_generation: inp.generation,
+        }
+    };
+    let healthy = phase == "Healthy";
+    let mut conditions = vec![
+        cond("Ready", healthy, if healthy { "AllInstancesReady" } else { "NotAllInstancesReady" },
+             format!("{ready}/{} instances ready", inp.size)),
+        cond("Progressing", matches!(phase, "Creating" | "Scaling"), phase, format!("phase {phase}")),
+        cond("Degraded", phase == "Degraded", phase, if phase == "Degraded" { "an instance or the primary is not ready".into() } else { String::new() }),
+        cond("Invalid", inp.invalid.is_some(), if inp.invalid.is_some() { "InvalidSpec" } else { "Valid" },
+             inp.invalid.clone().unwrap_or_default()),
+    ];
+    if !inp.pending_restart.is_empty() {
+        conditions.push(cond("PendingRestart", true, "RestartRequired",
+            format!("parameters need a restart: {}", inp.pending_restart.join(", "))));
+    }
+    PostgresClusterStatus {
+        phase: Some(phase.to_string()),
+        conditions,
+        observed_generation: inp.generation,
+        current_primary: inp.primary.clone().or(prev.current_primary.clone()),
+        target_primary: inp.primary.clone().or(prev.target_primary.clone()),
+        instances,
+        ready_instances: ready,
+        current_version: current_version.or_else(|| Some(inp.version.to_string())),
+        selector: Some(format!("{}={}", super::build::LABEL_CLUSTER, inp.cluster)),
+        pending_restart: inp.pending_restart.clone(),
+        last_backup: prev.last_backup.clone(),
+        last_failover: prev.last_failover.clone(),
+    }
+}
+
+/// True when two statuses differ in anything but condition timestamps (so a
+/// steady cluster causes no status writes).
+pub fn status_changed(a: &PostgresClusterStatus, b: &PostgresClusterStatus) -> bool {
+    let strip = |s: &PostgresClusterStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = None;
+        }
+        s
+    };
+    strip(a) != strip(b)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+#[path = "plan_tests.rs"]
+mod tests;

@@ -1,0 +1,58 @@
+//! Installing what pgfleet needs in a member cluster: the CRDs (server-side
+//! apply, retried until the cluster is reachable) and, for embedded clusters,
+//! the sample PostgresClusters from `config/examples/`.
+
+use crate::fleet::Member;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kube::{Api, ResourceExt};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The samples, compiled in so `pgfleet run` works from any directory.
+const EXAMPLES: &[(&str, &str)] = &[
+    ("orders.yaml", include_str!("../../config/examples/orders.yaml")),
+    ("inventory.yaml", include_str!("../../config/examples/inventory.yaml")),
+    ("analytics.yaml", include_str!("../../config/examples/analytics.yaml")),
+];
+
+pub async fn install(member: Arc<Member>, examples: bool) {
+    let mut wait = Duration::from_millis(200);
+    loop {
+        match install_once(&member, examples).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(cluster = %member.name, error = %format!("{e:#}"), "installing CRDs failed; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+async fn install_once(member: &Member, examples: bool) -> anyhow::Result<()> {
+    let client = member.client();
+    let pp = PatchParams::apply(crate::controller::reconcile::FIELD_MANAGER).force();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crate::crd::all() {
+        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd)).await?;
+    }
+    if !examples {
+        return Ok(());
+    }
+    let ar = ApiResource::erase::<crate::crd::PostgresCluster>(&());
+    for (file, text) in EXAMPLES {
+        let obj: DynamicObject = serde_yaml::from_str(text).map_err(|e| anyhow::anyhow!("config/examples/{file}: {e}"))?;
+        let ns = obj.namespace().unwrap_or_else(|| "default".into());
+        let nsobj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        Api::<Namespace>::all(client.clone()).patch(&ns, &pp, &Patch::Apply(&nsobj)).await?;
+        // Applied once: a sample the user changed or deleted is left alone.
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+        if api.get_opt(&obj.name_any()).await?.is_none() {
+            api.patch(&obj.name_any(), &PatchParams::apply("pgfleet-examples"), &Patch::Apply(&obj)).await?;
+        }
+    }
+    Ok(())
+}

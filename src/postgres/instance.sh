@@ -1,0 +1,156 @@
+#!/bin/sh
+# pgfleet-instance — the instance contract between the pgfleet manager and one
+# PostgreSQL instance (contract version 1, docs/instance-contract.md).
+#
+# The manager never connects to a pod: it runs `pgfleet-instance <verb>`
+# through pods/exec. The container's command is `pgfleet-instance run`, so the
+# same pod spec works with the stock postgres image and in the embedded
+# runtime. Needs POSIX sh and the PostgreSQL client/server tools of the image.
+#
+# Environment (set by the pod spec):
+#   PGDATA                 data directory (on the instance's PVC)
+#   POD_NAME, POD_IP       from the downward API
+#   PGFLEET_CLUSTER        the PostgresCluster name
+#   PGFLEET_INIT           initdb | clone — how an empty PGDATA is created
+#   PGFLEET_PRIMARY_HOST   the -rw Service: where replicas stream from
+#   PGFLEET_PODINFO        downward-API dir with `labels` (wanted role lives there)
+#   PGFLEET_CONFIG         ConfigMap dir with postgresql.conf and pg_hba.conf
+#   PGFLEET_SECRETS        dir with superuser-password and replication-password
+set -eu
+
+CONTRACT=1
+PODINFO=${PGFLEET_PODINFO:-/etc/pgfleet/podinfo}
+CONFIG=${PGFLEET_CONFIG:-/etc/pgfleet/config}
+SECRETS=${PGFLEET_SECRETS:-/etc/pgfleet/secrets}
+SOCKDIR=${PGFLEET_SOCKET_DIR:-/tmp}
+PGBIN=${PGFLEET_PGBIN:-}
+FENCE="$PGDATA/../pgfleet.fenced"
+
+bin() { if [ -n "$PGBIN" ]; then echo "$PGBIN/$1"; else echo "$1"; fi; }
+log() { echo "pgfleet-instance: $*" >&2; }
+sql() { "$(bin psql)" -h "$SOCKDIR" -U postgres -d postgres -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
+
+wanted_role() {
+  if grep -q 'pgfleet.io/role="primary"' "$PODINFO/labels" 2>/dev/null; then echo primary; else echo replica; fi
+}
+
+primary_conninfo() {
+  echo "host=${PGFLEET_PRIMARY_HOST} port=5432 user=replicator passfile=$PGDATA/../pgpass application_name=${POD_NAME} sslmode=prefer"
+}
+
+write_passfile() {
+  umask 077
+  printf '*:*:*:replicator:%s\n' "$(cat "$SECRETS/replication-password")" > "$PGDATA/../pgpass"
+}
+
+configure() {
+  cp "$CONFIG/postgresql.conf" "$PGDATA/pgfleet.conf"
+  cp "$CONFIG/pg_hba.conf" "$PGDATA/pg_hba.conf"
+  grep -q "include_if_exists = 'pgfleet.conf'" "$PGDATA/postgresql.conf" ||
+    echo "include_if_exists = 'pgfleet.conf'" >> "$PGDATA/postgresql.conf"
+  if [ "$(wanted_role)" = replica ]; then
+    {
+      echo "primary_conninfo = '$(primary_conninfo)'"
+      echo "primary_slot_name = '$(echo "$POD_NAME" | tr '-' '_')'"
+    } > "$PGDATA/pgfleet-standby.conf"
+    grep -q "include_if_exists = 'pgfleet-standby.conf'" "$PGDATA/postgresql.conf" ||
+      echo "include_if_exists = 'pgfleet-standby.conf'" >> "$PGDATA/postgresql.conf"
+    touch "$PGDATA/standby.signal"
+  else
+    : > "$PGDATA/pgfleet-standby.conf"
+    rm -f "$PGDATA/standby.signal"
+  fi
+}
+
+do_initdb() {
+  log "initdb in $PGDATA"
+  "$(bin initdb)" -D "$PGDATA" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+    --pwfile="$SECRETS/superuser-password" --data-checksums >&2
+  "$(bin pg_ctl)" -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=$SOCKDIR" start >&2
+  sql "CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD '$(cat "$SECRETS/replication-password")'" >&2
+  "$(bin pg_ctl)" -D "$PGDATA" -w -m fast stop >&2
+}
+
+do_clone() {
+  log "cloning from $PGFLEET_PRIMARY_HOST"
+  until "$(bin pg_isready)" -h "$PGFLEET_PRIMARY_HOST" -p 5432 -q; do sleep 1; done
+  rm -rf "${PGDATA:?}"/*
+  PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_basebackup)" -h "$PGFLEET_PRIMARY_HOST" -U replicator \
+    -D "$PGDATA" -X stream -c fast >&2
+}
+
+# A former primary told to be a replica rewinds to the new timeline first,
+# and re-clones when rewind cannot help.
+do_rewind() {
+  log "rewinding to follow $PGFLEET_PRIMARY_HOST"
+  if ! PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_rewind)" -D "$PGDATA" \
+      --source-server="host=$PGFLEET_PRIMARY_HOST port=5432 user=postgres dbname=postgres" >&2; then
+    log "pg_rewind failed; re-cloning"
+    do_clone
+  fi
+}
+
+cmd_run() {
+  mkdir -p "$PGDATA" && chmod 700 "$PGDATA"
+  while [ -e "$FENCE" ]; do sleep 1; done
+  write_passfile
+  if [ ! -s "$PGDATA/PG_VERSION" ]; then
+    if [ "${PGFLEET_INIT:-clone}" = initdb ] && [ "$(wanted_role)" = primary ]; then do_initdb; else do_clone; fi
+  elif [ "$(wanted_role)" = replica ] && [ ! -e "$PGDATA/standby.signal" ]; then
+    do_rewind
+  fi
+  configure
+  exec "$(bin postgres)" -D "$PGDATA" -c listen_addresses="${POD_IP:-*}" -c unix_socket_directories="$SOCKDIR"
+}
+
+cmd_status() {
+  out=$(sql "SELECT json_build_object(
+      'contract', $CONTRACT,
+      'role', CASE WHEN pg_is_in_recovery() THEN 'replica' ELSE 'primary' END,
+      'ready', true,
+      'timeline', CASE WHEN pg_is_in_recovery()
+          THEN (SELECT received_tli FROM pg_stat_wal_receiver)
+          ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END,
+      'currentLsn', CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END,
+      'receivedLsn', pg_last_wal_receive_lsn()::text,
+      'replayedLsn', pg_last_wal_replay_lsn()::text,
+      'version', current_setting('server_version'),
+      'pendingRestart', EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart))" 2>/dev/null) ||
+    out="{\"contract\":$CONTRACT,\"role\":\"stopped\",\"ready\":false,\"fenced\":$([ -e "$FENCE" ] && echo true || echo false)}"
+  echo "$out"
+}
+
+cmd_promote() {
+  "$(bin pg_ctl)" -D "$PGDATA" -w -t 60 promote >&2
+  sql "SELECT pg_is_in_recovery()" | grep -q f && echo "{\"contract\":$CONTRACT,\"promoted\":true}"
+}
+
+# Fencing stops the instance and keeps it stopped (run waits while the fence
+# file exists), so a lost primary can never take writes again on its own.
+cmd_fence() {
+  touch "$FENCE"
+  "$(bin pg_ctl)" -D "$PGDATA" -w -m fast stop >&2 || true
+  echo "{\"contract\":$CONTRACT,\"fenced\":true}"
+}
+
+cmd_unfence() { rm -f "$FENCE"; echo "{\"contract\":$CONTRACT,\"fenced\":false}"; }
+
+cmd_reload() {
+  configure
+  "$(bin pg_ctl)" -D "$PGDATA" reload >&2
+  echo "{\"contract\":$CONTRACT,\"reloaded\":true}"
+}
+
+cmd_checkpoint() { sql "CHECKPOINT" >/dev/null && echo "{\"contract\":$CONTRACT,\"checkpoint\":true}"; }
+
+case "${1:-}" in
+  run) cmd_run ;;
+  status) cmd_status ;;
+  promote) cmd_promote ;;
+  fence) cmd_fence ;;
+  unfence) cmd_unfence ;;
+  reload) cmd_reload ;;
+  checkpoint) cmd_checkpoint ;;
+  version) echo "{\"contract\":$CONTRACT}" ;;
+  *) echo "usage: pgfleet-instance run|status|promote|fence|unfence|reload|checkpoint|version" >&2; exit 64 ;;
+esac

@@ -1,0 +1,294 @@
+//! The virtual kubelet: pods are scheduled and Ready at once, PVCs bind at
+//! once, and `pgfleet-instance` verbs run against an in-memory model of a
+//! PostgreSQL instance (role, timeline, LSNs that advance). Everything but the
+//! data can be exercised with thousands of pods on one machine.
+//!
+//! The model follows the real script: an empty data directory is initialised
+//! (`PGFLEET_INIT=initdb` and wanted role primary) or cloned; a former primary
+//! whose pod is labelled replica rejoins on the primary's timeline; the data
+//! (role, timeline) lives with the PVC, so it outlives the pod.
+
+use super::cluster::{Cluster, Sub, WriteOpts};
+use super::hostexec::settle_pod;
+use super::resources::ResKey;
+use super::runtime::{ExecOutcome, ExecRequest, LogRequest, Runtime};
+use super::store::{EventType, str_at};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// One emulated PostgreSQL data directory.
+#[derive(Debug, Clone)]
+struct Instance {
+    cluster: String,
+    primary: bool,
+    timeline: i64,
+    /// Where this instance's WAL was when it last changed role.
+    base_lsn: u64,
+    since: Instant,
+    fenced: bool,
+    version: String,
+}
+
+#[derive(Default)]
+pub struct VirtualRuntime {
+    /// Keyed by namespace/claim (or namespace/pod without a PVC).
+    data: Mutex<HashMap<String, Instance>>,
+    /// namespace/pod -> data key of the running pod.
+    pods: Mutex<HashMap<String, String>>,
+}
+
+const BYTES_PER_MS: u64 = 64;
+
+fn pods_key() -> ResKey {
+    ResKey { group: String::new(), plural: "pods".into() }
+}
+
+fn pvcs_key() -> ResKey {
+    ResKey { group: String::new(), plural: "persistentvolumeclaims".into() }
+}
+
+impl Instance {
+    fn lsn(&self) -> u64 {
+        if self.primary && !self.fenced {
+            self.base_lsn + self.since.elapsed().as_millis() as u64 * BYTES_PER_MS
+        } else {
+            self.base_lsn
+        }
+    }
+}
+
+impl VirtualRuntime {
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The data key of a pod: its PVC if it mounts one.
+    fn data_key(pod: &Value) -> String {
+        let ns = str_at(pod, "/metadata/namespace");
+        let claim = pod
+            .pointer("/spec/volumes")
+            .and_then(Value::as_array)
+            .and_then(|vs| vs.iter().find_map(|v| v.pointer("/persistentVolumeClaim/claimName")?.as_str()));
+        format!("{ns}/{}", claim.unwrap_or_else(|| str_at(pod, "/metadata/name")))
+    }
+
+    fn primary_of(data: &HashMap<String, Instance>, cluster: &str) -> Option<Instance> {
+        data.values().find(|i| i.cluster == cluster && i.primary && !i.fenced).cloned()
+    }
+
+    /// Starts (or restarts) the instance model behind a pod.
+    fn start_instance(&self, pod: &Value) {
+        let key = Self::data_key(pod);
+        let pod_id = format!("{}/{}", str_at(pod, "/metadata/namespace"), str_at(pod, "/metadata/name"));
+        let labels = pod.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
+        let cluster = format!("{}/{}", str_at(pod, "/metadata/namespace"), labels.get("pgfleet.io/cluster").and_then(Value::as_str).unwrap_or_default());
+        let wants_primary = labels.get("pgfleet.io/role").and_then(Value::as_str) == Some("primary");
+        let env_init = pod
+            .pointer("/spec/containers/0/env")
+            .and_then(Value::as_array)
+            .and_then(|env| env.iter().find(|e| str_at(e, "/name") == "PGFLEET_INIT"))
+            .map(|e| str_at(e, "/value").to_string())
+            .unwrap_or_default();
+        let version = str_at(pod, "/spec/containers/0/image").rsplit(':').next().unwrap_or("15").to_string();
+        let mut data = Self::lock(&self.data);
+        let primary = Self::primary_of(&data, &cluster);
+        let entry = data.entry(key.clone());
+        let inst = entry.or_insert_with(|| {
+            let is_primary = wants_primary && env_init == "initdb";
+            Instance {
+                cluster: cluster.clone(),
+                primary: is_primary,
+                timeline: primary.as_ref().map(|p| p.timeline).unwrap_or(1),
+                base_lsn: primary.as_ref().map(|p| p.lsn()).unwrap_or(0x0300_0000),
+                since: Instant::now(),
+                fenced: false,
+                version: version.clone(),
+            }
+        });
+        inst.version = version;
+        if inst.primary && !wants_primary {
+            // Rewind: rejoin as a replica on the current primary's timeline.
+            let base = inst.lsn();
+            inst.primary = false;
+            inst.base_lsn = base;
+            if let Some(p) = &primary {
+                inst.timeline = p.timeline;
+            }
+        }
+        Self::lock(&self.pods).insert(pod_id, key);
+    }
+
+    fn report(&self, pod_id: &str) -> Option<Value> {
+        let key = Self::lock(&self.pods).get(pod_id).cloned()?;
+        let data = Self::lock(&self.data);
+        let inst = data.get(&key)?;
+        if inst.fenced {
+            return Some(json!({"contract": 1, "role": "stopped", "ready": false, "fenced": true}));
+        }
+        let lsn = super::super::postgres::format_lsn(inst.lsn());
+        Some(if inst.primary {
+            json!({"contract": 1, "role": "primary", "ready": true, "timeline": inst.timeline,
+                   "currentLsn": lsn, "receivedLsn": null, "replayedLsn": null, "version": inst.version, "pendingRestart": false})
+        } else {
+            let upstream = Self::primary_of(&data, &inst.cluster).map(|p| p.lsn()).unwrap_or(inst.base_lsn);
+            let l = super::super::postgres::format_lsn(upstream.max(inst.base_lsn));
+            json!({"contract": 1, "role": "replica", "ready": true, "timeline": inst.timeline,
+                   "currentLsn": null, "receivedLsn": l, "replayedLsn": l, "version": inst.version, "pendingRestart": false})
+        })
+    }
+
+    /// Runs one `pgfleet-instance` verb against the model.
+    fn verb(&self, pod_id: &str, verb: &str) -> Result<Value, String> {
+        let key = Self::lock(&self.pods).get(pod_id).cloned().ok_or("the instance is not running")?;
+        if verb == "status" {
+            return self.report(pod_id).ok_or_else(|| "the instance is not running".to_string());
+        }
+        let mut data = Self::lock(&self.data);
+        let inst = data.get_mut(&key).ok_or("no data directory")?;
+        Ok(match verb {
+            "promote" => {
+                if !inst.primary {
+                    inst.primary = true;
+                    inst.timeline += 1;
+                    inst.since = Instant::now();
+                }
+                json!({"contract": 1, "promoted": true})
+            }
+            "fence" => {
+                inst.base_lsn = inst.lsn();
+                inst.fenced = true;
+                json!({"contract": 1, "fenced": true})
+            }
+            "unfence" => {
+                inst.fenced = false;
+                inst.since = Instant::now();
+                json!({"contract": 1, "fenced": false})
+            }
+            "reload" => json!({"contract": 1, "reloaded": true}),
+            "checkpoint" => json!({"contract": 1, "checkpoint": true}),
+            "version" => json!({"contract": 1}),
+            other => return Err(format!("unknown verb {other}")),
+        })
+    }
+
+    fn bind_pvc(c: &Cluster, v: &Value) {
+        if str_at(v, "/status/phase") == "Bound" || v.pointer("/metadata/deletionTimestamp").is_some() {
+            return;
+        }
+        let Some(rt) = c.type_of(&pvcs_key()) else { return };
+        let ns = str_at(v, "/metadata/namespace").to_string();
+        let name = str_at(v, "/metadata/name").to_string();
+        let size = v.pointer("/spec/resources/requests/storage").cloned().unwrap_or(json!("1Gi"));
+        let opts = WriteOpts { field_manager: "virtual-kubelet".into(), ..Default::default() };
+        let _ = c.write(&rt, &ns, &name, Sub::Status, &opts, false, |cur| {
+            let mut v = cur.cloned().unwrap_or_default();
+            v["status"] = json!({"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": size}});
+            Ok(v)
+        });
+    }
+
+    fn on_event(&self, c: &Cluster, key: &ResKey, kind: EventType, v: &Value) {
+        if *key == pvcs_key() {
+            if kind == EventType::Deleted {
+                let id = format!("{}/{}", str_at(v, "/metadata/namespace"), str_at(v, "/metadata/name"));
+                Self::lock(&self.data).remove(&id);
+            } else {
+                Self::bind_pvc(c, v);
+            }
+            return;
+        }
+        if *key != pods_key() {
+            return;
+        }
+        let pod_id = format!("{}/{}", str_at(v, "/metadata/namespace"), str_at(v, "/metadata/name"));
+        if kind == EventType::Deleted {
+            Self::lock(&self.pods).remove(&pod_id);
+            return;
+        }
+        if str_at(v, "/status/phase") != "Running" && v.pointer("/metadata/deletionTimestamp").is_none() {
+            self.start_instance(v);
+        }
+        settle_pod(c, v, "virtual-node");
+    }
+}
+
+impl Runtime for VirtualRuntime {
+    fn start(self: Arc<Self>, cluster: Arc<Cluster>) {
+        let weak = Arc::downgrade(&cluster);
+        let (_, mut rx) = cluster.store.subscribe();
+        let mut existing = vec![];
+        for k in [pvcs_key(), pods_key()] {
+            let (items, _) = cluster.store.list(&k, None, None);
+            existing.extend(items.into_iter().map(|o| (k.clone(), o)));
+        }
+        drop(cluster);
+        tokio::spawn(async move {
+            if let Some(c) = weak.upgrade() {
+                for (k, o) in existing {
+                    if k == pods_key() {
+                        // Pods that ran before a restart run again.
+                        self.start_instance(&o.value);
+                    }
+                    self.on_event(&c, &k, EventType::Added, &o.value);
+                }
+            }
+            loop {
+                match rx.recv().await {
+                    Ok(ev) => {
+                        let Some(c) = weak.upgrade() else { return };
+                        self.on_event(&c, &ev.key, ev.kind, &ev.obj.value);
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        // Catch up from the current state.
+                        let Some(c) = weak.upgrade() else { return };
+                        for k in [pvcs_key(), pods_key()] {
+                            let (items, _) = c.store.list(&k, None, None);
+                            for o in items {
+                                self.on_event(&c, &k, EventType::Modified, &o.value);
+                            }
+                        }
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+    }
+
+    fn exec(&self, req: ExecRequest) -> BoxFuture<'static, ExecOutcome> {
+        let pod_id = format!("{}/{}", req.namespace, req.pod);
+        let is_instance = req.command.iter().any(|a| a.ends_with("pgfleet-instance"));
+        let verb = req.command.last().cloned().unwrap_or_default();
+        let result = if is_instance {
+            self.verb(&pod_id, &verb)
+        } else {
+            Err(format!("the virtual runtime only runs pgfleet-instance verbs, not {:?}", req.command))
+        };
+        Box::pin(async move {
+            match result {
+                Ok(v) => {
+                    let _ = req.stdout.send(Bytes::from(format!("{v}\n"))).await;
+                    ExecOutcome::Exited(0)
+                }
+                Err(e) => {
+                    let _ = req.stderr.send(Bytes::from(format!("pgfleet-instance: {e}\n"))).await;
+                    ExecOutcome::Exited(if is_instance { 1 } else { 127 })
+                }
+            }
+        })
+    }
+
+    fn logs(&self, req: LogRequest) -> BoxFuture<'static, Result<mpsc::Receiver<Bytes>, String>> {
+        Box::pin(async move {
+            let (tx, rx) = mpsc::channel(2);
+            let _ = tx
+                .send(Bytes::from(format!("virtual instance {}/{} ({}) running\n", req.namespace, req.pod, req.container)))
+                .await;
+            Ok(rx)
+        })
+    }
+}

@@ -3,7 +3,10 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let cli = pgfleet::cli::Cli::parse();
     pgfleet::telemetry::init_logging();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("pgfleet: cannot start the async runtime: {e}");

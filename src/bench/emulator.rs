@@ -53,7 +53,11 @@ pub struct Args {
 
 pub async fn run(args: Args) -> Result<()> {
     anyhow::ensure!(
-        args.objects > 0 && args.watchers > 0 && args.writers > 0 && args.concurrency > 0 && args.repeat > 0,
+        args.objects > 0
+            && args.watchers > 0
+            && args.writers > 0
+            && args.concurrency > 0
+            && args.repeat > 0,
         "--objects, --watchers, --writers, --concurrency and --repeat must be positive"
     );
     let dir = std::env::temp_dir().join(format!("pgfleet-bench-emulator-{}", std::process::id()));
@@ -108,20 +112,43 @@ fn thousands(x: f64) -> String {
 }
 
 fn print_table(rows: &[Row]) {
-    let w = rows.iter().map(|r| r.figure.len()).max().unwrap_or(6).max(6);
-    let v = rows.iter().map(|r| r.value.len().max(r.floor.len())).max().unwrap_or(5).max(5);
-    println!("{:<w$}  {:>v$}  {:>v$}  {:>8}", "figure", "value", "floor", "ratio");
+    let w = rows
+        .iter()
+        .map(|r| r.figure.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let v = rows
+        .iter()
+        .map(|r| r.value.len().max(r.floor.len()))
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    println!(
+        "{:<w$}  {:>v$}  {:>v$}  {:>8}",
+        "figure", "value", "floor", "ratio"
+    );
     println!("{}", "-".repeat(w + 2 * v + 14));
     for r in rows {
-        let ratio = r.ratio.map(|x| format!("{x:.1}x")).unwrap_or_else(|| "-".into());
-        println!("{:<w$}  {:>v$}  {:>v$}  {:>8}", r.figure, r.value, r.floor, ratio);
+        let ratio = r
+            .ratio
+            .map(|x| format!("{x:.1}x"))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{:<w$}  {:>v$}  {:>v$}  {:>8}",
+            r.figure, r.value, r.floor, ratio
+        );
     }
 }
 
 /// Resident set size of this process, in bytes.
 fn rss() -> Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS in /proc/self/status")?;
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .context("no VmRSS in /proc/self/status")?;
     let kb: u64 = line
         .split_whitespace()
         .nth(1)
@@ -153,9 +180,10 @@ fn pgc_name(i: usize) -> String {
 }
 
 fn pgc(i: usize) -> Result<PostgresCluster> {
-    let spec: PostgresClusterSpec =
-        serde_json::from_value(json!({"clusterSize": 3, "version": "15", "storage": {"size": "10Gi"}}))
-            .context("building a PostgresCluster spec")?;
+    let spec: PostgresClusterSpec = serde_json::from_value(
+        json!({"clusterSize": 3, "version": "15", "storage": {"size": "10Gi"}}),
+    )
+    .context("building a PostgresCluster spec")?;
     let mut o = PostgresCluster::new(&pgc_name(i), spec);
     o.metadata.namespace = Some(NS.into());
     o.metadata.labels = Some([("tier".to_string(), format!("t{}", i % 4))].into());
@@ -163,7 +191,12 @@ fn pgc(i: usize) -> Result<PostgresCluster> {
 }
 
 /// Creates `n` objects through the API, `conc` in flight; the time taken.
-async fn create_all<K>(api: &Api<K>, n: usize, conc: usize, make: fn(usize) -> Result<K>) -> Result<Duration>
+async fn create_all<K>(
+    api: &Api<K>,
+    n: usize,
+    conc: usize,
+    make: fn(usize) -> Result<K>,
+) -> Result<Duration>
 where
     K: Clone + Serialize + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -171,7 +204,9 @@ where
     stream::iter(0..n)
         .map(|i| async move {
             let obj = make(i)?;
-            api.create(&PostParams::default(), &obj).await.with_context(|| format!("creating object {i}"))
+            api.create(&PostParams::default(), &obj)
+                .await
+                .with_context(|| format!("creating object {i}"))
         })
         .buffer_unordered(conc)
         .try_for_each(|_| async { Ok(()) })
@@ -232,7 +267,10 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 /// Times `f` `reps` times; the median.
-async fn timed<T, F: std::future::Future<Output = Result<T>>>(reps: usize, mut f: impl FnMut() -> F) -> Result<(Duration, T)> {
+async fn timed<T, F: std::future::Future<Output = Result<T>>>(
+    reps: usize,
+    mut f: impl FnMut() -> F,
+) -> Result<(Duration, T)> {
     let mut times = vec![];
     let mut last = None;
     for _ in 0..reps {
@@ -262,7 +300,13 @@ type Events = BoxStream<'static, kube::Result<WatchEvent<PostgresCluster>>>;
 /// Reads one watch until it has seen `want` stamped updates (resuming from
 /// the last resourceVersion if the server ends the stream); the per-event
 /// latencies in µs and when it finished.
-async fn watcher(api: Api<PostgresCluster>, mut events: Events, mut rv: String, want: usize, t0: Instant) -> Result<(Vec<u64>, Duration)> {
+async fn watcher(
+    api: Api<PostgresCluster>,
+    mut events: Events,
+    mut rv: String,
+    want: usize,
+    t0: Instant,
+) -> Result<(Vec<u64>, Duration)> {
     let mut lat = Vec::with_capacity(want);
     while lat.len() < want {
         match events.next().await {
@@ -277,7 +321,13 @@ async fn watcher(api: Api<PostgresCluster>, mut events: Events, mut rv: String, 
             Some(Ok(WatchEvent::Error(e))) => anyhow::bail!("watch error: {e:?}"),
             Some(Ok(_)) => {}
             Some(Err(e)) => return Err(e).context("reading a watch"),
-            None => events = api.watch(&WatchParams::default(), &rv).await.context("re-opening a watch")?.boxed(),
+            None => {
+                events = api
+                    .watch(&WatchParams::default(), &rv)
+                    .await
+                    .context("re-opening a watch")?
+                    .boxed()
+            }
         }
     }
     Ok((lat, t0.elapsed()))
@@ -285,14 +335,21 @@ async fn watcher(api: Api<PostgresCluster>, mut events: Events, mut rv: String, 
 
 /// Applies updates `0..total` as merge patches, taking the next one from `next`
 /// one at a time; when this writer finished.
-async fn writer(api: Api<PostgresCluster>, next: Arc<AtomicUsize>, total: usize, objects: usize, t0: Instant) -> Result<Duration> {
+async fn writer(
+    api: Api<PostgresCluster>,
+    next: Arc<AtomicUsize>,
+    total: usize,
+    objects: usize,
+    t0: Instant,
+) -> Result<Duration> {
     let pp = PatchParams::default();
     loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         if i >= total {
             return Ok(t0.elapsed());
         }
-        let patch = json!({"metadata": {"annotations": {STAMP: format!("{i}:{}", elapsed_us(t0))}}});
+        let patch =
+            json!({"metadata": {"annotations": {STAMP: format!("{i}:{}", elapsed_us(t0))}}});
         api.patch(&pgc_name(i % objects), &pp, &Patch::Merge(&patch))
             .await
             .with_context(|| format!("patching {}", pgc_name(i % objects)))?;
@@ -302,7 +359,12 @@ async fn writer(api: Api<PostgresCluster>, next: Arc<AtomicUsize>, total: usize,
 /// The watch floor: the same `k` updated objects, encoded once each, through
 /// an in-process broadcast to `watchers` receivers that decode them. With
 /// `pace`, event i leaves at i × pace (the offered load of the real run).
-async fn broadcast_floor(objs: &[PostgresCluster], k: usize, watchers: usize, pace: Option<Duration>) -> Result<(Duration, Vec<u64>)> {
+async fn broadcast_floor(
+    objs: &[PostgresCluster],
+    k: usize,
+    watchers: usize,
+    pace: Option<Duration>,
+) -> Result<(Duration, Vec<u64>)> {
     let (tx, _) = tokio::sync::broadcast::channel::<Arc<Vec<u8>>>(k.max(1));
     let t0 = Instant::now();
     let mut rx = vec![];
@@ -313,7 +375,11 @@ async fn broadcast_floor(objs: &[PostgresCluster], k: usize, watchers: usize, pa
             while lat.len() < k {
                 let b = r.recv().await?;
                 let o: PostgresCluster = serde_json::from_slice(&b)?;
-                lat.push(stamp_of(&o).map(|s| elapsed_us(t0).saturating_sub(s)).unwrap_or_default());
+                lat.push(
+                    stamp_of(&o)
+                        .map(|s| elapsed_us(t0).saturating_sub(s))
+                        .unwrap_or_default(),
+                );
             }
             anyhow::Ok(lat)
         }));
@@ -350,39 +416,68 @@ async fn bench(args: &Args, dir: &std::path::Path) -> Result<()> {
     .await
     .context("starting the emulated cluster")?;
     let sc = sim.clusters.first().context("the sim started no cluster")?;
-    let kc = kube::config::Kubeconfig::read_from(&sc.kubeconfig).context("reading the kubeconfig")?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.context("loading the kubeconfig")?;
+    let kc =
+        kube::config::Kubeconfig::read_from(&sc.kubeconfig).context("reading the kubeconfig")?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .context("loading the kubeconfig")?;
     let client = Client::try_from(config).context("building the client")?;
 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for c in crd::all() {
-        crds.create(&PostParams::default(), &c).await.context("registering a CRD")?;
+        crds.create(&PostParams::default(), &c)
+            .await
+            .context("registering a CRD")?;
     }
     let pgcs: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let served = Instant::now();
     while pgcs.list(&ListParams::default().limit(1)).await.is_err() {
-        anyhow::ensure!(served.elapsed() < Duration::from_secs(10), "the PostgresCluster CRD is not served after 10 s");
+        anyhow::ensure!(
+            served.elapsed() < Duration::from_secs(10),
+            "the PostgresCluster CRD is not served after 10 s"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
     // Load.
     let rss_before = rss()?;
     let conc = args.concurrency;
-    eprintln!("creating {} pods and {} PostgresClusters ({conc} in flight)…", args.pods, args.objects);
+    eprintln!(
+        "creating {} pods and {} PostgresClusters ({conc} in flight)…",
+        args.pods, args.objects
+    );
     let took = create_all(&pods, args.pods, conc, pod).await?;
     let floor = roundtrip_floor(&(0..args.pods).map(pod).collect::<Result<Vec<_>>>()?)?;
-    rows.push(rate(format!("create pods ({conc} in flight)"), args.pods, took, floor, "ops/s"));
+    rows.push(rate(
+        format!("create pods ({conc} in flight)"),
+        args.pods,
+        took,
+        floor,
+        "ops/s",
+    ));
     let took = create_all(&pgcs, args.objects, conc, pgc).await?;
     let floor = roundtrip_floor(&(0..args.objects).map(pgc).collect::<Result<Vec<_>>>()?)?;
-    rows.push(rate(format!("create PostgresClusters ({conc} in flight)"), args.objects, took, floor, "ops/s"));
+    rows.push(rate(
+        format!("create PostgresClusters ({conc} in flight)"),
+        args.objects,
+        took,
+        floor,
+        "ops/s",
+    ));
     let rss_after = rss()?;
     let (_, stored) = sc.cluster.store.dump();
-    let json_bytes = stored.iter().map(|(_, o)| o.json.len() as u64).sum::<u64>() / (stored.len().max(1) as u64);
+    let json_bytes =
+        stored.iter().map(|(_, o)| o.json.len() as u64).sum::<u64>() / (stored.len().max(1) as u64);
     drop(stored);
     let loaded = (args.pods + args.objects).max(1) as u64;
     let per_obj = rss_after.saturating_sub(rss_before) / loaded;
-    rows.push(row("RSS at start / before load", format!("{} / {}", mib(rss_start), mib(rss_before)), None, None));
+    rows.push(row(
+        "RSS at start / before load",
+        format!("{} / {}", mib(rss_start), mib(rss_before)),
+        None,
+        None,
+    ));
     rows.push(row("RSS after load", mib(rss_after), None, None));
     rows.push(row(
         "RSS growth per stored object (floor: its JSON)",
@@ -395,15 +490,43 @@ async fn bench(args: &Args, dir: &std::path::Path) -> Result<()> {
     eprintln!("listing ({} repetitions each)…", args.repeat);
     let reps = args.repeat;
     let (took, items) = timed(reps, || list_all(&pods, None)).await?;
-    anyhow::ensure!(items.len() == args.pods, "LIST returned {} pods, want {}", items.len(), args.pods);
-    let floors = (0..reps).map(|_| list_floor(&items)).collect::<Result<Vec<_>>>()?;
+    anyhow::ensure!(
+        items.len() == args.pods,
+        "LIST returned {} pods, want {}",
+        items.len(),
+        args.pods
+    );
+    let floors = (0..reps)
+        .map(|_| list_floor(&items))
+        .collect::<Result<Vec<_>>>()?;
     let floor = median(floors);
     rows.push(millis("LIST pods, one request", took, floor));
-    rows.push(rate("LIST pods, one request", items.len(), took, floor, "obj/s"));
+    rows.push(rate(
+        "LIST pods, one request",
+        items.len(),
+        took,
+        floor,
+        "obj/s",
+    ));
     let (took_p, paged) = timed(reps, || list_all(&pods, Some(args.page))).await?;
-    anyhow::ensure!(paged.len() == args.pods, "paginated LIST returned {} pods, want {}", paged.len(), args.pods);
-    rows.push(millis(format!("LIST pods, limit={}", args.page), took_p, floor));
-    rows.push(rate(format!("LIST pods, limit={}", args.page), paged.len(), took_p, floor, "obj/s"));
+    anyhow::ensure!(
+        paged.len() == args.pods,
+        "paginated LIST returned {} pods, want {}",
+        paged.len(),
+        args.pods
+    );
+    rows.push(millis(
+        format!("LIST pods, limit={}", args.page),
+        took_p,
+        floor,
+    ));
+    rows.push(rate(
+        format!("LIST pods, limit={}", args.page),
+        paged.len(),
+        took_p,
+        floor,
+        "obj/s",
+    ));
     drop(paged);
     let raw = kube::core::Request::new(Pod::url_path(&(), Some(NS)));
     let (took_raw, body) = timed(reps, || {
@@ -411,20 +534,38 @@ async fn bench(args: &Args, dir: &std::path::Path) -> Result<()> {
         async move { c.request_text(r?).await.context("raw LIST") }
     })
     .await?;
-    let enc = median((0..reps).map(|_| -> Result<Duration> {
-        let t = Instant::now();
-        std::hint::black_box(serde_json::to_vec(&items)?);
-        Ok(t.elapsed())
-    }).collect::<Result<Vec<_>>>()?);
-    rows.push(millis(format!("LIST pods, bytes only ({} MiB; floor: encode)", body.len() >> 20), took_raw, enc));
+    let enc = median(
+        (0..reps)
+            .map(|_| -> Result<Duration> {
+                let t = Instant::now();
+                std::hint::black_box(serde_json::to_vec(&items)?);
+                Ok(t.elapsed())
+            })
+            .collect::<Result<Vec<_>>>()?,
+    );
+    rows.push(millis(
+        format!(
+            "LIST pods, bytes only ({} MiB; floor: encode)",
+            body.len() >> 20
+        ),
+        took_raw,
+        enc,
+    ));
     drop((items, body));
     let (took, objs) = timed(reps, || list_all(&pgcs, None)).await?;
-    let floor = median((0..reps).map(|_| list_floor(&objs)).collect::<Result<Vec<_>>>()?);
+    let floor = median(
+        (0..reps)
+            .map(|_| list_floor(&objs))
+            .collect::<Result<Vec<_>>>()?,
+    );
     rows.push(millis("LIST PostgresClusters, one request", took, floor));
 
     // Watch fan-out.
     let (k, nw) = (args.updates, args.watchers);
-    eprintln!("watch fan-out: {nw} watchers, {k} updates from {} writers…", args.writers);
+    eprintln!(
+        "watch fan-out: {nw} watchers, {k} updates from {} writers…",
+        args.writers
+    );
     let rv = pgcs
         .list(&ListParams::default().limit(1))
         .await?
@@ -434,8 +575,18 @@ async fn bench(args: &Args, dir: &std::path::Path) -> Result<()> {
     let t0 = Instant::now();
     let mut watchers = vec![];
     for _ in 0..nw {
-        let events = pgcs.watch(&WatchParams::default(), &rv).await.context("opening a watch")?.boxed();
-        watchers.push(tokio::spawn(watcher(pgcs.clone(), events, rv.clone(), k, t0)));
+        let events = pgcs
+            .watch(&WatchParams::default(), &rv)
+            .await
+            .context("opening a watch")?
+            .boxed();
+        watchers.push(tokio::spawn(watcher(
+            pgcs.clone(),
+            events,
+            rv.clone(),
+            k,
+            t0,
+        )));
     }
     let start = t0.elapsed();
     let next = Arc::new(AtomicUsize::new(0));
@@ -449,7 +600,9 @@ async fn bench(args: &Args, dir: &std::path::Path) -> Result<()> {
     let wait = Duration::from_secs(120);
     let all = tokio::time::timeout(wait, futures::future::join_all(watchers))
         .await
-        .with_context(|| format!("the watchers did not see all {k} updates within {wait:?} after the last one"))?;
+        .with_context(|| {
+            format!("the watchers did not see all {k} updates within {wait:?} after the last one")
+        })?;
     let (mut lat, mut seen_all) = (vec![], start);
     for r in all {
         let (l, done) = r.context("a watcher panicked")??;
@@ -464,15 +617,41 @@ async fn bench(args: &Args, dir: &std::path::Path) -> Result<()> {
     let (_, mut floor_lat) = broadcast_floor(&objs, k, nw, Some(pace)).await?;
     floor_lat.sort_unstable();
     let upd_floor = roundtrip_floor(&objs.iter().cycle().take(k).cloned().collect::<Vec<_>>())?;
-    rows.push(rate(format!("updates, merge patch ({} writers)", args.writers), k, update_time, upd_floor, "ops/s"));
-    rows.push(rate(format!("watch events delivered ({nw} watchers)"), k * nw, fanout_time, floor_time, "ev/s"));
-    rows.push(millis("watch: first update to all watchers caught up", fanout_time, floor_time));
+    rows.push(rate(
+        format!("updates, merge patch ({} writers)", args.writers),
+        k,
+        update_time,
+        upd_floor,
+        "ops/s",
+    ));
+    rows.push(rate(
+        format!("watch events delivered ({nw} watchers)"),
+        k * nw,
+        fanout_time,
+        floor_time,
+        "ev/s",
+    ));
+    rows.push(millis(
+        "watch: first update to all watchers caught up",
+        fanout_time,
+        floor_time,
+    ));
     let lag = seen_all.saturating_sub(writes_done);
-    rows.push(row("watch: last update ack to all caught up", format!("{:.1} ms", lag.as_secs_f64() * 1e3), None, None));
+    rows.push(row(
+        "watch: last update ack to all caught up",
+        format!("{:.1} ms", lag.as_secs_f64() * 1e3),
+        None,
+        None,
+    ));
     for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
         let (a, f) = (percentile(&lat, p), percentile(&floor_lat, p));
         let r = a as f64 / f.max(1) as f64;
-        rows.push(row(format!("watch delivery latency {name}"), format!("{a} µs"), Some(format!("{f} µs")), Some(r)));
+        rows.push(row(
+            format!("watch delivery latency {name}"),
+            format!("{a} µs"),
+            Some(format!("{f} µs")),
+            Some(r),
+        ));
     }
 
     println!(

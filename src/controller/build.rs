@@ -124,7 +124,8 @@ pub fn config_map(o: &Owner, params: &BTreeMap<String, String>, pg_hba: &[String
             "pgfleet-instance": postgres::INSTANCE_SCRIPT,
         },
     });
-    obj["metadata"]["annotations"] = json!({ANN_PARAMETERS: serde_json::to_string(params).unwrap_or_default()});
+    obj["metadata"]["annotations"] =
+        json!({ANN_PARAMETERS: serde_json::to_string(params).unwrap_or_default()});
     with_hash(obj)
 }
 
@@ -151,7 +152,8 @@ pub fn pvc(o: &Owner, pg: &PostgresCluster, ordinal: u32) -> Value {
 pub fn pod(o: &Owner, pg: &PostgresCluster, ordinal: u32, role: &str, init: &str) -> Value {
     let name = o.instance_name(ordinal);
     let env = |n: &str, v: &str| json!({"name": n, "value": v});
-    let field = |n: &str, path: &str| json!({"name": n, "valueFrom": {"fieldRef": {"fieldPath": path}}});
+    let field =
+        |n: &str, path: &str| json!({"name": n, "valueFrom": {"fieldRef": {"fieldPath": path}}});
     let script = format!("{CONFIG_MOUNT}/pgfleet-instance");
     let probe = |period: i64, failures: i64| {
         json!({"exec": {"command": ["/bin/sh", "-c", "pg_isready -q -h /tmp -p 5432"]},
@@ -216,7 +218,9 @@ pub fn pod(o: &Owner, pg: &PostgresCluster, ordinal: u32, role: &str, init: &str
     });
     // The hash leaves out the role label (relabelled in place on failover)
     // and the init mode (only meaningful for an empty volume).
-    let h = content_hash(&json!({"spec": obj["spec"]["containers"][0]["image"], "res": obj["spec"]["containers"][0]["resources"]}));
+    let h = content_hash(
+        &json!({"spec": obj["spec"]["containers"][0]["image"], "res": obj["spec"]["containers"][0]["resources"]}),
+    );
     obj["metadata"]["labels"][LABEL_ROLE] = json!(role);
     obj["metadata"]["annotations"] = json!({ANN_HASH: h, ANN_VERSION: pg.spec.version});
     obj
@@ -256,7 +260,10 @@ mod tests {
     use super::*;
 
     fn pg() -> PostgresCluster {
-        let mut pg = PostgresCluster::new("orders", serde_json::from_value(json!({"clusterSize": 3, "version": "15.20"})).unwrap());
+        let mut pg = PostgresCluster::new(
+            "orders",
+            serde_json::from_value(json!({"clusterSize": 3, "version": "15.20"})).unwrap(),
+        );
         pg.metadata.namespace = Some("shop".into());
         pg.metadata.uid = Some("u-1".into());
         pg
@@ -272,11 +279,17 @@ mod tests {
         assert_eq!(p["spec"]["containers"][0]["command"][2], "run");
         assert_eq!(p["metadata"]["labels"][LABEL_ROLE], "replica");
         assert_eq!(p["metadata"]["labels"][LABEL_SHARD], "2");
-        assert_eq!(p["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"], "orders-2");
+        assert_eq!(
+            p["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
+            "orders-2"
+        );
         assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "u-1");
         // Same spec, other role: same hash (relabelled in place, not recreated).
         let q = pod(&o, &pg, 2, "primary", "initdb");
-        assert_eq!(p["metadata"]["annotations"][ANN_HASH], q["metadata"]["annotations"][ANN_HASH]);
+        assert_eq!(
+            p["metadata"]["annotations"][ANN_HASH],
+            q["metadata"]["annotations"][ANN_HASH]
+        );
     }
 
     #[test]

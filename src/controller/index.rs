@@ -5,16 +5,18 @@
 //! Only what reconcile reads is kept (a few strings per child), which is what
 //! keeps the manager small per managed PostgresCluster.
 
-use super::build::{ANN_HASH, ANN_PARAMETERS, ANN_VERSION, LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_ROLE};
+use super::build::{
+    ANN_HASH, ANN_PARAMETERS, ANN_VERSION, LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_ROLE,
+};
 use super::plan::{Observed, PodInfo};
 use crate::crd::PostgresCluster;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource};
 use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
@@ -58,14 +60,21 @@ impl ChildIndex {
         let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
         self.edit(key.clone(), |o| match kind {
             Kind::Pod => {
-                o.pods.insert(name.clone(), PodInfo {
-                    name,
-                    role: meta.labels.as_ref().and_then(|l| l.get(LABEL_ROLE)).cloned(),
-                    ready: pod_ready.unwrap_or(false),
-                    deleting: meta.deletion_timestamp.is_some(),
-                    hash: ann(ANN_HASH),
-                    version: ann(ANN_VERSION),
-                });
+                o.pods.insert(
+                    name.clone(),
+                    PodInfo {
+                        name,
+                        role: meta
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(LABEL_ROLE))
+                            .cloned(),
+                        ready: pod_ready.unwrap_or(false),
+                        deleting: meta.deletion_timestamp.is_some(),
+                        hash: ann(ANN_HASH),
+                        version: ann(ANN_VERSION),
+                    },
+                );
             }
             Kind::Pvc => {
                 o.pvcs.insert(name);
@@ -112,7 +121,10 @@ impl ChildIndex {
 
     /// Drops an owner's entry (after its deletion).
     pub fn remove_owner(&self, ns: &str, cluster: &str) {
-        self.map.write().unwrap_or_else(|e| e.into_inner()).remove(&(ns.to_string(), cluster.to_string()));
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(ns.to_string(), cluster.to_string()));
     }
 
     pub fn len(&self) -> usize {
@@ -148,13 +160,26 @@ fn selector() -> watcher::Config {
 pub async fn run(client: kube::Client, index: std::sync::Arc<ChildIndex>, trigger: Trigger) {
     let pods = {
         let (index, trigger) = (index.clone(), trigger.clone());
-        let stream = watcher::watcher(Api::<Pod>::all(client.clone()), selector()).default_backoff();
-        feed(stream, index, trigger, Kind::Pod, |p: &Pod| (p.meta().clone(), Some(pod_ready(p))))
+        let stream =
+            watcher::watcher(Api::<Pod>::all(client.clone()), selector()).default_backoff();
+        feed(stream, index, trigger, Kind::Pod, |p: &Pod| {
+            (p.meta().clone(), Some(pod_ready(p)))
+        })
     };
     macro_rules! meta_feed {
         ($k:ty, $kind:expr) => {{
-            let stream = watcher::watcher(Api::<kube::core::PartialObjectMeta<$k>>::all(client.clone()), selector()).default_backoff();
-            feed(stream, index.clone(), trigger.clone(), $kind, |m: &kube::core::PartialObjectMeta<$k>| (m.metadata.clone(), None))
+            let stream = watcher::watcher(
+                Api::<kube::core::PartialObjectMeta<$k>>::all(client.clone()),
+                selector(),
+            )
+            .default_backoff();
+            feed(
+                stream,
+                index.clone(),
+                trigger.clone(),
+                $kind,
+                |m: &kube::core::PartialObjectMeta<$k>| (m.metadata.clone(), None),
+            )
         }};
     }
     tokio::join!(

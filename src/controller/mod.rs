@@ -86,7 +86,10 @@ pub fn start(member: Arc<Member>, shards: u32, workers: u32) -> Handle {
     let client = member.client();
     let stats = Arc::new(Stats::default());
     let idx = Arc::new(index::ChildIndex::default());
-    let reporter = Reporter { controller: "pgfleet".into(), instance: std::env::var("HOSTNAME").ok() };
+    let reporter = Reporter {
+        controller: "pgfleet".into(),
+        instance: std::env::var("HOSTNAME").ok(),
+    };
     let ctx = Arc::new(Ctx {
         member: member.name.clone(),
         client: client.clone(),
@@ -110,7 +113,8 @@ pub fn start(member: Arc<Member>, shards: u32, workers: u32) -> Handle {
             .default_backoff()
             .modify(|pg: &mut PostgresCluster| {
                 pg.managed_fields_mut().clear();
-                pg.annotations_mut().remove("kubectl.kubernetes.io/last-applied-configuration");
+                pg.annotations_mut()
+                    .remove("kubectl.kubernetes.io/last-applied-configuration");
             })
             .reflect(writer)
             .touched_objects();
@@ -140,20 +144,28 @@ pub fn start(member: Arc<Member>, shards: u32, workers: u32) -> Handle {
     };
     tokio::spawn(index::run(client.clone(), idx, trigger));
     tokio::spawn(label_shards(client, shards, member.name.clone()));
-    Handle { member, stores, stats }
+    Handle {
+        member,
+        stores,
+        stats,
+    }
 }
 
 /// Gives every PostgresCluster its shard label (new ones, and all of them
 /// once at start in case the shard count changed).
 async fn label_shards(client: kube::Client, shards: u32, member: String) {
     let api: Api<kube::core::PartialObjectMeta<PostgresCluster>> = Api::all(client.clone());
-    let stream = watcher(api, watcher::Config::default()).default_backoff().touched_objects();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects();
     futures::pin_mut!(stream);
     while let Some(item) = stream.next().await {
         let Ok(meta) = item else { continue };
         let (ns, name) = (meta.namespace().unwrap_or_default(), meta.name_any());
         let want = shard_of(&ns, &name, shards).to_string();
-        if meta.labels().get(LABEL_SHARD) == Some(&want) || meta.metadata.deletion_timestamp.is_some() {
+        if meta.labels().get(LABEL_SHARD) == Some(&want)
+            || meta.metadata.deletion_timestamp.is_some()
+        {
             continue;
         }
         let patch = serde_json::json!({"metadata": {"labels": {LABEL_SHARD: want}}});

@@ -53,22 +53,44 @@ pub fn ordinal(cluster: &str, name: &str) -> Option<u32> {
 /// Decides creation, recreation and scale-down. The primary is the recorded
 /// `currentPrimary` when its data still exists, else the pod labelled
 /// primary, else (a new cluster) instance 1, bootstrapped with initdb.
-pub fn plan_instances(cluster: &str, size: u32, current_primary: Option<&str>, obs: &Observed) -> InstancePlan {
-    let mut existing: BTreeSet<u32> = obs.pvcs.iter().filter_map(|n| ordinal(cluster, n)).collect();
-    existing.extend(obs.pods.values().filter(|p| !p.deleting).filter_map(|p| ordinal(cluster, &p.name)));
+pub fn plan_instances(
+    cluster: &str,
+    size: u32,
+    current_primary: Option<&str>,
+    obs: &Observed,
+) -> InstancePlan {
+    let mut existing: BTreeSet<u32> = obs
+        .pvcs
+        .iter()
+        .filter_map(|n| ordinal(cluster, n))
+        .collect();
+    existing.extend(
+        obs.pods
+            .values()
+            .filter(|p| !p.deleting)
+            .filter_map(|p| ordinal(cluster, &p.name)),
+    );
     let labelled = obs
         .pods
         .values()
         .find(|p| p.role.as_deref() == Some("primary") && !p.deleting)
         .and_then(|p| ordinal(cluster, &p.name));
-    let recorded = current_primary.and_then(|n| ordinal(cluster, n)).filter(|o| existing.contains(o));
+    let recorded = current_primary
+        .and_then(|n| ordinal(cluster, n))
+        .filter(|o| existing.contains(o));
     let fresh = existing.is_empty();
-    let primary = recorded.or(labelled).or(if fresh { Some(1) } else { existing.iter().next().copied() });
+    let primary = recorded.or(labelled).or(if fresh {
+        Some(1)
+    } else {
+        existing.iter().next().copied()
+    });
     let mut keep: Vec<u32> = existing.iter().copied().collect();
     let mut remove = vec![];
     // Scale down: highest ordinal first, never the primary.
     while keep.len() > size as usize {
-        let Some(victim) = keep.iter().rev().copied().find(|o| Some(*o) != primary) else { break };
+        let Some(victim) = keep.iter().rev().copied().find(|o| Some(*o) != primary) else {
+            break;
+        };
         keep.retain(|o| *o != victim);
         remove.push(victim);
     }
@@ -78,7 +100,11 @@ pub fn plan_instances(cluster: &str, size: u32, current_primary: Option<&str>, o
         while existing.contains(&next) {
             next += 1;
         }
-        let init = if fresh && Some(next) == primary { "initdb" } else { "clone" };
+        let init = if fresh && Some(next) == primary {
+            "initdb"
+        } else {
+            "clone"
+        };
         create.push((next, init));
         existing.insert(next);
     }
@@ -89,7 +115,13 @@ pub fn plan_instances(cluster: &str, size: u32, current_primary: Option<&str>, o
         .collect();
     keep.extend(create.iter().map(|(o, _)| *o));
     keep.sort_unstable();
-    InstancePlan { primary, keep, create, recreate_pods, remove }
+    InstancePlan {
+        primary,
+        keep,
+        create,
+        recreate_pods,
+        remove,
+    }
 }
 
 /// Inputs to the status computation besides the observation.
@@ -127,7 +159,10 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         .collect();
     instances.sort_by_key(|i| ordinal(inp.cluster, &i.name));
     let ready = instances.iter().filter(|i| i.ready).count() as i32;
-    let primary_ready = inp.primary.as_ref().is_some_and(|p| instances.iter().any(|i| &i.name == p && i.ready));
+    let primary_ready = inp
+        .primary
+        .as_ref()
+        .is_some_and(|p| instances.iter().any(|i| &i.name == p && i.ready));
     let count = instances.len() as u32;
     let phase = if inp.invalid.is_some() {
         "Invalid"
@@ -140,7 +175,10 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
     } else {
         "Degraded"
     };
-    let versions: BTreeSet<&str> = instances.iter().filter_map(|i| i.version.as_deref()).collect();
+    let versions: BTreeSet<&str> = instances
+        .iter()
+        .filter_map(|i| i.version.as_deref())
+        .collect();
     let current_version = match versions.len() {
         0 => prev.current_version.clone(),
         1 => versions.iter().next().map(|v| v.to_string()),
@@ -167,16 +205,53 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
     };
     let healthy = phase == "Healthy";
     let mut conditions = vec![
-        cond("Ready", healthy, if healthy { "AllInstancesReady" } else { "NotAllInstancesReady" },
-             format!("{ready}/{} instances ready", inp.size)),
-        cond("Progressing", matches!(phase, "Creating" | "Scaling"), phase, format!("phase {phase}")),
-        cond("Degraded", phase == "Degraded", phase, if phase == "Degraded" { "an instance or the primary is not ready".into() } else { String::new() }),
-        cond("Invalid", inp.invalid.is_some(), if inp.invalid.is_some() { "InvalidSpec" } else { "Valid" },
-             inp.invalid.clone().unwrap_or_default()),
+        cond(
+            "Ready",
+            healthy,
+            if healthy {
+                "AllInstancesReady"
+            } else {
+                "NotAllInstancesReady"
+            },
+            format!("{ready}/{} instances ready", inp.size),
+        ),
+        cond(
+            "Progressing",
+            matches!(phase, "Creating" | "Scaling"),
+            phase,
+            format!("phase {phase}"),
+        ),
+        cond(
+            "Degraded",
+            phase == "Degraded",
+            phase,
+            if phase == "Degraded" {
+                "an instance or the primary is not ready".into()
+            } else {
+                String::new()
+            },
+        ),
+        cond(
+            "Invalid",
+            inp.invalid.is_some(),
+            if inp.invalid.is_some() {
+                "InvalidSpec"
+            } else {
+                "Valid"
+            },
+            inp.invalid.clone().unwrap_or_default(),
+        ),
     ];
     if !inp.pending_restart.is_empty() {
-        conditions.push(cond("PendingRestart", true, "RestartRequired",
-            format!("parameters need a restart: {}", inp.pending_restart.join(", "))));
+        conditions.push(cond(
+            "PendingRestart",
+            true,
+            "RestartRequired",
+            format!(
+                "parameters need a restart: {}",
+                inp.pending_restart.join(", ")
+            ),
+        ));
     }
     PostgresClusterStatus {
         phase: Some(phase.to_string()),

@@ -3,7 +3,13 @@ use super::*;
 fn pod(name: &str, role: &str, ready: bool) -> (String, PodInfo) {
     (
         name.to_string(),
-        PodInfo { name: name.into(), role: Some(role.into()), ready, version: Some("15.20".into()), ..Default::default() },
+        PodInfo {
+            name: name.into(),
+            role: Some(role.into()),
+            ready,
+            version: Some("15.20".into()),
+            ..Default::default()
+        },
     )
 }
 
@@ -26,7 +32,10 @@ fn a_new_cluster_bootstraps_instance_one_with_initdb() {
 
 #[test]
 fn scale_up_clones_into_the_lowest_free_ordinals() {
-    let obs = observed(&[("pg-1", "primary", true), ("pg-3", "replica", true)], &["pg-1", "pg-3"]);
+    let obs = observed(
+        &[("pg-1", "primary", true), ("pg-3", "replica", true)],
+        &["pg-1", "pg-3"],
+    );
     let p = plan_instances("pg", 5, Some("pg-1"), &obs);
     assert_eq!(p.create, vec![(2, "clone"), (4, "clone"), (5, "clone")]);
 }
@@ -34,7 +43,13 @@ fn scale_up_clones_into_the_lowest_free_ordinals() {
 #[test]
 fn scale_down_removes_highest_ordinals_but_never_the_primary() {
     let obs = observed(
-        &[("pg-1", "replica", true), ("pg-2", "replica", true), ("pg-3", "replica", true), ("pg-4", "replica", true), ("pg-5", "primary", true)],
+        &[
+            ("pg-1", "replica", true),
+            ("pg-2", "replica", true),
+            ("pg-3", "replica", true),
+            ("pg-4", "replica", true),
+            ("pg-5", "primary", true),
+        ],
         &["pg-1", "pg-2", "pg-3", "pg-4", "pg-5"],
     );
     let p = plan_instances("pg", 2, Some("pg-5"), &obs);
@@ -53,30 +68,67 @@ fn a_deleted_pod_with_its_volume_is_recreated() {
 
 #[test]
 fn status_reports_health_and_keeps_transition_times() {
-    let obs = observed(&[("pg-1", "primary", true), ("pg-2", "replica", true)], &["pg-1", "pg-2"]);
+    let obs = observed(
+        &[("pg-1", "primary", true), ("pg-2", "replica", true)],
+        &["pg-1", "pg-2"],
+    );
     let inp = StatusInput {
-        cluster: "pg", size: 2, version: "15.20", generation: Some(3), primary: Some("pg-1".into()),
-        invalid: None, pending_restart: vec![], previous: None, now: "t1".into(),
+        cluster: "pg",
+        size: 2,
+        version: "15.20",
+        generation: Some(3),
+        primary: Some("pg-1".into()),
+        invalid: None,
+        pending_restart: vec![],
+        previous: None,
+        now: "t1".into(),
     };
     let s = status(&inp, &obs);
     assert_eq!(s.phase.as_deref(), Some("Healthy"));
     assert_eq!(s.ready_instances, 2);
     assert_eq!(s.current_primary.as_deref(), Some("pg-1"));
     assert_eq!(s.observed_generation, Some(3));
-    let again = status(&StatusInput { previous: Some(&s), now: "t2".into(), ..inp }, &obs);
+    let again = status(
+        &StatusInput {
+            previous: Some(&s),
+            now: "t2".into(),
+            ..inp
+        },
+        &obs,
+    );
     assert!(!status_changed(&s, &again));
-    assert_eq!(again.conditions[0].last_transition_time.as_deref(), Some("t1"));
+    assert_eq!(
+        again.conditions[0].last_transition_time.as_deref(),
+        Some("t1")
+    );
 }
 
 #[test]
 fn status_is_degraded_when_an_instance_is_not_ready() {
-    let obs = observed(&[("pg-1", "primary", true), ("pg-2", "replica", false)], &["pg-1", "pg-2"]);
-    let prev = PostgresClusterStatus { current_primary: Some("pg-1".into()), ..Default::default() };
+    let obs = observed(
+        &[("pg-1", "primary", true), ("pg-2", "replica", false)],
+        &["pg-1", "pg-2"],
+    );
+    let prev = PostgresClusterStatus {
+        current_primary: Some("pg-1".into()),
+        ..Default::default()
+    };
     let inp = StatusInput {
-        cluster: "pg", size: 2, version: "15.20", generation: Some(1), primary: Some("pg-1".into()),
-        invalid: None, pending_restart: vec!["max_connections".into()], previous: Some(&prev), now: "t".into(),
+        cluster: "pg",
+        size: 2,
+        version: "15.20",
+        generation: Some(1),
+        primary: Some("pg-1".into()),
+        invalid: None,
+        pending_restart: vec!["max_connections".into()],
+        previous: Some(&prev),
+        now: "t".into(),
     };
     let s = status(&inp, &obs);
     assert_eq!(s.phase.as_deref(), Some("Degraded"));
-    assert!(s.conditions.iter().any(|c| c.type_ == "PendingRestart" && c.status == "True"));
+    assert!(
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "PendingRestart" && c.status == "True")
+    );
 }

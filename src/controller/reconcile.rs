@@ -29,21 +29,37 @@ pub const PAUSED: &str = "pgfleet.io/paused";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{step} {kind} {name}: {source}")]
-    Kube { step: &'static str, kind: &'static str, name: String, source: kube::Error },
+    Kube {
+        step: &'static str,
+        kind: &'static str,
+        name: String,
+        source: kube::Error,
+    },
     #[error("finalizer: {0}")]
     Finalizer(String),
     #[error(transparent)]
     Exec(#[from] postgres::exec::ExecError),
 }
 
-fn kerr<'a>(step: &'static str, kind: &'static str, name: &'a str) -> impl FnOnce(kube::Error) -> Error + 'a {
-    move |source| Error::Kube { step, kind, name: name.to_string(), source }
+fn kerr<'a>(
+    step: &'static str,
+    kind: &'static str,
+    name: &'a str,
+) -> impl FnOnce(kube::Error) -> Error + 'a {
+    move |source| Error::Kube {
+        step,
+        kind,
+        name: name.to_string(),
+        source,
+    }
 }
 
 pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     // The cluster's bounded worker pool, shared by its shards.
     let _permit = ctx.pool.acquire().await;
-    ctx.stats.reconciles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ctx.stats
+        .reconciles
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if pg.annotations().get(PAUSED).is_some_and(|v| v == "true") {
         return Ok(Action::await_change());
     }
@@ -57,19 +73,28 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
     })
     .await
     .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
         other => Error::Finalizer(other.to_string()),
     })
 }
 
 pub fn error_policy(_pg: Arc<PostgresCluster>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ctx.stats
+        .errors
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     tracing::warn!(cluster = %ctx.member, error = %err, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
 async fn event(ctx: &Ctx, pg: &PostgresCluster, type_: EventType, reason: &str, note: String) {
-    let ev = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
     if let Err(e) = ctx.recorder.publish(&ev, &pg.object_ref(&())).await {
         tracing::debug!(error = %e, "could not publish event");
     }
@@ -77,11 +102,22 @@ async fn event(ctx: &Ctx, pg: &PostgresCluster, type_: EventType, reason: &str, 
 
 async fn ssa<K>(ctx: &Ctx, ns: &str, kind: &'static str, obj: &Value) -> Result<(), Error>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
 {
-    let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     Api::<K>::namespaced(ctx.client.clone(), ns)
-        .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj))
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(obj),
+        )
         .await
         .map_err(kerr("apply", kind, &name))?;
     Ok(())
@@ -89,7 +125,9 @@ where
 
 fn random_password() -> String {
     const CHARS: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
-    (0..32).map(|_| CHARS[rand::random_range(0..CHARS.len())] as char).collect()
+    (0..32)
+        .map(|_| CHARS[rand::random_range(0..CHARS.len())] as char)
+        .collect()
 }
 
 async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -102,12 +140,18 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     if let Err(errs) = validate(&pg.spec) {
         // Touch nothing that runs; only say why.
         let reason = errs.join("; ");
-        let was = prev.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Invalid")).map(|c| c.message.clone());
+        let was = prev
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Invalid"))
+            .map(|c| c.message.clone());
         if was.as_deref() != Some(reason.as_str()) {
             event(&ctx, &pg, EventType::Warning, "InvalidSpec", reason.clone()).await;
         }
         let primary = prev.as_ref().and_then(|s| s.current_primary.clone());
-        let st = plan::status(&status_input(&pg, primary, Some(reason), vec![], prev.as_ref(), &now), &obs);
+        let st = plan::status(
+            &status_input(&pg, primary, Some(reason), vec![], prev.as_ref(), &now),
+            &obs,
+        );
         write_status(&ctx, &pg, prev.as_ref(), st).await?;
         return Ok(Action::await_change());
     }
@@ -119,10 +163,29 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     for (which, user) in [("superuser", "postgres"), ("replication", "replicator")] {
         let sname = owner.secret_name(which);
         if !obs.secrets.contains(&sname) {
-            let secret: Secret = serde_json::from_value(build::secret(&owner, which, user, &random_password()))
-                .map_err(|e| Error::Finalizer(format!("building secret: {e}")))?;
-            match Api::<Secret>::namespaced(ctx.client.clone(), &ns).create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &secret).await {
-                Ok(_) => event(&ctx, &pg, EventType::Normal, "CreatedSecret", format!("generated {which} credentials in Secret {sname}")).await,
+            let secret: Secret =
+                serde_json::from_value(build::secret(&owner, which, user, &random_password()))
+                    .map_err(|e| Error::Finalizer(format!("building secret: {e}")))?;
+            match Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+                .create(
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..Default::default()
+                    },
+                    &secret,
+                )
+                .await
+            {
+                Ok(_) => {
+                    event(
+                        &ctx,
+                        &pg,
+                        EventType::Normal,
+                        "CreatedSecret",
+                        format!("generated {which} credentials in Secret {sname}"),
+                    )
+                    .await
+                }
                 Err(kube::Error::Api(e)) if e.code == 409 => {}
                 Err(e) => return Err(kerr("create", "Secret", &sname)(e)),
             }
@@ -130,13 +193,32 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     }
 
     let sync_names = pg.spec.synchronous.as_ref().map(|s| {
-        let others: Vec<String> = ip.keep.iter().filter(|o| Some(**o) != ip.primary).map(|o| owner.instance_name(*o)).collect();
-        let mode = match s.mode { crate::crd::cluster::SyncMode::Quorum => "ANY", crate::crd::cluster::SyncMode::First => "FIRST" };
-        format!("{mode} {} ({})", s.number, others.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", "))
+        let others: Vec<String> = ip
+            .keep
+            .iter()
+            .filter(|o| Some(**o) != ip.primary)
+            .map(|o| owner.instance_name(*o))
+            .collect();
+        let mode = match s.mode {
+            crate::crd::cluster::SyncMode::Quorum => "ANY",
+            crate::crd::cluster::SyncMode::First => "FIRST",
+        };
+        format!(
+            "{mode} {} ({})",
+            s.number,
+            others
+                .iter()
+                .map(|n| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     });
     let params = postgres::effective_parameters(&pg.spec.postgresql.parameters, sync_names);
     let cm = build::config_map(&owner, &params, &pg.spec.postgresql.pg_hba);
-    let mut pending: Vec<String> = prev.as_ref().map(|s| s.pending_restart.clone()).unwrap_or_default();
+    let mut pending: Vec<String> = prev
+        .as_ref()
+        .map(|s| s.pending_restart.clone())
+        .unwrap_or_default();
     if obs.config_hash.as_deref() != cm["metadata"]["annotations"][ANN_HASH].as_str() {
         ssa::<ConfigMap>(&ctx, &ns, "ConfigMap", &cm).await?;
         if let Some(old) = &obs.config_params {
@@ -146,46 +228,137 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
                     pending.push(p);
                 }
             }
-            let ready: Vec<&String> = obs.pods.values().filter(|p| p.ready).map(|p| &p.name).collect();
+            let ready: Vec<&String> = obs
+                .pods
+                .values()
+                .filter(|p| p.ready)
+                .map(|p| &p.name)
+                .collect();
             for pod in &ready {
-                postgres::exec::run_verb(&ctx.client, &ns, pod, "reload", Duration::from_secs(30)).await?;
+                postgres::exec::run_verb(&ctx.client, &ns, pod, "reload", Duration::from_secs(30))
+                    .await?;
             }
             if !ready.is_empty() {
-                event(&ctx, &pg, EventType::Normal, "Reloaded", format!("configuration reloaded on {} instances (changed: {})", ready.len(), reload.join(", "))).await;
+                event(
+                    &ctx,
+                    &pg,
+                    EventType::Normal,
+                    "Reloaded",
+                    format!(
+                        "configuration reloaded on {} instances (changed: {})",
+                        ready.len(),
+                        reload.join(", ")
+                    ),
+                )
+                .await;
             }
             if !pending.is_empty() {
-                event(&ctx, &pg, EventType::Normal, "PendingRestart", format!("parameters need a restart: {}", pending.join(", "))).await;
+                event(
+                    &ctx,
+                    &pg,
+                    EventType::Normal,
+                    "PendingRestart",
+                    format!("parameters need a restart: {}", pending.join(", ")),
+                )
+                .await;
             }
         } else {
-            event(&ctx, &pg, EventType::Normal, "CreatedConfig", format!("ConfigMap {}", owner.config_name())).await;
+            event(
+                &ctx,
+                &pg,
+                EventType::Normal,
+                "CreatedConfig",
+                format!("ConfigMap {}", owner.config_name()),
+            )
+            .await;
         }
     }
     for svc in build::services(&owner) {
-        let sname = svc["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        if obs.services.get(&sname).map(String::as_str) != svc["metadata"]["annotations"][ANN_HASH].as_str() {
+        let sname = svc["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if obs.services.get(&sname).map(String::as_str)
+            != svc["metadata"]["annotations"][ANN_HASH].as_str()
+        {
             let existed = obs.services.contains_key(&sname);
             ssa::<Service>(&ctx, &ns, "Service", &svc).await?;
-            let reason = if existed { "UpdatedService" } else { "CreatedService" };
-            event(&ctx, &pg, EventType::Normal, reason, format!("Service {sname}")).await;
+            let reason = if existed {
+                "UpdatedService"
+            } else {
+                "CreatedService"
+            };
+            event(
+                &ctx,
+                &pg,
+                EventType::Normal,
+                reason,
+                format!("Service {sname}"),
+            )
+            .await;
         }
     }
     let pdb = build::pdb(&owner);
     if obs.pdb_hash.as_deref() != pdb["metadata"]["annotations"][ANN_HASH].as_str() {
         ssa::<PodDisruptionBudget>(&ctx, &ns, "PodDisruptionBudget", &pdb).await?;
     }
-    let role_of = |o: u32| if Some(o) == ip.primary { "primary" } else { "replica" };
+    let role_of = |o: u32| {
+        if Some(o) == ip.primary {
+            "primary"
+        } else {
+            "replica"
+        }
+    };
     for (o, init) in &ip.create {
-        ssa::<PersistentVolumeClaim>(&ctx, &ns, "PersistentVolumeClaim", &build::pvc(&owner, &pg, *o)).await?;
-        ssa::<Pod>(&ctx, &ns, "Pod", &build::pod(&owner, &pg, *o, role_of(*o), init)).await?;
-        event(&ctx, &pg, EventType::Normal, "CreatedInstance", format!("instance {} ({}, {init})", owner.instance_name(*o), role_of(*o))).await;
+        ssa::<PersistentVolumeClaim>(
+            &ctx,
+            &ns,
+            "PersistentVolumeClaim",
+            &build::pvc(&owner, &pg, *o),
+        )
+        .await?;
+        ssa::<Pod>(
+            &ctx,
+            &ns,
+            "Pod",
+            &build::pod(&owner, &pg, *o, role_of(*o), init),
+        )
+        .await?;
+        event(
+            &ctx,
+            &pg,
+            EventType::Normal,
+            "CreatedInstance",
+            format!(
+                "instance {} ({}, {init})",
+                owner.instance_name(*o),
+                role_of(*o)
+            ),
+        )
+        .await;
     }
     for o in &ip.recreate_pods {
-        ssa::<Pod>(&ctx, &ns, "Pod", &build::pod(&owner, &pg, *o, role_of(*o), "clone")).await?;
-        event(&ctx, &pg, EventType::Normal, "RecreatedPod", format!("Pod {} was missing", owner.instance_name(*o))).await;
+        ssa::<Pod>(
+            &ctx,
+            &ns,
+            "Pod",
+            &build::pod(&owner, &pg, *o, role_of(*o), "clone"),
+        )
+        .await?;
+        event(
+            &ctx,
+            &pg,
+            EventType::Normal,
+            "RecreatedPod",
+            format!("Pod {} was missing", owner.instance_name(*o)),
+        )
+        .await;
     }
     // Exactly one pod carries the primary label; the Services follow labels.
     for p in obs.pods.values().filter(|p| !p.deleting) {
-        let Some(o) = plan::ordinal(&name, &p.name) else { continue };
+        let Some(o) = plan::ordinal(&name, &p.name) else {
+            continue;
+        };
         if !ip.keep.contains(&o) || p.role.as_deref() == Some(role_of(o)) {
             continue;
         }
@@ -198,13 +371,33 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     for o in &ip.remove {
         let iname = owner.instance_name(*o);
         delete_ignoring_missing::<Pod>(&ctx, &ns, "Pod", &iname).await?;
-        delete_ignoring_missing::<PersistentVolumeClaim>(&ctx, &ns, "PersistentVolumeClaim", &iname).await?;
-        event(&ctx, &pg, EventType::Normal, "RemovedInstance", format!("scaled down: removed replica {iname}")).await;
+        delete_ignoring_missing::<PersistentVolumeClaim>(
+            &ctx,
+            &ns,
+            "PersistentVolumeClaim",
+            &iname,
+        )
+        .await?;
+        event(
+            &ctx,
+            &pg,
+            EventType::Normal,
+            "RemovedInstance",
+            format!("scaled down: removed replica {iname}"),
+        )
+        .await;
     }
-    let st = plan::status(&status_input(&pg, primary_name, None, pending, prev.as_ref(), &now), &obs);
+    let st = plan::status(
+        &status_input(&pg, primary_name, None, pending, prev.as_ref(), &now),
+        &obs,
+    );
     let healthy = st.phase.as_deref() == Some("Healthy");
     write_status(&ctx, &pg, prev.as_ref(), st).await?;
-    Ok(if healthy { Action::requeue(Duration::from_secs(300)) } else { Action::requeue(Duration::from_secs(10)) })
+    Ok(if healthy {
+        Action::requeue(Duration::from_secs(300))
+    } else {
+        Action::requeue(Duration::from_secs(10))
+    })
 }
 
 fn status_input<'a>(
@@ -228,25 +421,48 @@ fn status_input<'a>(
     }
 }
 
-async fn write_status(ctx: &Ctx, pg: &PostgresCluster, prev: Option<&PostgresClusterStatus>, st: PostgresClusterStatus) -> Result<(), Error> {
+async fn write_status(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    prev: Option<&PostgresClusterStatus>,
+    st: PostgresClusterStatus,
+) -> Result<(), Error> {
     if prev.is_some_and(|p| !plan::status_changed(p, &st)) {
         return Ok(());
     }
     let name = pg.name_any();
-    let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
+    let api: Api<PostgresCluster> =
+        Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
     let body = json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster", "status": st});
-    api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body))
-        .await
-        .map_err(kerr("status", "PostgresCluster", &name))?;
-    ctx.stats.status_writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    api.patch_status(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(kerr("status", "PostgresCluster", &name))?;
+    ctx.stats
+        .status_writes
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }
 
-async fn delete_ignoring_missing<K>(ctx: &Ctx, ns: &str, kind: &'static str, name: &str) -> Result<(), Error>
+async fn delete_ignoring_missing<K>(
+    ctx: &Ctx,
+    ns: &str,
+    kind: &'static str,
+    name: &str,
+) -> Result<(), Error>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
 {
-    match Api::<K>::namespaced(ctx.client.clone(), ns).delete(name, &DeleteParams::default()).await {
+    match Api::<K>::namespaced(ctx.client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(kerr("delete", kind, name)(e)),
@@ -261,10 +477,26 @@ async fn cleanup(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     if pg.spec.storage.reclaim_policy == ReclaimPolicy::Delete {
         let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
         let lp = ListParams::default().labels(&format!("{}={name}", build::LABEL_CLUSTER));
-        api.delete_collection(&DeleteParams::default(), &lp).await.map_err(kerr("delete", "PersistentVolumeClaim", &name))?;
-        event(&ctx, &pg, EventType::Normal, "DeletedVolumes", "reclaimPolicy Delete: PVCs deleted".into()).await;
+        api.delete_collection(&DeleteParams::default(), &lp)
+            .await
+            .map_err(kerr("delete", "PersistentVolumeClaim", &name))?;
+        event(
+            &ctx,
+            &pg,
+            EventType::Normal,
+            "DeletedVolumes",
+            "reclaimPolicy Delete: PVCs deleted".into(),
+        )
+        .await;
     } else {
-        event(&ctx, &pg, EventType::Normal, "RetainedVolumes", "reclaimPolicy Retain: PVCs kept".into()).await;
+        event(
+            &ctx,
+            &pg,
+            EventType::Normal,
+            "RetainedVolumes",
+            "reclaimPolicy Retain: PVCs kept".into(),
+        )
+        .await;
     }
     ctx.index.remove_owner(&ns, &name);
     Ok(Action::await_change())

@@ -12,9 +12,17 @@ pub const SUPPORTED_MAJORS: std::ops::RangeInclusive<u32> = 13..=17;
 pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
     let mut errs = vec![];
     if !(1..=16).contains(&spec.cluster_size) {
-        errs.push(format!("spec.clusterSize: {} is outside 1..16", spec.cluster_size));
+        errs.push(format!(
+            "spec.clusterSize: {} is outside 1..16",
+            spec.cluster_size
+        ));
     }
-    match spec.version.split('.').next().and_then(|m| m.parse::<u32>().ok()) {
+    match spec
+        .version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok())
+    {
         Some(m) if SUPPORTED_MAJORS.contains(&m) => {}
         _ => errs.push(format!(
             "spec.version: \"{}\" is not a supported PostgreSQL version (majors {}-{})",
@@ -26,10 +34,15 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
     if let Some(cron) = &spec.backup_schedule
         && let Err(e) = croner::Cron::from_str(cron)
     {
-        errs.push(format!("spec.backupSchedule: \"{cron}\" is not a valid cron expression: {e}"));
+        errs.push(format!(
+            "spec.backupSchedule: \"{cron}\" is not a valid cron expression: {e}"
+        ));
     }
     if let Err(e) = humantime::parse_duration(&spec.failover_delay) {
-        errs.push(format!("spec.failoverDelay: \"{}\": {e}", spec.failover_delay));
+        errs.push(format!(
+            "spec.failoverDelay: \"{}\": {e}",
+            spec.failover_delay
+        ));
     }
     if let Some(sync) = &spec.synchronous
         && sync.number >= spec.cluster_size
@@ -43,9 +56,17 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
     }
     for k in spec.postgresql.parameters.keys() {
         if MANAGED_PARAMETERS.contains(&k.as_str()) {
-            errs.push(format!("spec.postgresql.parameters.{k}: is managed by pgfleet and cannot be set"));
-        } else if k.is_empty() || !k.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.') {
-            errs.push(format!("spec.postgresql.parameters: \"{k}\" is not a valid parameter name"));
+            errs.push(format!(
+                "spec.postgresql.parameters.{k}: is managed by pgfleet and cannot be set"
+            ));
+        } else if k.is_empty()
+            || !k
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.')
+        {
+            errs.push(format!(
+                "spec.postgresql.parameters: \"{k}\" is not a valid parameter name"
+            ));
         }
     }
     for (i, line) in spec.postgresql.pg_hba.iter().enumerate() {
@@ -53,10 +74,16 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
             errs.push(format!("spec.postgresql.pgHba[{i}]: must be a single line"));
         }
     }
-    if let Some(t) = spec.bootstrap.as_ref().and_then(|b| b.from_backup.as_ref()).and_then(|f| f.target_time.as_ref())
+    if let Some(t) = spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.from_backup.as_ref())
+        .and_then(|f| f.target_time.as_ref())
         && chrono::DateTime::parse_from_rfc3339(t).is_err()
     {
-        errs.push(format!("spec.bootstrap.fromBackup.targetTime: \"{t}\" is not an RFC 3339 time"));
+        errs.push(format!(
+            "spec.bootstrap.fromBackup.targetTime: \"{t}\" is not an RFC 3339 time"
+        ));
     }
     if errs.is_empty() { Ok(()) } else { Err(errs) }
 }
@@ -89,7 +116,10 @@ mod tests {
         assert!(errs.iter().any(|e| e.starts_with("spec.version")));
         assert!(errs.iter().any(|e| e.starts_with("spec.backupSchedule")));
         assert!(errs.iter().any(|e| e.starts_with("spec.failoverDelay")));
-        assert!(errs.iter().any(|e| e.starts_with("spec.synchronous.number")));
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.synchronous.number"))
+        );
         assert!(errs.iter().any(|e| e.contains("parameters.port")));
     }
 }

@@ -1,6 +1,9 @@
 //! `PostgresBackup` (pgfleet.io/v1): one backup of one PostgresCluster. The
 //! scheduler creates them; creating one by hand requests an on-demand backup.
 
+// kube's derive repeats `type_ =` once per printer column by design.
+#![allow(clippy::duplicated_attributes)]
+
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -18,7 +21,11 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Started", type_ = "date", json_path = ".status.startedAt"),
     printcolumn(name = "Size", type_ = "string", json_path = ".status.size"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresBackupSpec {

@@ -2,6 +2,9 @@
 //! highly available PostgreSQL cluster (DESIGN §4). The CRD YAML in `crds/` is
 //! generated from these types (`pgfleet crd`).
 
+// kube's derive repeats `type_ =` once per printer column by design.
+#![allow(clippy::duplicated_attributes)]
+
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -24,12 +27,28 @@ use std::collections::BTreeMap;
         label_selector_path = ".status.selector"
     ),
     printcolumn(name = "Size", type_ = "integer", json_path = ".spec.clusterSize"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyInstances"),
-    printcolumn(name = "Primary", type_ = "string", json_path = ".status.currentPrimary"),
-    printcolumn(name = "Version", type_ = "string", json_path = ".status.currentVersion"),
+    printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        json_path = ".status.readyInstances"
+    ),
+    printcolumn(
+        name = "Primary",
+        type_ = "string",
+        json_path = ".status.currentPrimary"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.currentVersion"
+    ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Last Backup", type_ = "date", json_path = ".status.lastBackup"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresClusterSpec {

@@ -24,3 +24,18 @@ pub fn yaml() -> anyhow::Result<String> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    /// CI fails when the committed CRDs are stale: regenerate with
+    /// `cargo run -- crd > crds/pgfleet.io.yaml`.
+    #[test]
+    fn committed_crds_match_the_types() {
+        let committed = include_str!("../../crds/pgfleet.io.yaml");
+        let generated = super::yaml().unwrap_or_default();
+        assert!(
+            committed == generated,
+            "crds/pgfleet.io.yaml is stale: run `cargo run -- crd > crds/pgfleet.io.yaml` and commit it"
+        );
+    }
+}

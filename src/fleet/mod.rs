@@ -44,7 +44,10 @@ pub struct Member {
 
 impl Member {
     pub fn client(&self) -> kube::Client {
-        self.client.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn state(&self) -> ConnState {
@@ -78,10 +81,19 @@ pub async fn client_from_kubeconfig(
 ) -> anyhow::Result<kube::Client> {
     let kc = kube::config::Kubeconfig::read_from(path)
         .map_err(|_| anyhow::anyhow!("cannot read kubeconfig {}", path.display()))?;
-    let opts = kube::config::KubeConfigOptions { context: context.map(String::from), ..Default::default() };
+    let opts = kube::config::KubeConfigOptions {
+        context: context.map(String::from),
+        ..Default::default()
+    };
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
         .await
-        .map_err(|e| anyhow::anyhow!("kubeconfig {} is not usable: {}", path.display(), redact(&e.to_string())))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "kubeconfig {} is not usable: {}",
+                path.display(),
+                redact(&e.to_string())
+            )
+        })?;
     cfg.connect_timeout = Some(Duration::from_secs(5));
     cfg.accept_invalid_certs = cfg.accept_invalid_certs || insecure;
     let builder = kube::client::ClientBuilder::try_from(cfg).context("building the kube client")?;
@@ -94,7 +106,16 @@ fn redact(s: &str) -> String {
     let first = s.lines().next().unwrap_or_default();
     first
         .split_whitespace()
-        .map(|w| if w.len() > 24 && w.chars().all(|c| c.is_ascii_alphanumeric() || "-_.=".contains(c)) { "<redacted>" } else { w })
+        .map(|w| {
+            if w.len() > 24
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.=".contains(c))
+            {
+                "<redacted>"
+            } else {
+                w
+            }
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -107,7 +128,10 @@ pub struct Fleet {
 impl Fleet {
     /// Builds clients for every `[[clusters]]` entry. `embedded` maps the
     /// names of embedded clusters to the kubeconfigs the sim wrote.
-    pub async fn connect(settings: &Settings, embedded: &BTreeMap<String, PathBuf>) -> anyhow::Result<Fleet> {
+    pub async fn connect(
+        settings: &Settings,
+        embedded: &BTreeMap<String, PathBuf>,
+    ) -> anyhow::Result<Fleet> {
         let mut members = vec![];
         for entry in &settings.clusters {
             members.push(Arc::new(member(settings, entry, embedded).await?));
@@ -127,21 +151,34 @@ impl Fleet {
     }
 }
 
-async fn member(settings: &Settings, entry: &ClusterEntry, embedded: &BTreeMap<String, PathBuf>) -> anyhow::Result<Member> {
+async fn member(
+    settings: &Settings,
+    entry: &ClusterEntry,
+    embedded: &BTreeMap<String, PathBuf>,
+) -> anyhow::Result<Member> {
     let (kubeconfig, context) = match entry.source() {
-        ClusterSource::Kubeconfig { path, context } => (path.to_path_buf(), context.map(String::from)),
+        ClusterSource::Kubeconfig { path, context } => {
+            (path.to_path_buf(), context.map(String::from))
+        }
         ClusterSource::Embedded => (
-            embedded
-                .get(&entry.name)
-                .cloned()
-                .ok_or_else(|| anyhow::anyhow!("embedded cluster {} was not started", entry.name))?,
+            embedded.get(&entry.name).cloned().ok_or_else(|| {
+                anyhow::anyhow!("embedded cluster {} was not started", entry.name)
+            })?,
             None,
         ),
     };
-    let limit = ratelimit::RateLimit::new(entry.effective_qps(&settings.manager), entry.effective_burst(&settings.manager));
-    let client = client_from_kubeconfig(&kubeconfig, context.as_deref(), entry.insecure_skip_tls_verify, &limit)
-        .await
-        .with_context(|| format!("member cluster {}", entry.name))?;
+    let limit = ratelimit::RateLimit::new(
+        entry.effective_qps(&settings.manager),
+        entry.effective_burst(&settings.manager),
+    );
+    let client = client_from_kubeconfig(
+        &kubeconfig,
+        context.as_deref(),
+        entry.insecure_skip_tls_verify,
+        &limit,
+    )
+    .await
+    .with_context(|| format!("member cluster {}", entry.name))?;
     Ok(Member {
         name: entry.name.clone(),
         labels: entry.labels.clone(),
@@ -168,12 +205,16 @@ async fn probe_loop(m: Arc<Member>, interval: Duration, timeout: Duration, thres
         let now = mtime(&m.kubeconfig);
         if now != seen {
             seen = now;
-            match client_from_kubeconfig(&m.kubeconfig, m.context.as_deref(), m.insecure, &m.limit).await {
+            match client_from_kubeconfig(&m.kubeconfig, m.context.as_deref(), m.insecure, &m.limit)
+                .await
+            {
                 Ok(c) => {
                     *m.client.write().unwrap_or_else(|e| e.into_inner()) = c;
                     tracing::info!(cluster = %m.name, "kubeconfig changed; client rebuilt");
                 }
-                Err(e) => tracing::warn!(cluster = %m.name, error = %format!("{e:#}"), "kubeconfig changed but is not usable"),
+                Err(e) => {
+                    tracing::warn!(cluster = %m.name, error = %format!("{e:#}"), "kubeconfig changed but is not usable")
+                }
             }
         }
         let client = m.client();
@@ -194,7 +235,11 @@ async fn probe_loop(m: Arc<Member>, interval: Duration, timeout: Duration, thres
             }
         }
         // Probe faster while not Ready, so recovery is noticed quickly.
-        let wait = if matches!(m.state(), ConnState::Ready) { interval } else { interval.min(Duration::from_secs(1)) };
+        let wait = if matches!(m.state(), ConnState::Ready) {
+            interval
+        } else {
+            interval.min(Duration::from_secs(1))
+        };
         tokio::time::sleep(wait).await;
     }
 }

@@ -28,7 +28,10 @@ impl RateLimit {
         RateLimit {
             qps: qps.max(0.1),
             burst,
-            bucket: Arc::new(Mutex::new(Bucket { tokens: burst, last: Instant::now() })),
+            bucket: Arc::new(Mutex::new(Bucket {
+                tokens: burst,
+                last: Instant::now(),
+            })),
         }
     }
 
@@ -39,14 +42,21 @@ impl RateLimit {
         b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * self.qps).min(self.burst);
         b.last = now;
         b.tokens -= 1.0;
-        if b.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-b.tokens / self.qps) }
+        if b.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-b.tokens / self.qps)
+        }
     }
 }
 
 impl<S> Layer<S> for RateLimit {
     type Service = Limited<S>;
     fn layer(&self, inner: S) -> Limited<S> {
-        Limited { inner, limit: self.clone() }
+        Limited {
+            inner,
+            limit: self.clone(),
+        }
     }
 }
 
@@ -94,6 +104,9 @@ mod tests {
             assert!(rl.reserve().is_zero());
         }
         let w = rl.reserve();
-        assert!(w > Duration::from_millis(50) && w <= Duration::from_millis(110), "{w:?}");
+        assert!(
+            w > Duration::from_millis(50) && w <= Duration::from_millis(110),
+            "{w:?}"
+        );
     }
 }

@@ -13,9 +13,18 @@ use std::time::Duration;
 
 /// The samples, compiled in so `pgfleet run` works from any directory.
 const EXAMPLES: &[(&str, &str)] = &[
-    ("orders.yaml", include_str!("../../config/examples/orders.yaml")),
-    ("inventory.yaml", include_str!("../../config/examples/inventory.yaml")),
-    ("analytics.yaml", include_str!("../../config/examples/analytics.yaml")),
+    (
+        "orders.yaml",
+        include_str!("../../config/examples/orders.yaml"),
+    ),
+    (
+        "inventory.yaml",
+        include_str!("../../config/examples/inventory.yaml"),
+    ),
+    (
+        "analytics.yaml",
+        include_str!("../../config/examples/analytics.yaml"),
+    ),
 ];
 
 pub async fn install(member: Arc<Member>, examples: bool) {
@@ -37,21 +46,31 @@ async fn install_once(member: &Member, examples: bool) -> anyhow::Result<()> {
     let pp = PatchParams::apply(crate::controller::reconcile::FIELD_MANAGER).force();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in crate::crd::all() {
-        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd)).await?;
+        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
+            .await?;
     }
     if !examples {
         return Ok(());
     }
     let ar = ApiResource::erase::<crate::crd::PostgresCluster>(&());
     for (file, text) in EXAMPLES {
-        let obj: DynamicObject = serde_yaml::from_str(text).map_err(|e| anyhow::anyhow!("config/examples/{file}: {e}"))?;
+        let obj: DynamicObject = serde_yaml::from_str(text)
+            .map_err(|e| anyhow::anyhow!("config/examples/{file}: {e}"))?;
         let ns = obj.namespace().unwrap_or_else(|| "default".into());
-        let nsobj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-        Api::<Namespace>::all(client.clone()).patch(&ns, &pp, &Patch::Apply(&nsobj)).await?;
+        let nsobj =
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        Api::<Namespace>::all(client.clone())
+            .patch(&ns, &pp, &Patch::Apply(&nsobj))
+            .await?;
         // Applied once: a sample the user changed or deleted is left alone.
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
         if api.get_opt(&obj.name_any()).await?.is_none() {
-            api.patch(&obj.name_any(), &PatchParams::apply("pgfleet-examples"), &Patch::Apply(&obj)).await?;
+            api.patch(
+                &obj.name_any(),
+                &PatchParams::apply("pgfleet-examples"),
+                &Patch::Apply(&obj),
+            )
+            .await?;
         }
     }
     Ok(())

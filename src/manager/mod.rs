@@ -22,7 +22,12 @@ pub struct Manager {
 
 /// Starts everything the settings describe.
 pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<Manager> {
-    let embedded: Vec<String> = settings.clusters.iter().filter(|c| c.embedded).map(|c| c.name.clone()).collect();
+    let embedded: Vec<String> = settings
+        .clusters
+        .iter()
+        .filter(|c| c.embedded)
+        .map(|c| c.name.clone())
+        .collect();
     let sim = if embedded.is_empty() {
         None
     } else {
@@ -37,31 +42,60 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
     };
     let kubeconfigs: BTreeMap<String, std::path::PathBuf> = sim
         .as_ref()
-        .map(|s| s.clusters.iter().map(|c| (c.name.clone(), c.kubeconfig.clone())).collect())
+        .map(|s| {
+            s.clusters
+                .iter()
+                .map(|c| (c.name.clone(), c.kubeconfig.clone()))
+                .collect()
+        })
         .unwrap_or_default();
     let fleet = Arc::new(Fleet::connect(settings, &kubeconfigs).await?);
     let m = &settings.manager;
-    fleet.spawn_probes(m.probe_interval.get(), m.probe_timeout.get(), m.probe_failure_threshold.max(1));
+    fleet.spawn_probes(
+        m.probe_interval.get(),
+        m.probe_timeout.get(),
+        m.probe_failure_threshold.max(1),
+    );
     let mut controllers = vec![];
     for member in &fleet.members {
         let is_embedded = kubeconfigs.contains_key(&member.name);
-        tokio::spawn(bootstrap::install(member.clone(), apply_examples && is_embedded));
-        controllers.push(controller::start(member.clone(), m.shards_per_cluster, m.workers_per_cluster));
+        tokio::spawn(bootstrap::install(
+            member.clone(),
+            apply_examples && is_embedded,
+        ));
+        controllers.push(controller::start(
+            member.clone(),
+            m.shards_per_cluster,
+            m.workers_per_cluster,
+        ));
     }
-    Ok(Manager { fleet, controllers, sim })
+    Ok(Manager {
+        fleet,
+        controllers,
+        sim,
+    })
 }
 
 impl Manager {
     /// One line: members ready, PostgresClusters healthy / total.
     pub fn summary(&self) -> String {
-        let ready = self.fleet.members.iter().filter(|m| m.state() == crate::fleet::ConnState::Ready).count();
+        let ready = self
+            .fleet
+            .members
+            .iter()
+            .filter(|m| m.state() == crate::fleet::ConnState::Ready)
+            .count();
         let (mut healthy, mut total) = (0, 0);
         let mut parts = vec![];
         for h in &self.controllers {
             let (ok, n) = h.health();
             healthy += ok;
             total += n;
-            parts.push(format!("{} {} {ok}/{n}", h.member.name, h.member.state().label()));
+            parts.push(format!(
+                "{} {} {ok}/{n}",
+                h.member.name,
+                h.member.state().label()
+            ));
         }
         format!(
             "clusters ready {ready}/{} · PostgresClusters healthy {healthy}/{total} · {}",
@@ -83,7 +117,12 @@ pub async fn run_cli(config: Option<&Path>) -> anyhow::Result<i32> {
     let mgr = start(&settings, true).await?;
     if let Some(sim) = &mgr.sim {
         for c in &sim.clusters {
-            println!("embedded cluster {:<14} https://{}  kubectl --kubeconfig {}", c.name, c.addr, c.kubeconfig.display());
+            println!(
+                "embedded cluster {:<14} https://{}  kubectl --kubeconfig {}",
+                c.name,
+                c.addr,
+                c.kubeconfig.display()
+            );
         }
     }
     let mut last = String::new();

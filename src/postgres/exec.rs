@@ -2,11 +2,11 @@
 //! the only way the manager talks to an instance (no network access to pods
 //! is needed).
 
-use tokio::io::AsyncReadExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::AttachParams;
 use std::time::Duration;
+use tokio::io::AsyncReadExt as _;
 
 pub const SCRIPT_PATH: &str = "/etc/pgfleet/config/pgfleet-instance";
 
@@ -15,20 +15,41 @@ pub enum ExecError {
     #[error("exec into {pod} failed: {source}")]
     Start { pod: String, source: kube::Error },
     #[error("pgfleet-instance {verb} in {pod} failed: {message}")]
-    Verb { pod: String, verb: String, message: String },
+    Verb {
+        pod: String,
+        verb: String,
+        message: String,
+    },
     #[error("pgfleet-instance {verb} in {pod} did not finish within {timeout:?}")]
-    Timeout { pod: String, verb: String, timeout: Duration },
+    Timeout {
+        pod: String,
+        verb: String,
+        timeout: Duration,
+    },
 }
 
 /// Runs one verb and returns its stdout (one JSON line by contract).
-pub async fn run_verb(client: &kube::Client, ns: &str, pod: &str, verb: &str, timeout: Duration) -> Result<String, ExecError> {
+pub async fn run_verb(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+    verb: &str,
+    timeout: Duration,
+) -> Result<String, ExecError> {
     let fut = async {
         let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-        let params = AttachParams::default().container("postgres").stdin(false).stdout(true).stderr(true);
+        let params = AttachParams::default()
+            .container("postgres")
+            .stdin(false)
+            .stdout(true)
+            .stderr(true);
         let mut proc = api
             .exec(pod, ["/bin/sh", SCRIPT_PATH, verb], &params)
             .await
-            .map_err(|source| ExecError::Start { pod: pod.to_string(), source })?;
+            .map_err(|source| ExecError::Start {
+                pod: pod.to_string(),
+                source,
+            })?;
         let mut out = String::new();
         let mut err = String::new();
         if let Some(mut s) = proc.stdout() {
@@ -52,9 +73,11 @@ pub async fn run_verb(client: &kube::Client, ns: &str, pod: &str, verb: &str, ti
         }
         Ok(out)
     };
-    tokio::time::timeout(timeout, fut).await.map_err(|_| ExecError::Timeout {
-        pod: pod.to_string(),
-        verb: verb.to_string(),
-        timeout,
-    })?
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| ExecError::Timeout {
+            pod: pod.to_string(),
+            verb: verb.to_string(),
+            timeout,
+        })?
 }

@@ -179,7 +179,8 @@ fn conf_value(v: &str) -> String {
 }
 
 pub fn render_postgresql_conf(params: &BTreeMap<String, String>) -> String {
-    let mut out = String::from("# Rendered by pgfleet from the PostgresCluster spec; do not edit.\n");
+    let mut out =
+        String::from("# Rendered by pgfleet from the PostgresCluster spec; do not edit.\n");
     for (k, v) in params {
         out.push_str(&format!("{k} = {}\n", conf_value(v)));
     }
@@ -216,8 +217,14 @@ mod tests {
 
     #[test]
     fn parameter_changes_are_split_by_restart_need() {
-        let old = BTreeMap::from([("work_mem".to_string(), "4MB".to_string()), ("max_connections".to_string(), "100".to_string())]);
-        let new = BTreeMap::from([("work_mem".to_string(), "8MB".to_string()), ("max_connections".to_string(), "200".to_string())]);
+        let old = BTreeMap::from([
+            ("work_mem".to_string(), "4MB".to_string()),
+            ("max_connections".to_string(), "100".to_string()),
+        ]);
+        let new = BTreeMap::from([
+            ("work_mem".to_string(), "8MB".to_string()),
+            ("max_connections".to_string(), "200".to_string()),
+        ]);
         let (reload, restart) = changed_parameters(&old, &new);
         assert_eq!(reload, vec!["work_mem"]);
         assert_eq!(restart, vec!["max_connections"]);
@@ -228,7 +235,10 @@ mod tests {
         let r = InstanceReport::parse(r#"{"contract":1,"role":"replica","ready":true,"timeline":2,"receivedLsn":"0/5000000"}"#).unwrap();
         assert_eq!(r.role, "replica");
         assert_eq!(r.timeline, Some(2));
-        let conf = render_postgresql_conf(&BTreeMap::from([("search_path".to_string(), "a's".to_string())]));
+        let conf = render_postgresql_conf(&BTreeMap::from([(
+            "search_path".to_string(),
+            "a's".to_string(),
+        )]));
         assert!(conf.contains("search_path = 'a''s'"));
     }
 }

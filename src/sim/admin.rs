@@ -11,11 +11,11 @@
 use super::SimCluster;
 use super::cluster::Cluster;
 use super::faults::FaultSpec;
+use axum::Json;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
-use axum::Json;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,31 +52,55 @@ fn authorized(map: &Clusters, name: &str, h: &HeaderMap) -> Result<Arc<Cluster>,
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or_default();
-    if given == token.as_str() { Ok(c.clone()) } else { Err(StatusCode::UNAUTHORIZED) }
+    if given == token.as_str() {
+        Ok(c.clone())
+    } else {
+        Err(StatusCode::UNAUTHORIZED)
+    }
 }
 
 async fn list(State(map): State<Clusters>) -> Json<serde_json::Value> {
-    let mut names: Vec<_> = map.iter().map(|(n, (_, _, a))| serde_json::json!({"name": n, "server": format!("https://{a}")})).collect();
+    let mut names: Vec<_> = map
+        .iter()
+        .map(|(n, (_, _, a))| serde_json::json!({"name": n, "server": format!("https://{a}")}))
+        .collect();
     names.sort_by_key(|v| v["name"].as_str().unwrap_or_default().to_string());
     Json(serde_json::json!({ "clusters": names }))
 }
 
-async fn get_faults(State(map): State<Clusters>, Path(name): Path<String>, h: HeaderMap) -> Result<Json<FaultSpec>, StatusCode> {
+async fn get_faults(
+    State(map): State<Clusters>,
+    Path(name): Path<String>,
+    h: HeaderMap,
+) -> Result<Json<FaultSpec>, StatusCode> {
     Ok(Json(authorized(&map, &name, &h)?.faults.get()))
 }
 
-async fn put_faults(State(map): State<Clusters>, Path(name): Path<String>, h: HeaderMap, Json(spec): Json<FaultSpec>) -> Result<Json<FaultSpec>, StatusCode> {
+async fn put_faults(
+    State(map): State<Clusters>,
+    Path(name): Path<String>,
+    h: HeaderMap,
+    Json(spec): Json<FaultSpec>,
+) -> Result<Json<FaultSpec>, StatusCode> {
     let c = authorized(&map, &name, &h)?;
     c.faults.set(spec);
     Ok(Json(c.faults.get()))
 }
 
-async fn drop_watches(State(map): State<Clusters>, Path(name): Path<String>, h: HeaderMap) -> Result<StatusCode, StatusCode> {
+async fn drop_watches(
+    State(map): State<Clusters>,
+    Path(name): Path<String>,
+    h: HeaderMap,
+) -> Result<StatusCode, StatusCode> {
     authorized(&map, &name, &h)?.faults.drop_watches();
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn compact(State(map): State<Clusters>, Path(name): Path<String>, h: HeaderMap) -> Result<StatusCode, StatusCode> {
+async fn compact(
+    State(map): State<Clusters>,
+    Path(name): Path<String>,
+    h: HeaderMap,
+) -> Result<StatusCode, StatusCode> {
     authorized(&map, &name, &h)?.store.compact();
     Ok(StatusCode::NO_CONTENT)
 }

@@ -83,14 +83,20 @@ impl FieldSet {
     fn owns_at_or_below(&self, path: &[String]) -> bool {
         match path.split_first() {
             None => !self.is_empty(),
-            Some((head, rest)) => self.children.get(head).is_some_and(|c| c.owns_at_or_below(rest)),
+            Some((head, rest)) => self
+                .children
+                .get(head)
+                .is_some_and(|c| c.owns_at_or_below(rest)),
         }
     }
 
     fn union_with(&mut self, other: &FieldSet) {
         self.member |= other.member;
         for (key, child) in &other.children {
-            self.children.entry(key.clone()).or_default().union_with(child);
+            self.children
+                .entry(key.clone())
+                .or_default()
+                .union_with(child);
         }
     }
 
@@ -234,7 +240,10 @@ fn shape(field: &str, values: &[&Value]) -> Shape {
     if values.iter().all(|v| v.is_object()) {
         return Shape::Map;
     }
-    let lists: Vec<&[Value]> = values.iter().filter_map(|v| v.as_array().map(Vec::as_slice)).collect();
+    let lists: Vec<&[Value]> = values
+        .iter()
+        .filter_map(|v| v.as_array().map(Vec::as_slice))
+        .collect();
     if lists.len() != values.len() {
         return Shape::Leaf;
     }
@@ -287,7 +296,13 @@ fn compare(lhs: &Value, rhs: &Value) -> Comparison {
     cmp
 }
 
-fn compare_rec(field: &str, lhs: Option<&Value>, rhs: Option<&Value>, path: &mut Path, cmp: &mut Comparison) {
+fn compare_rec(
+    field: &str,
+    lhs: Option<&Value>,
+    rhs: Option<&Value>,
+    path: &mut Path,
+    cmp: &mut Comparison,
+) {
     let present: Vec<&Value> = lhs.into_iter().chain(rhs).collect();
     let node_shape = shape(field, &present);
     if node_shape == Shape::Leaf {
@@ -301,10 +316,17 @@ fn compare_rec(field: &str, lhs: Option<&Value>, rhs: Option<&Value>, path: &mut
     }
     let lc = lhs.map(|v| children(node_shape, v)).unwrap_or_default();
     let rc = rhs.map(|v| children(node_shape, v)).unwrap_or_default();
-    let rc_index: HashMap<&str, usize> = rc.iter().enumerate().map(|(i, c)| (c.0.as_str(), i)).collect();
+    let rc_index: HashMap<&str, usize> = rc
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.0.as_str(), i))
+        .collect();
     let lc_keys: HashSet<&str> = lc.iter().map(|c| c.0.as_str()).collect();
     for (element, lv, child_field) in &lc {
-        let rv = rc_index.get(element.as_str()).and_then(|&i| rc.get(i)).map(|c| c.1);
+        let rv = rc_index
+            .get(element.as_str())
+            .and_then(|&i| rc.get(i))
+            .map(|c| c.1);
         path.push(element.clone());
         compare_rec(child_field, Some(lv), rv, path, cmp);
         path.pop();
@@ -318,7 +340,10 @@ fn compare_rec(field: &str, lhs: Option<&Value>, rhs: Option<&Value>, path: &mut
     }
     // Typed kube objects always contain root `spec`/`status` structs, so they never
     // appear as added or removed there; mirror that.
-    let root_struct = path.len() == 1 && path.first().is_some_and(|e| e == "f:spec" || e == "f:status");
+    let root_struct = path.len() == 1
+        && path
+            .first()
+            .is_some_and(|e| e == "f:spec" || e == "f:status");
     if !path.is_empty() && !root_struct {
         if lhs.is_none() {
             cmp.added.insert(path);
@@ -331,7 +356,12 @@ fn compare_rec(field: &str, lhs: Option<&Value>, rhs: Option<&Value>, path: &mut
 /// The field set an applied configuration claims: leaves, atomic lists and list items;
 /// maps themselves are not members. Rejects keyed-list items without their key and
 /// duplicate keys, as kube does for associative lists.
-fn applied_field_set(field: &str, v: &Value, path: &mut Path, set: &mut FieldSet) -> Result<(), PatchError> {
+fn applied_field_set(
+    field: &str,
+    v: &Value,
+    path: &mut Path,
+    set: &mut FieldSet,
+) -> Result<(), PatchError> {
     match v {
         Value::Object(m) => {
             for (k, child) in m {
@@ -357,7 +387,10 @@ fn applied_field_set(field: &str, v: &Value, path: &mut Path, set: &mut FieldSet
                 };
                 if !seen.insert(element.clone()) {
                     path.push(element);
-                    let msg = format!("{}: duplicate entries in associative list", display_path(path));
+                    let msg = format!(
+                        "{}: duplicate entries in associative list",
+                        display_path(path)
+                    );
                     return Err(PatchError::Invalid(msg));
                 }
                 path.push(element);
@@ -385,7 +418,8 @@ fn ssa_merge(field: &str, lhs: &Value, rhs: &Value) -> Value {
             }
             Value::Object(out)
         }
-        (Value::Array(l), Value::Array(r)) => match list_kind(field, &[l.as_slice(), r.as_slice()]) {
+        (Value::Array(l), Value::Array(r)) => match list_kind(field, &[l.as_slice(), r.as_slice()])
+        {
             ListKind::Atomic => rhs.clone(),
             kind => Value::Array(merge_list(kind, l, r)),
         },
@@ -492,7 +526,10 @@ enum Loc {
 
 fn locate(v: &Value, element: &str) -> Option<Loc> {
     if let Some(name) = element.strip_prefix("f:") {
-        return v.as_object()?.contains_key(name).then(|| Loc::Key(name.to_string()));
+        return v
+            .as_object()?
+            .contains_key(name)
+            .then(|| Loc::Key(name.to_string()));
     }
     let items = v.as_array()?;
     if let Some(key) = element.strip_prefix("k:") {
@@ -606,10 +643,15 @@ impl ManagerEntry {
 }
 
 fn parse_managers(obj: &Value) -> Vec<ManagerEntry> {
-    let Some(entries) = obj.pointer("/metadata/managedFields").and_then(Value::as_array) else {
+    let Some(entries) = obj
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+    else {
         return Vec::new();
     };
-    let text = |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let text = |m: &Map<String, Value>, k: &str| {
+        m.get(k).and_then(Value::as_str).unwrap_or("").to_string()
+    };
     entries
         .iter()
         .filter_map(Value::as_object)
@@ -618,7 +660,10 @@ fn parse_managers(obj: &Value) -> Vec<ManagerEntry> {
             operation: text(m, "operation"),
             api_version: text(m, "apiVersion"),
             time: m.get("time").cloned(),
-            set: m.get("fieldsV1").map(FieldSet::from_fields_v1).unwrap_or_default(),
+            set: m
+                .get("fieldsV1")
+                .map(FieldSet::from_fields_v1)
+                .unwrap_or_default(),
             extra: m
                 .iter()
                 .filter(|(k, _)| {
@@ -638,8 +683,19 @@ fn parse_managers(obj: &Value) -> Vec<ManagerEntry> {
 fn write_managers(obj: &mut Value, mut entries: Vec<ManagerEntry>) {
     entries.retain(|e| !e.set.is_empty());
     entries.sort_by(|a, b| {
-        let time = |e: &ManagerEntry| e.time.as_ref().and_then(Value::as_str).unwrap_or("").to_string();
-        (&a.operation, time(a), &a.manager, &a.api_version).cmp(&(&b.operation, time(b), &b.manager, &b.api_version))
+        let time = |e: &ManagerEntry| {
+            e.time
+                .as_ref()
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        (&a.operation, time(a), &a.manager, &a.api_version).cmp(&(
+            &b.operation,
+            time(b),
+            &b.manager,
+            &b.api_version,
+        ))
     });
     let Value::Object(root) = obj else { return };
     if entries.is_empty() {
@@ -648,7 +704,9 @@ fn write_managers(obj: &mut Value, mut entries: Vec<ManagerEntry>) {
         }
         return;
     }
-    let meta = root.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let meta = root
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
     if let Value::Object(meta) = meta {
         let list = entries.iter().map(ManagerEntry::to_json).collect();
         meta.insert("managedFields".into(), Value::Array(list));
@@ -664,7 +722,10 @@ fn without_managed_fields(v: &Value) -> Value {
 }
 
 fn api_version_of(v: &Value) -> String {
-    v.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string()
+    v.get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
 }
 
 /// Server-side apply (`application/apply-patch+yaml`, already parsed to JSON). `live` is
@@ -681,7 +742,9 @@ pub fn server_side_apply(
 ) -> Result<Value, PatchError> {
     let mut config = strip_nulls(applied);
     let Value::Object(config_map) = &mut config else {
-        return Err(PatchError::Invalid("apply configuration must be a JSON object".into()));
+        return Err(PatchError::Invalid(
+            "apply configuration must be a JSON object".into(),
+        ));
     };
     if let Some(Value::Object(meta)) = config_map.get_mut("metadata") {
         for key in SERVER_METADATA {
@@ -835,7 +898,8 @@ mod tests {
 
     #[test]
     fn apply_create_sets_managed_fields_shape() {
-        let obj = server_side_apply(None, &deployment(1, "postgres:16"), "pgfleet", false, T1).unwrap();
+        let obj =
+            server_side_apply(None, &deployment(1, "postgres:16"), "pgfleet", false, T1).unwrap();
         assert_eq!(obj["spec"]["replicas"], 1);
         assert_eq!(entries(&obj).len(), 1);
         assert_eq!(
@@ -907,7 +971,8 @@ mod tests {
             .unwrap()
             .push(json!({"name": "exporter", "image": "exp:1"}));
         let obj = server_side_apply(None, &two, "m", false, T1).unwrap();
-        let obj = server_side_apply(Some(&obj), &deployment(1, "postgres:16"), "m", false, T2).unwrap();
+        let obj =
+            server_side_apply(Some(&obj), &deployment(1, "postgres:16"), "m", false, T2).unwrap();
         assert_eq!(
             obj["spec"]["template"]["spec"]["containers"],
             json!([{"name": "pg", "image": "postgres:16"}])
@@ -916,8 +981,10 @@ mod tests {
 
     #[test]
     fn two_managers_conflict_lists_paths() {
-        let obj = server_side_apply(None, &deployment(1, "postgres:16"), "alice", false, T1).unwrap();
-        let err = server_side_apply(Some(&obj), &deployment(3, "postgres:17"), "bob", false, T2).unwrap_err();
+        let obj =
+            server_side_apply(None, &deployment(1, "postgres:16"), "alice", false, T1).unwrap();
+        let err = server_side_apply(Some(&obj), &deployment(3, "postgres:17"), "bob", false, T2)
+            .unwrap_err();
         assert_eq!(
             err,
             PatchError::Conflict(vec![
@@ -930,30 +997,54 @@ mod tests {
 
     #[test]
     fn same_value_is_shared_not_a_conflict_and_survives_one_owner_dropping_it() {
-        let obj = server_side_apply(None, &deployment(1, "postgres:16"), "alice", false, T1).unwrap();
-        let obj = server_side_apply(Some(&obj), &deployment(1, "postgres:16"), "bob", false, T2).unwrap();
+        let obj =
+            server_side_apply(None, &deployment(1, "postgres:16"), "alice", false, T1).unwrap();
+        let obj =
+            server_side_apply(Some(&obj), &deployment(1, "postgres:16"), "bob", false, T2).unwrap();
         assert_eq!(entries(&obj).len(), 2);
         let mut minimal = deployment(1, "postgres:16");
         minimal["spec"] = json!({});
         let obj = server_side_apply(Some(&obj), &minimal, "alice", false, T3).unwrap();
         assert_eq!(obj["spec"]["replicas"], 1);
-        assert_eq!(obj["spec"]["template"]["spec"]["containers"][0]["image"], "postgres:16");
+        assert_eq!(
+            obj["spec"]["template"]["spec"]["containers"][0]["image"],
+            "postgres:16"
+        );
     }
 
     #[test]
     fn force_moves_ownership() {
-        let obj = server_side_apply(None, &deployment(1, "postgres:16"), "alice", false, T1).unwrap();
-        let obj = server_side_apply(Some(&obj), &deployment(3, "postgres:16"), "bob", true, T2).unwrap();
+        let obj =
+            server_side_apply(None, &deployment(1, "postgres:16"), "alice", false, T1).unwrap();
+        let obj =
+            server_side_apply(Some(&obj), &deployment(3, "postgres:16"), "bob", true, T2).unwrap();
         assert_eq!(obj["spec"]["replicas"], 3);
         let alice = entry(&obj, "alice", "Apply").unwrap();
-        assert!(alice["fieldsV1"]["f:spec"].get("f:replicas").is_none(), "{alice}");
-        assert!(alice["fieldsV1"]["f:metadata"]["f:labels"].get("f:app").is_some());
+        assert!(
+            alice["fieldsV1"]["f:spec"].get("f:replicas").is_none(),
+            "{alice}"
+        );
+        assert!(
+            alice["fieldsV1"]["f:metadata"]["f:labels"]
+                .get("f:app")
+                .is_some()
+        );
         let bob = entry(&obj, "bob", "Apply").unwrap();
         assert_eq!(bob["fieldsV1"]["f:spec"]["f:replicas"], json!({}));
         // alice can now drop replicas without deleting bob's value, and re-applying her
         // old value conflicts with bob.
-        let err = server_side_apply(Some(&obj), &deployment(1, "postgres:16"), "alice", false, T3).unwrap_err();
-        assert_eq!(err, PatchError::Conflict(vec![".spec.replicas".to_string()]));
+        let err = server_side_apply(
+            Some(&obj),
+            &deployment(1, "postgres:16"),
+            "alice",
+            false,
+            T3,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            PatchError::Conflict(vec![".spec.replicas".to_string()])
+        );
     }
 
     #[test]
@@ -967,7 +1058,10 @@ mod tests {
         let obj = server_side_apply(Some(&created), &applied, "alice", false, T2).unwrap();
         assert_eq!(entries(&obj).len(), 2);
         let creator = entry(&obj, "kubectl-create", "Update").unwrap();
-        assert_eq!(creator["fieldsV1"]["f:metadata"]["f:labels"], json!({".": {}, "f:app": {}}));
+        assert_eq!(
+            creator["fieldsV1"]["f:metadata"]["f:labels"],
+            json!({".": {}, "f:app": {}})
+        );
 
         // Alice drops the label (co-owned: kept) and the annotation (hers alone: pruned).
         let mut dropped = deployment(1, "postgres:16");
@@ -978,7 +1072,10 @@ mod tests {
         let alice = entry(&obj, "alice", "Apply").unwrap();
         assert!(alice["fieldsV1"].get("f:metadata").is_none(), "{alice}");
         let creator = entry(&obj, "kubectl-create", "Update").unwrap();
-        assert_eq!(creator["fieldsV1"]["f:metadata"]["f:labels"], json!({".": {}, "f:app": {}}));
+        assert_eq!(
+            creator["fieldsV1"]["f:metadata"]["f:labels"],
+            json!({".": {}, "f:app": {}})
+        );
         assert_eq!(creator["time"], T1);
     }
 
@@ -986,16 +1083,34 @@ mod tests {
     fn update_entry_of_same_manager_name_still_conflicts_like_kube() {
         let mut created = deployment(1, "postgres:16");
         record_update(None, &mut created, "pgfleet", T1);
-        let err = server_side_apply(Some(&created), &deployment(2, "postgres:16"), "pgfleet", false, T2).unwrap_err();
-        assert_eq!(err, PatchError::Conflict(vec![".spec.replicas".to_string()]));
-        let obj = server_side_apply(Some(&created), &deployment(2, "postgres:16"), "pgfleet", true, T2).unwrap();
+        let err = server_side_apply(
+            Some(&created),
+            &deployment(2, "postgres:16"),
+            "pgfleet",
+            false,
+            T2,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            PatchError::Conflict(vec![".spec.replicas".to_string()])
+        );
+        let obj = server_side_apply(
+            Some(&created),
+            &deployment(2, "postgres:16"),
+            "pgfleet",
+            true,
+            T2,
+        )
+        .unwrap();
         assert_eq!(obj["spec"]["replicas"], 2);
         assert_eq!(entries(&obj).len(), 2);
     }
 
     #[test]
     fn update_takes_changed_fields_from_applier() {
-        let obj = server_side_apply(None, &deployment(1, "postgres:16"), "alice", false, T1).unwrap();
+        let obj =
+            server_side_apply(None, &deployment(1, "postgres:16"), "alice", false, T1).unwrap();
         let mut scaled = obj.clone();
         scaled["spec"]["replicas"] = json!(5);
         record_update(Some(&obj), &mut scaled, "hpa", T2);
@@ -1008,8 +1123,18 @@ mod tests {
         // Apply entries sort before Update entries.
         assert_eq!(entries(&scaled)[0]["operation"], "Apply");
         // Re-applying replicas=1 now conflicts with the Update manager.
-        let err = server_side_apply(Some(&scaled), &deployment(1, "postgres:16"), "alice", false, T3).unwrap_err();
-        assert_eq!(err, PatchError::Conflict(vec![".spec.replicas".to_string()]));
+        let err = server_side_apply(
+            Some(&scaled),
+            &deployment(1, "postgres:16"),
+            "alice",
+            false,
+            T3,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            PatchError::Conflict(vec![".spec.replicas".to_string()])
+        );
     }
 
     #[test]
@@ -1054,13 +1179,19 @@ mod tests {
         }
         record_update(Some(&same), &mut removed, "b", T2);
         assert_eq!(entries(&removed).len(), 1);
-        assert_eq!(entries(&removed)[0]["fieldsV1"], json!({"f:data": {".": {}, "f:j": {}}}));
+        assert_eq!(
+            entries(&removed)[0]["fieldsV1"],
+            json!({"f:data": {".": {}, "f:j": {}}})
+        );
 
         let mut emptied = removed.clone();
         emptied["data"] = json!({});
         emptied.as_object_mut().unwrap().remove("data");
         record_update(Some(&removed), &mut emptied, "b", T3);
-        assert!(emptied["metadata"].get("managedFields").is_none(), "{emptied}");
+        assert!(
+            emptied["metadata"].get("managedFields").is_none(),
+            "{emptied}"
+        );
     }
 
     #[test]
@@ -1068,7 +1199,10 @@ mod tests {
         let mut bad = deployment(1, "x");
         bad["spec"]["template"]["spec"]["containers"] = json!([{"image": "nameless"}]);
         let err = server_side_apply(None, &bad, "m", false, T1).unwrap_err();
-        assert!(err.to_string().contains("missing key field \"name\""), "{err}");
+        assert!(
+            err.to_string().contains("missing key field \"name\""),
+            "{err}"
+        );
         bad["spec"]["template"]["spec"]["containers"] = json!([{"name": "a"}, {"name": "a"}]);
         let err = server_side_apply(None, &bad, "m", false, T1).unwrap_err();
         assert!(err.to_string().contains("duplicate"), "{err}");
@@ -1120,7 +1254,10 @@ mod tests {
         assert_eq!(set.to_fields_v1(), v);
         // A lone "." is the same member as an empty leaf.
         let dotted = json!({"f:c": {"k:{\"name\":\"x\"}": {".": {}}}});
-        assert_eq!(FieldSet::from_fields_v1(&dotted).to_fields_v1(), json!({"f:c": {"k:{\"name\":\"x\"}": {}}}));
+        assert_eq!(
+            FieldSet::from_fields_v1(&dotted).to_fields_v1(),
+            json!({"f:c": {"k:{\"name\":\"x\"}": {}}})
+        );
         let shown: Vec<String> = set.members().iter().map(|p| display_path(p)).collect();
         assert_eq!(shown, vec![".a", ".a.b", ".c[name=\"x\"]", ".d[=\"q\"]"]);
     }

@@ -9,7 +9,7 @@ use super::patch;
 use super::resources::{Registry, ResKey, ResourceType};
 use super::runtime::Runtime;
 use super::schema;
-use super::store::{Change, EventType, StoredObject, Store, str_at};
+use super::store::{Change, EventType, Store, StoredObject, str_at};
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
 
@@ -99,7 +99,12 @@ impl Cluster {
         self.registry().by_key(key).cloned()
     }
 
-    pub fn get(&self, rt: &ResourceType, ns: &str, name: &str) -> Result<Arc<StoredObject>, ApiError> {
+    pub fn get(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+    ) -> Result<Arc<StoredObject>, ApiError> {
         self.store
             .get(&rt.key(), ns, name)
             .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
@@ -180,14 +185,21 @@ impl Cluster {
             Ok(Change::Put(v))
         })?;
         self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
-        dry.map(|v| Arc::new(StoredObject { json: Default::default(), value: v }))
-            .or(out.map(|o| o.obj))
-            .ok_or_else(|| ApiError::new(500, "InternalError", "create produced nothing"))
+        dry.map(|v| {
+            Arc::new(StoredObject {
+                json: Default::default(),
+                value: v,
+            })
+        })
+        .or(out.map(|o| o.obj))
+        .ok_or_else(|| ApiError::new(500, "InternalError", "create produced nothing"))
     }
 
     /// Writes the result of `edit` on the current object (PUT, PATCH, apply).
+    // The arguments are the parts of one API request; a struct would only rename them.
     /// `edit` gets the current object (None when absent) and returns the
     /// object to store; absent objects are created only when `create_missing`.
+    #[allow(clippy::too_many_arguments)]
     pub fn write(
         &self,
         rt: &ResourceType,
@@ -238,13 +250,19 @@ impl Cluster {
             Ok(Change::Put(v))
         })?;
         self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
-        dry.map(|v| Arc::new(StoredObject { json: Default::default(), value: v }))
-            .or(out.map(|o| o.obj))
-            .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
+        dry.map(|v| {
+            Arc::new(StoredObject {
+                json: Default::default(),
+                value: v,
+            })
+        })
+        .or(out.map(|o| o.obj))
+        .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
     }
 
     /// The semantics kube-apiserver applies to every write: identity fields,
     /// the status subresource split, generation, schema and kind-specific defaults.
+    #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
         rt: &ResourceType,
@@ -289,7 +307,12 @@ impl Cluster {
                         }
                     }
                 }
-                for k in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+                for k in [
+                    "uid",
+                    "creationTimestamp",
+                    "deletionTimestamp",
+                    "deletionGracePeriodSeconds",
+                ] {
                     match o["metadata"].get(k) {
                         Some(x) => v["metadata"][k] = x.clone(),
                         None => {
@@ -299,23 +322,38 @@ impl Cluster {
                         }
                     }
                 }
-                let generation = o.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+                let generation = o
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1);
                 let changed = spec_part(o) != spec_part(v);
-                v["metadata"]["generation"] = json!(if changed { generation + 1 } else { generation });
+                v["metadata"]["generation"] =
+                    json!(if changed { generation + 1 } else { generation });
                 if o.pointer("/metadata/deletionTimestamp").is_some() {
                     let before = finalizers(o);
                     if let Some(new) = finalizers(v).iter().find(|f| !before.contains(f)) {
-                        return Err(ApiError::invalid(&rt.kind, name, vec![(
-                            "metadata.finalizers".into(),
-                            "FieldValueForbidden".into(),
-                            format!("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers [\"{new}\"]"),
-                        )]));
+                        return Err(ApiError::invalid(
+                            &rt.kind,
+                            name,
+                            vec![(
+                                "metadata.finalizers".into(),
+                                "FieldValueForbidden".into(),
+                                format!(
+                                    "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers [\"{new}\"]"
+                                ),
+                            )],
+                        ));
                     }
                 }
             }
             None => {
                 if let Some(m) = v["metadata"].as_object_mut() {
-                    for k in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"] {
+                    for k in [
+                        "resourceVersion",
+                        "deletionTimestamp",
+                        "deletionGracePeriodSeconds",
+                        "managedFields",
+                    ] {
                         m.remove(k);
                     }
                 }
@@ -350,7 +388,11 @@ impl Cluster {
                         rt.kind,
                         rt.version,
                         rt.kind,
-                        unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect::<Vec<_>>().join(", ")
+                        unknown
+                            .iter()
+                            .map(|f| format!("unknown field \"{f}\""))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     )));
                 }
             }
@@ -370,7 +412,8 @@ impl Cluster {
                 reg.register_crd(&obj.value);
             }
         }
-        if kind == EventType::Deleted || obj.value.pointer("/metadata/deletionTimestamp").is_some() {
+        if kind == EventType::Deleted || obj.value.pointer("/metadata/deletionTimestamp").is_some()
+        {
             self.gc_wake.notify_one();
         }
     }
@@ -422,7 +465,9 @@ impl Cluster {
                 && has_runtime
                 && grace > 0
                 && !str_at(&v, "/spec/nodeName").is_empty()
-                && v.pointer("/status/phase").and_then(Value::as_str).is_none_or(|p| p != "Succeeded" && p != "Failed");
+                && v.pointer("/status/phase")
+                    .and_then(Value::as_str)
+                    .is_none_or(|p| p != "Succeeded" && p != "Failed");
             if fins.is_empty() && !graceful_pod {
                 if opts.dry_run {
                     dry = Some(v);
@@ -446,9 +491,14 @@ impl Cluster {
             Ok(Change::Put(v))
         })?;
         self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
-        dry.map(|v| Arc::new(StoredObject { json: Default::default(), value: v }))
-            .or(out.map(|o| o.obj))
-            .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
+        dry.map(|v| {
+            Arc::new(StoredObject {
+                json: Default::default(),
+                value: v,
+            })
+        })
+        .or(out.map(|o| o.obj))
+        .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
     }
 
     /// Removes a finalizer (used by the garbage collector and runtimes).
@@ -459,7 +509,10 @@ impl Cluster {
         };
         let _ = self.write(rt, ns, name, Sub::Main, &opts, false, |cur| {
             let mut v = cur.cloned().unwrap_or_default();
-            let fins: Vec<String> = finalizers(&v).into_iter().filter(|f| f != finalizer).collect();
+            let fins: Vec<String> = finalizers(&v)
+                .into_iter()
+                .filter(|f| f != finalizer)
+                .collect();
             v["metadata"]["finalizers"] = json!(fins);
             Ok(v)
         });
@@ -475,7 +528,11 @@ fn removed_fields(before: &Value, after: &Value, path: String, out: &mut Vec<Str
         if path.is_empty() && (k == "metadata" || k == "apiVersion" || k == "kind") {
             continue;
         }
-        let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+        let p = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
         match a.get(k) {
             None => out.push(p),
             Some(av) => removed_fields(bv, av, p, out),
@@ -486,7 +543,11 @@ fn removed_fields(before: &Value, after: &Value, path: String, out: &mut Vec<Str
 pub fn finalizers(v: &Value) -> Vec<String> {
     v.pointer("/metadata/finalizers")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|f| f.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -515,19 +576,37 @@ fn spec_part(v: &Value) -> Value {
 /// DNS-1123 subdomain names (labels for namespaces), as kube checks them.
 fn validate_name(rt: &ResourceType, name: &str) -> Result<(), ApiError> {
     let label_only = rt.plural == "namespaces" || rt.plural == "services";
-    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (!label_only && c == '.');
+    let ok_char = |c: char| {
+        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (!label_only && c == '.')
+    };
     let valid = !name.is_empty()
         && name.len() <= if label_only { 63 } else { 253 }
         && name.chars().all(ok_char)
-        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && name.chars().last().is_some_and(|c| c.is_ascii_alphanumeric());
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
     if valid || rt.plural == "events" {
         return Ok(());
     }
-    let what = if label_only { "RFC 1123 label" } else { "RFC 1123 subdomain" };
-    Err(ApiError::invalid(&rt.kind, name, vec![(
-        "metadata.name".into(),
-        "FieldValueInvalid".into(),
-        format!("metadata.name: Invalid value: \"{name}\": a lowercase {what} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"),
-    )]))
+    let what = if label_only {
+        "RFC 1123 label"
+    } else {
+        "RFC 1123 subdomain"
+    };
+    Err(ApiError::invalid(
+        &rt.kind,
+        name,
+        vec![(
+            "metadata.name".into(),
+            "FieldValueInvalid".into(),
+            format!(
+                "metadata.name: Invalid value: \"{name}\": a lowercase {what} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+            ),
+        )],
+    ))
 }

@@ -58,16 +58,19 @@ impl ApiError {
         } else {
             format!("[{}]", summary.join(", "))
         };
-        ApiError::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {msg}")).with_details(
-            json!({
-                "name": name,
-                "kind": kind,
-                "causes": causes.iter().map(|(field, reason, message)| json!({
-                    "field": field, "reason": reason,
-                    "message": message.strip_prefix(&format!("{field}: ")).unwrap_or(message)
-                })).collect::<Vec<_>>()
-            }),
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {msg}"),
         )
+        .with_details(json!({
+            "name": name,
+            "kind": kind,
+            "causes": causes.iter().map(|(field, reason, message)| json!({
+                "field": field, "reason": reason,
+                "message": message.strip_prefix(&format!("{field}: ")).unwrap_or(message)
+            })).collect::<Vec<_>>()
+        }))
     }
 
     pub fn method_not_allowed() -> Self {

@@ -71,7 +71,11 @@ impl Faults {
     pub fn roll_error(&self) -> Option<u16> {
         let spec = self.get();
         if spec.error_rate > 0.0 && rand::random::<f64>() < spec.error_rate {
-            Some(if spec.error_code == 0 { 500 } else { spec.error_code })
+            Some(if spec.error_code == 0 {
+                500
+            } else {
+                spec.error_code
+            })
         } else {
             None
         }

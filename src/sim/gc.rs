@@ -37,9 +37,13 @@ pub fn sweep(c: &Arc<Cluster>) {
         let ns = str_at(v, "/metadata/namespace");
         let name = str_at(v, "/metadata/name");
         // Dependents whose owners are all gone are deleted (background policy).
-        if let Some(refs) = v.pointer("/metadata/ownerReferences").and_then(Value::as_array)
+        if let Some(refs) = v
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
             && !refs.is_empty()
-            && refs.iter().all(|r| !uids.contains(r.get("uid").and_then(Value::as_str).unwrap_or_default()))
+            && refs
+                .iter()
+                .all(|r| !uids.contains(r.get("uid").and_then(Value::as_str).unwrap_or_default()))
             && v.pointer("/metadata/deletionTimestamp").is_none()
         {
             let _ = c.delete(&rt, ns, name, &DeleteOpts::default());
@@ -64,7 +68,10 @@ pub fn sweep(c: &Arc<Cluster>) {
         } else if !deps.is_empty() {
             delete_all(c, &deps);
         }
-        if key.group.is_empty() && key.plural == "namespaces" && fins.iter().any(|f| f == "kubernetes") {
+        if key.group.is_empty()
+            && key.plural == "namespaces"
+            && fins.iter().any(|f| f == "kubernetes")
+        {
             let mut left = 0;
             for k in c.store.kinds() {
                 let (items, _) = c.store.list(&k, Some(name), None);
@@ -74,7 +81,12 @@ pub fn sweep(c: &Arc<Cluster>) {
                 {
                     for it in items {
                         if it.value.pointer("/metadata/deletionTimestamp").is_none() {
-                            let _ = c.delete(&krt, name, str_at(&it.value, "/metadata/name"), &DeleteOpts::default());
+                            let _ = c.delete(
+                                &krt,
+                                name,
+                                str_at(&it.value, "/metadata/name"),
+                                &DeleteOpts::default(),
+                            );
                         }
                     }
                 }
@@ -91,7 +103,9 @@ pub fn sweep(c: &Arc<Cluster>) {
             for it in items {
                 let ns = str_at(&it.value, "/metadata/namespace").to_string();
                 let name = str_at(&it.value, "/metadata/name").to_string();
-                let _ = c.store.mutate::<()>(&k, &ns, &name, |_| Ok(super::store::Change::Delete));
+                let _ = c
+                    .store
+                    .mutate::<()>(&k, &ns, &name, |_| Ok(super::store::Change::Delete));
             }
         }
     }

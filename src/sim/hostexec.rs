@@ -30,10 +30,21 @@ pub fn settle_pod(c: &Cluster, v: &Value, node: &str) {
     let ns = str_at(v, "/metadata/namespace").to_string();
     let name = str_at(v, "/metadata/name").to_string();
     if v.pointer("/metadata/deletionTimestamp").is_some() {
-        let _ = c.delete(&rt, &ns, &name, &DeleteOpts { grace_period: Some(0), ..Default::default() });
+        let _ = c.delete(
+            &rt,
+            &ns,
+            &name,
+            &DeleteOpts {
+                grace_period: Some(0),
+                ..Default::default()
+            },
+        );
         return;
     }
-    let opts = WriteOpts { field_manager: "kubelet".into(), ..Default::default() };
+    let opts = WriteOpts {
+        field_manager: "kubelet".into(),
+        ..Default::default()
+    };
     if str_at(v, "/spec/nodeName").is_empty() {
         let _ = c.write(&rt, &ns, &name, Sub::Main, &opts, false, |cur| {
             let mut v = cur.cloned().unwrap_or_default();
@@ -102,14 +113,21 @@ impl Runtime for HostRuntime {
             cmd.args(args)
                 .env("POD_NAME", &req.pod)
                 .env("POD_NAMESPACE", &req.namespace)
-                .stdin(if req.stdin.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+                .stdin(if req.stdin.is_some() {
+                    std::process::Stdio::piped()
+                } else {
+                    std::process::Stdio::null()
+                })
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .kill_on_drop(true);
             let mut child = match cmd.spawn() {
                 Ok(c) => c,
                 Err(e) => {
-                    let _ = req.stderr.send(Bytes::from(format!("exec {prog}: {e}\n"))).await;
+                    let _ = req
+                        .stderr
+                        .send(Bytes::from(format!("exec {prog}: {e}\n")))
+                        .await;
                     return ExecOutcome::Exited(126);
                 }
             };
@@ -122,7 +140,8 @@ impl Runtime for HostRuntime {
                     }
                 });
             }
-            let pump = |r: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>, tx: mpsc::Sender<Bytes>| async move {
+            let pump = |r: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>,
+                        tx: mpsc::Sender<Bytes>| async move {
                 let Some(mut r) = r else { return };
                 let mut buf = vec![0u8; 16 * 1024];
                 while let Ok(n) = r.read(&mut buf).await {
@@ -131,8 +150,14 @@ impl Runtime for HostRuntime {
                     }
                 }
             };
-            let out = child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>);
-            let err = child.stderr.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>);
+            let out = child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>);
+            let err = child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>);
             tokio::join!(pump(out, req.stdout), pump(err, req.stderr));
             match child.wait().await {
                 Ok(st) => ExecOutcome::Exited(st.code().unwrap_or(137)),
@@ -144,7 +169,10 @@ impl Runtime for HostRuntime {
     fn logs(&self, req: LogRequest) -> BoxFuture<'static, Result<mpsc::Receiver<Bytes>, String>> {
         Box::pin(async move {
             let (tx, rx) = mpsc::channel(4);
-            let line = format!("{}/{} container {} started\n", req.namespace, req.pod, req.container);
+            let line = format!(
+                "{}/{} container {} started\n",
+                req.namespace, req.pod, req.container
+            );
             let _ = tx.send(Bytes::from(line)).await;
             Ok(rx)
         })

@@ -62,7 +62,11 @@ impl Ipam {
         let net = if pod { self.pod_net } else { self.svc_net };
         let mut st = self.state();
         for _ in 0..65_000 {
-            let n = if pod { &mut st.next_pod } else { &mut st.next_svc };
+            let n = if pod {
+                &mut st.next_pod
+            } else {
+                &mut st.next_svc
+            };
             *n = (*n % 65_000) + 1;
             let host = *n + 1; // skip .0.0 and .0.1
             let ip = Ipv4Addr::new(net[0], net[1], (host >> 8) as u8, (host & 0xff) as u8);

@@ -44,14 +44,17 @@ pub fn on_write(
 }
 
 fn service(cluster: &Cluster, old: Option<&Value>, v: &mut Value) -> Result<(), ApiError> {
-    let spec = v
-        .get_mut("spec")
-        .filter(|s| s.is_object())
-        .ok_or_else(|| ApiError::invalid("Service", "", vec![(
-            "spec".into(),
-            "FieldValueRequired".into(),
-            "spec: Required value".into(),
-        )]))?;
+    let spec = v.get_mut("spec").filter(|s| s.is_object()).ok_or_else(|| {
+        ApiError::invalid(
+            "Service",
+            "",
+            vec![(
+                "spec".into(),
+                "FieldValueRequired".into(),
+                "spec: Required value".into(),
+            )],
+        )
+    })?;
     if spec.get("type").is_none() {
         spec["type"] = json!("ClusterIP");
     }
@@ -144,18 +147,35 @@ fn crd(rt: &ResourceType, v: &mut Value) -> Result<(), ApiError> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
-    let (group, plural, kind) = (s("/spec/group"), s("/spec/names/plural"), s("/spec/names/kind"));
+    let s = |p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (group, plural, kind) = (
+        s("/spec/group"),
+        s("/spec/names/plural"),
+        s("/spec/names/kind"),
+    );
     let mut causes = vec![];
     let mut req = |field: &str, ok: bool| {
         if !ok {
-            causes.push((field.to_string(), "FieldValueRequired".to_string(), format!("{field}: Required value")));
+            causes.push((
+                field.to_string(),
+                "FieldValueRequired".to_string(),
+                format!("{field}: Required value"),
+            ));
         }
     };
     req("spec.group", !group.is_empty());
     req("spec.names.plural", !plural.is_empty());
     req("spec.names.kind", !kind.is_empty());
-    let versions = v.pointer("/spec/versions").and_then(Value::as_array).map(Vec::len).unwrap_or(0);
+    let versions = v
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .map(Vec::len)
+        .unwrap_or(0);
     req("spec.versions", versions > 0);
     if !group.is_empty() && !plural.is_empty() && name != format!("{plural}.{group}") {
         causes.push((

@@ -109,7 +109,10 @@ pub async fn start(opts: &SimOptions) -> anyhow::Result<Sim> {
         "admin": admin_addr.map(|a| format!("http://{a}")),
         "clusters": clusters.iter().map(|c| json!({"name": c.name, "server": format!("https://{}", c.addr), "kubeconfig": c.kubeconfig})).collect::<Vec<_>>(),
     });
-    write_private(&opts.dir.join("sim.json"), &serde_json::to_vec_pretty(&info)?)?;
+    write_private(
+        &opts.dir.join("sim.json"),
+        &serde_json::to_vec_pretty(&info)?,
+    )?;
     Ok(Sim {
         clusters,
         admin_addr,
@@ -117,7 +120,12 @@ pub async fn start(opts: &SimOptions) -> anyhow::Result<Sim> {
     })
 }
 
-async fn start_one(opts: &SimOptions, index: usize, name: &str, tls: &tls::SimTls) -> anyhow::Result<SimCluster> {
+async fn start_one(
+    opts: &SimOptions,
+    index: usize,
+    name: &str,
+    tls: &tls::SimTls,
+) -> anyhow::Result<SimCluster> {
     let cluster = Cluster::new(name, ipam::Ipam::for_cluster(index), opts.history);
     let state_path = opts.dir.join(format!("{name}.state.json"));
     let restored = if opts.persist {
@@ -139,14 +147,22 @@ async fn start_one(opts: &SimOptions, index: usize, name: &str, tls: &tls::SimTl
     };
     let addr = listener.local_addr()?;
     let kubeconfig = opts.dir.join(format!("{name}.kubeconfig"));
-    write_private(&kubeconfig, kubeconfig_yaml(name, addr, &token, &tls.ca_pem).as_bytes())?;
+    write_private(
+        &kubeconfig,
+        kubeconfig_yaml(name, addr, &token, &tls.ca_pem).as_bytes(),
+    )?;
     if let Some(rt) = runtime_for(opts.runtime) {
         *cluster.runtime.write().unwrap_or_else(|e| e.into_inner()) = Some(rt.clone());
         rt.start(cluster.clone());
     }
     tokio::spawn(gc::run(Arc::downgrade(&cluster)));
     if opts.persist {
-        tokio::spawn(persist::run(Arc::downgrade(&cluster), state_path, addr.port(), token.clone()));
+        tokio::spawn(persist::run(
+            Arc::downgrade(&cluster),
+            state_path,
+            addr.port(),
+            token.clone(),
+        ));
     }
     let ctx = server::Ctx {
         cluster: cluster.clone(),

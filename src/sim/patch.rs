@@ -81,8 +81,17 @@ impl fmt::Display for PatchError {
         match self {
             PatchError::Invalid(msg) => f.write_str(msg),
             PatchError::Conflict(paths) => {
-                let noun = if paths.len() == 1 { "conflict" } else { "conflicts" };
-                write!(f, "Apply failed with {} {noun}: {}", paths.len(), paths.join(", "))
+                let noun = if paths.len() == 1 {
+                    "conflict"
+                } else {
+                    "conflicts"
+                };
+                write!(
+                    f,
+                    "Apply failed with {} {noun}: {}",
+                    paths.len(),
+                    paths.join(", ")
+                )
             }
         }
     }
@@ -106,7 +115,11 @@ pub(crate) enum ListKind {
 /// only consulted to disambiguate `ports` between container ports and Service ports.
 pub(crate) fn declared_merge_key(field: &str, lists: &[&[Value]]) -> Option<&'static str> {
     match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes"
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
         | "imagePullSecrets" => Some("name"),
         "volumeMounts" => Some("mountPath"),
         "volumeDevices" => Some("devicePath"),
@@ -252,7 +265,10 @@ pub fn strategic_merge_patch(target: &mut Value, patch: &Value) -> Result<(), Pa
     Ok(())
 }
 
-fn smp_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>) -> Result<MapOutcome, PatchError> {
+fn smp_map(
+    orig: &mut Map<String, Value>,
+    patch: &Map<String, Value>,
+) -> Result<MapOutcome, PatchError> {
     if let Some(directive) = patch.get(PATCH_DIRECTIVE) {
         match directive.as_str() {
             Some("replace") => {
@@ -279,7 +295,9 @@ fn smp_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>) -> Result<
     }
     if let Some(retain) = patch.get(RETAIN_KEYS) {
         let Value::Array(keys) = retain else {
-            return Err(PatchError::Invalid(format!("$retainKeys must be a list, got {retain}")));
+            return Err(PatchError::Invalid(format!(
+                "$retainKeys must be a list, got {retain}"
+            )));
         };
         orig.retain(|k, _| keys.iter().any(|key| key.as_str() == Some(k.as_str())));
     }
@@ -288,7 +306,9 @@ fn smp_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>) -> Result<
             continue;
         };
         let Value::Array(values) = values else {
-            return Err(PatchError::Invalid(format!("{key} must be a list, got {values}")));
+            return Err(PatchError::Invalid(format!(
+                "{key} must be a list, got {values}"
+            )));
         };
         if let Some(Value::Array(items)) = orig.get_mut(field) {
             items.retain(|item| !values.contains(item));
@@ -324,7 +344,9 @@ fn smp_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>) -> Result<
             continue;
         };
         let Value::Array(order) = order else {
-            return Err(PatchError::Invalid(format!("{key} must be a list, got {order}")));
+            return Err(PatchError::Invalid(format!(
+                "{key} must be a list, got {order}"
+            )));
         };
         if let Some(Value::Array(items)) = orig.get_mut(field) {
             apply_element_order(field, items, order);
@@ -473,7 +495,9 @@ fn apply_element_order(field: &str, items: &mut [Value], order: &[Value]) {
     let key = declared_merge_key(field, &[&*items, order]);
     let position = |item: &Value| {
         order.iter().position(|o| match (o, key) {
-            (Value::Object(om), Some(key)) => om.get(key).is_some_and(|kv| item.get(key) == Some(kv)),
+            (Value::Object(om), Some(key)) => {
+                om.get(key).is_some_and(|kv| item.get(key) == Some(kv))
+            }
             _ => o == item,
         })
     };
@@ -506,7 +530,11 @@ mod tests {
             (json!({"a":"b"}), json!({"a":"c"}), json!({"a":"c"})),
             (json!({"a":"b"}), json!({"b":"c"}), json!({"a":"b","b":"c"})),
             (json!({"a":"b"}), json!({"a":null}), json!({})),
-            (json!({"a":"b","b":"c"}), json!({"a":null}), json!({"b":"c"})),
+            (
+                json!({"a":"b","b":"c"}),
+                json!({"a":null}),
+                json!({"b":"c"}),
+            ),
             (json!({"a":["b"]}), json!({"a":"c"}), json!({"a":"c"})),
             (json!({"a":"c"}), json!({"a":["b"]}), json!({"a":["b"]})),
             (
@@ -515,13 +543,17 @@ mod tests {
                 json!({"a":{"b":"d"}}),
             ),
             (json!({"a":[{"b":"c"}]}), json!({"a":[1]}), json!({"a":[1]})),
-            (json!(["a","b"]), json!(["c","d"]), json!(["c","d"])),
+            (json!(["a", "b"]), json!(["c", "d"]), json!(["c", "d"])),
             (json!({"a":"b"}), json!(["c"]), json!(["c"])),
             (json!({"a":"foo"}), json!(null), json!(null)),
             (json!({"a":"foo"}), json!("bar"), json!("bar")),
             (json!({"e":null}), json!({"a":1}), json!({"e":null,"a":1})),
-            (json!([1,2]), json!({"a":"b","c":null}), json!({"a":"b"})),
-            (json!({}), json!({"a":{"bb":{"ccc":null}}}), json!({"a":{"bb":{}}})),
+            (json!([1, 2]), json!({"a":"b","c":null}), json!({"a":"b"})),
+            (
+                json!({}),
+                json!({"a":{"bb":{"ccc":null}}}),
+                json!({"a":{"bb":{}}}),
+            ),
         ];
         for (target, patch, expected) in cases {
             let mut doc = target.clone();
@@ -559,7 +591,8 @@ mod tests {
 
     #[test]
     fn json_patch_add_remove_replace() {
-        let mut doc = json!({"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 1, "xs": [1, 2]}});
+        let mut doc =
+            json!({"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 1, "xs": [1, 2]}});
         json_patch(
             &mut doc,
             &json!([
@@ -589,8 +622,13 @@ mod tests {
             ]),
         )
         .unwrap_err();
-        let PatchError::Invalid(msg) = &err else { panic!("{err:?}") };
-        assert!(msg.contains("test") && msg.contains("/spec/replicas") && msg.contains(" 1 "), "{msg}");
+        let PatchError::Invalid(msg) = &err else {
+            panic!("{err:?}")
+        };
+        assert!(
+            msg.contains("test") && msg.contains("/spec/replicas") && msg.contains(" 1 "),
+            "{msg}"
+        );
         assert_eq!(doc, original);
     }
 
@@ -694,7 +732,11 @@ mod tests {
     #[test]
     fn smp_null_deletes_label() {
         let mut p = pod();
-        strategic_merge_patch(&mut p, &json!({"metadata": {"labels": {"tier": null, "new": "x"}}})).unwrap();
+        strategic_merge_patch(
+            &mut p,
+            &json!({"metadata": {"labels": {"tier": null, "new": "x"}}}),
+        )
+        .unwrap();
         assert_eq!(p["metadata"]["labels"], json!({"app": "pg", "new": "x"}));
     }
 
@@ -706,7 +748,10 @@ mod tests {
             &json!({"metadata": {"finalizers": ["b.example/y", "a.example/x"]}}),
         )
         .unwrap();
-        assert_eq!(p["metadata"]["finalizers"], json!(["a.example/x", "b.example/y"]));
+        assert_eq!(
+            p["metadata"]["finalizers"],
+            json!(["a.example/x", "b.example/y"])
+        );
         strategic_merge_patch(
             &mut p,
             &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.example/x"]}}),
@@ -725,8 +770,15 @@ mod tests {
                              "containers": [{"name": "pg", "args": ["-c", "x"]}]}}),
         )
         .unwrap();
-        assert_eq!(p["spec"]["tolerations"], json!([{"key": "other", "operator": "Exists"}]));
-        strategic_merge_patch(&mut p, &json!({"spec": {"containers": [{"name": "pg", "args": ["-v"]}]}})).unwrap();
+        assert_eq!(
+            p["spec"]["tolerations"],
+            json!([{"key": "other", "operator": "Exists"}])
+        );
+        strategic_merge_patch(
+            &mut p,
+            &json!({"spec": {"containers": [{"name": "pg", "args": ["-v"]}]}}),
+        )
+        .unwrap();
         assert_eq!(containers(&p)[0]["args"], json!(["-v"]));
     }
 
@@ -740,9 +792,17 @@ mod tests {
         .unwrap();
         assert_eq!(containers(&p)[0]["ports"].as_array().unwrap().len(), 2);
 
-        let mut svc = json!({"spec": {"ports": [{"port": 5432, "targetPort": 5432}, {"port": 80}]}});
-        strategic_merge_patch(&mut svc, &json!({"spec": {"ports": [{"port": 5432, "targetPort": 6432}]}})).unwrap();
-        assert_eq!(svc["spec"]["ports"], json!([{"port": 5432, "targetPort": 6432}, {"port": 80}]));
+        let mut svc =
+            json!({"spec": {"ports": [{"port": 5432, "targetPort": 5432}, {"port": 80}]}});
+        strategic_merge_patch(
+            &mut svc,
+            &json!({"spec": {"ports": [{"port": 5432, "targetPort": 6432}]}}),
+        )
+        .unwrap();
+        assert_eq!(
+            svc["spec"]["ports"],
+            json!([{"port": 5432, "targetPort": 6432}, {"port": 80}])
+        );
     }
 
     #[test]
@@ -755,7 +815,11 @@ mod tests {
         .unwrap();
         assert_eq!(p["metadata"]["labels"], json!({"only": "this"}));
 
-        strategic_merge_patch(&mut p, &json!({"metadata": {"labels": {"$patch": "delete"}}})).unwrap();
+        strategic_merge_patch(
+            &mut p,
+            &json!({"metadata": {"labels": {"$patch": "delete"}}}),
+        )
+        .unwrap();
         assert!(p["metadata"].get("labels").is_none());
 
         strategic_merge_patch(
@@ -763,7 +827,10 @@ mod tests {
             &json!({"spec": {"containers": [{"name": "solo", "image": "x"}, {"$patch": "replace"}]}}),
         )
         .unwrap();
-        assert_eq!(p["spec"]["containers"], json!([{"name": "solo", "image": "x"}]));
+        assert_eq!(
+            p["spec"]["containers"],
+            json!([{"name": "solo", "image": "x"}])
+        );
         assert!(!p.to_string().contains('$'));
     }
 
@@ -814,6 +881,9 @@ mod tests {
     #[test]
     fn conflict_display_lists_paths() {
         let e = PatchError::Conflict(vec![".spec.replicas".into()]);
-        assert_eq!(e.to_string(), "Apply failed with 1 conflict: .spec.replicas");
+        assert_eq!(
+            e.to_string(),
+            "Apply failed with 1 conflict: .spec.replicas"
+        );
     }
 }

@@ -45,9 +45,15 @@ pub fn load(c: &Arc<Cluster>, path: &Path) -> anyhow::Result<Option<Restored>> {
         .with_context(|| format!("{} is not a sim snapshot", path.display()))?;
     let mut objects = vec![];
     for e in snap.objects {
-        let key = ResKey { group: e.group, plural: e.plural };
+        let key = ResKey {
+            group: e.group,
+            plural: e.plural,
+        };
         if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {
-            c.registry.write().unwrap_or_else(|p| p.into_inner()).register_crd(&e.object);
+            c.registry
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .register_crd(&e.object);
         }
         for ptr in ["/spec/clusterIP", "/status/podIP"] {
             if let Some(ip) = e.object.pointer(ptr).and_then(Value::as_str) {
@@ -57,7 +63,10 @@ pub fn load(c: &Arc<Cluster>, path: &Path) -> anyhow::Result<Option<Restored>> {
         objects.push((key, e.object));
     }
     c.store.load(snap.rv, objects);
-    Ok(Some(Restored { port: snap.port, token: snap.token }))
+    Ok(Some(Restored {
+        port: snap.port,
+        token: snap.token,
+    }))
 }
 
 fn save(c: &Cluster, path: &Path, port: u16, token: &str) -> anyhow::Result<()> {
@@ -68,7 +77,11 @@ fn save(c: &Cluster, path: &Path, port: u16, token: &str) -> anyhow::Result<()> 
         rv,
         objects: all
             .into_iter()
-            .map(|(k, o)| Entry { group: k.group, plural: k.plural, object: o.value.clone() })
+            .map(|(k, o)| Entry {
+                group: k.group,
+                plural: k.plural,
+                object: o.value.clone(),
+            })
             .collect(),
     };
     super::write_private(path, &serde_json::to_vec(&snap)?)

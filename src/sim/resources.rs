@@ -72,8 +72,19 @@ pub struct ResKey {
     pub plural: String,
 }
 
-/// Table of the built-in kinds: (group, version, plural, kind, namespaced, short names, status subresource).
-const BUILTINS: &[(&str, &str, &str, &str, bool, &[&str], bool)] = &[
+/// (group, version, plural, kind, namespaced, short names, status subresource).
+type Builtin = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    &'static [&'static str],
+    bool,
+);
+
+/// Table of the built-in kinds.
+const BUILTINS: &[Builtin] = &[
     ("", "v1", "namespaces", "Namespace", false, &["ns"], true),
     ("", "v1", "nodes", "Node", false, &["no"], true),
     ("", "v1", "pods", "Pod", true, &["po"], true),
@@ -109,8 +120,24 @@ const BUILTINS: &[(&str, &str, &str, &str, bool, &[&str], bool)] = &[
         &["sa"],
         false,
     ),
-    ("apps", "v1", "deployments", "Deployment", true, &["deploy"], true),
-    ("apps", "v1", "statefulsets", "StatefulSet", true, &["sts"], true),
+    (
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        true,
+        &["deploy"],
+        true,
+    ),
+    (
+        "apps",
+        "v1",
+        "statefulsets",
+        "StatefulSet",
+        true,
+        &["sts"],
+        true,
+    ),
     ("batch", "v1", "jobs", "Job", true, &[], true),
     ("batch", "v1", "cronjobs", "CronJob", true, &["cj"], true),
     (
@@ -131,8 +158,24 @@ const BUILTINS: &[(&str, &str, &str, &str, bool, &[&str], bool)] = &[
         &["pdb"],
         true,
     ),
-    ("coordination.k8s.io", "v1", "leases", "Lease", true, &[], false),
-    ("events.k8s.io", "v1", "events", "Event", true, &["ev"], false),
+    (
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "Lease",
+        true,
+        &[],
+        false,
+    ),
+    (
+        "events.k8s.io",
+        "v1",
+        "events",
+        "Event",
+        true,
+        &["ev"],
+        false,
+    ),
     (
         "rbac.authorization.k8s.io",
         "v1",
@@ -270,8 +313,7 @@ impl Registry {
     }
 
     pub fn remove_crd(&mut self, crd_name: &str) {
-        self.types
-            .retain(|_, t| t.crd.as_deref() != Some(crd_name));
+        self.types.retain(|_, t| t.crd.as_deref() != Some(crd_name));
     }
 }
 
@@ -286,7 +328,11 @@ pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
     let strings = |p: &str| -> Vec<String> {
         crd.pointer(p)
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let group = s("/spec/group");

@@ -31,7 +31,11 @@ pub struct Requirement {
 
 impl Requirement {
     fn new(key: &str, op: Op, values: Vec<String>) -> Self {
-        Self { key: key.to_owned(), op, values }
+        Self {
+            key: key.to_owned(),
+            op,
+            values,
+        }
     }
 
     fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
@@ -83,7 +87,9 @@ impl LabelSelector {
             None | Some(Value::Null) => {}
             Some(Value::Object(m)) => {
                 for (k, v) in m {
-                    let v = v.as_str().ok_or(format!("matchLabels[{k:?}] must be a string"))?;
+                    let v = v
+                        .as_str()
+                        .ok_or(format!("matchLabels[{k:?}] must be a string"))?;
                     validate_key(k).and(validate_value(v))?;
                     reqs.push(Requirement::new(k, Op::Equals, vec![v.to_owned()]));
                 }
@@ -92,9 +98,12 @@ impl LabelSelector {
         }
         match obj.get("matchExpressions") {
             None | Some(Value::Null) => {}
-            Some(Value::Array(exprs)) => {
-                reqs.extend(exprs.iter().map(parse_match_expression).collect::<Result<Vec<_>, _>>()?)
-            }
+            Some(Value::Array(exprs)) => reqs.extend(
+                exprs
+                    .iter()
+                    .map(parse_match_expression)
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
             Some(other) => return Err(format!("matchExpressions must be an array, got {other}")),
         }
         Ok(Self::sorted(reqs))
@@ -103,7 +112,11 @@ impl LabelSelector {
     /// A plain equality map such as a Service's `.spec.selector`. Not validated: it came from a
     /// stored object, and a selector that matches nothing is the right outcome for junk.
     pub fn from_map(m: &Map<String, Value>) -> Self {
-        Self::sorted(m.iter().map(|(k, v)| Requirement::new(k, Op::Equals, vec![text(v)])).collect())
+        Self::sorted(
+            m.iter()
+                .map(|(k, v)| Requirement::new(k, Op::Equals, vec![text(v)]))
+                .collect(),
+        )
     }
 
     pub fn is_empty(&self) -> bool {
@@ -128,7 +141,11 @@ fn parse_match_expression(e: &Value) -> Result<Requirement, String> {
     let values: Vec<String> = match e.get("values") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(a)) => {
-            let v = a.iter().map(|x| x.as_str().map(str::to_owned).ok_or(ctx("values must be strings")));
+            let v = a.iter().map(|x| {
+                x.as_str()
+                    .map(str::to_owned)
+                    .ok_or(ctx("values must be strings"))
+            });
             v.collect::<Result<_, _>>()?
         }
         Some(_) => return Err(ctx("values must be an array")),
@@ -181,11 +198,15 @@ fn parse_term(raw: &str) -> Result<Requirement, String> {
         return Ok(Requirement::new(rest.trim(), Op::DoesNotExist, Vec::new()));
     }
     // The key runs up to whitespace or the first operator character.
-    let end = t.find(|c: char| c.is_whitespace() || "=!<>(),".contains(c)).unwrap_or(t.len());
+    let end = t
+        .find(|c: char| c.is_whitespace() || "=!<>(),".contains(c))
+        .unwrap_or(t.len());
     let (key, rest) = (&t[..end], t[end..].trim_start());
     validate_key(key).map_err(ctx)?;
     let values = |list: &str| -> Result<Vec<String>, String> {
-        let list = list.split(',').map(|v| validate_value(v.trim()).map(|()| v.trim().to_owned()));
+        let list = list
+            .split(',')
+            .map(|v| validate_value(v.trim()).map(|()| v.trim().to_owned()));
         list.collect::<Result<_, _>>().map_err(ctx)
     };
     let set_op = rest.strip_prefix("notin").map(|l| (Op::NotIn, l));
@@ -203,7 +224,9 @@ fn parse_term(raw: &str) -> Result<Requirement, String> {
             Some(inner) => Ok(Requirement::new(key, op, values(inner)?)),
         }
     } else {
-        Err(ctx(format!("unexpected {rest:?} after key {key:?}; expected =, ==, !=, in or notin")))
+        Err(ctx(format!(
+            "unexpected {rest:?} after key {key:?}; expected =, ==, !=, in or notin"
+        )))
     }
 }
 
@@ -213,7 +236,9 @@ fn check_name(s: &str, what: &str) -> Result<(), String> {
         return Err(format!("{what} {s:?} must be no more than 63 characters"));
     }
     let alnum = |c: char| c.is_ascii_alphanumeric();
-    if !s.starts_with(alnum) || !s.ends_with(alnum) || !s.chars().all(|c| alnum(c) || "-_.".contains(c))
+    if !s.starts_with(alnum)
+        || !s.ends_with(alnum)
+        || !s.chars().all(|c| alnum(c) || "-_.".contains(c))
     {
         return Err(format!(
             "{what} {s:?} is invalid: must consist of alphanumeric characters, '-', '_' or '.', \
@@ -228,17 +253,25 @@ fn validate_key(k: &str) -> Result<(), String> {
     if k.is_empty() {
         return Err("label key must not be empty".to_owned());
     }
-    let Some((prefix, name)) = k.split_once('/') else { return check_name(k, "label key") };
+    let Some((prefix, name)) = k.split_once('/') else {
+        return check_name(k, "label key");
+    };
     let dns = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
     let ok = prefix.starts_with(dns) && prefix.ends_with(dns) && prefix.len() <= 253;
     if !ok || !prefix.chars().all(|c| dns(c) || c == '-' || c == '.') {
-        return Err(format!("label key prefix {prefix:?} must be a lowercase DNS-1123 subdomain"));
+        return Err(format!(
+            "label key prefix {prefix:?} must be a lowercase DNS-1123 subdomain"
+        ));
     }
     check_name(name, "label key name")
 }
 
 fn validate_value(v: &str) -> Result<(), String> {
-    if v.is_empty() { Ok(()) } else { check_name(v, "label value") }
+    if v.is_empty() {
+        Ok(())
+    } else {
+        check_name(v, "label value")
+    }
 }
 
 /// One `field=value` / `field!=value` clause of a field selector.
@@ -266,27 +299,41 @@ impl FieldSelector {
         // kube skips empty terms (e.g. a trailing comma) and takes the leftmost operator.
         for term in split_escaped(s).into_iter().filter(|t| !t.is_empty()) {
             let err = |e: &str| format!("invalid field selector {term:?}: {e}");
-            let ops = ["!=", "==", "="].into_iter().filter_map(|op| term.find(op).map(|i| (i, op)));
-            let (i, op) = ops.min_by_key(|&(i, op)| (i, usize::MAX - op.len())).ok_or(err(
-                "expected field=value, field==value or field!=value",
-            ))?;
+            let ops = ["!=", "==", "="]
+                .into_iter()
+                .filter_map(|op| term.find(op).map(|i| (i, op)));
+            let (i, op) = ops
+                .min_by_key(|&(i, op)| (i, usize::MAX - op.len()))
+                .ok_or(err("expected field=value, field==value or field!=value"))?;
             let path = term[..i].trim();
-            if path.split('.').any(|seg| seg.is_empty() || seg.contains(char::is_whitespace)) {
+            if path
+                .split('.')
+                .any(|seg| seg.is_empty() || seg.contains(char::is_whitespace))
+            {
                 return Err(err(&format!("bad field path {path:?}")));
             }
             let value = unescape(&term[i + op.len()..]).map_err(|e| err(&e))?;
-            requirements.push(FieldRequirement { path: path.to_owned(), equals: op != "!=", value });
+            requirements.push(FieldRequirement {
+                path: path.to_owned(),
+                equals: op != "!=",
+                value,
+            });
         }
         Ok(Self { requirements })
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        self.requirements.iter().all(|r| (field_string(obj, &r.path) == r.value) == r.equals)
+        self.requirements
+            .iter()
+            .all(|r| (field_string(obj, &r.path) == r.value) == r.equals)
     }
 
     /// If the selector pins `metadata.name=X`, returns X (lets the store avoid a scan).
     pub fn pinned_name(&self) -> Option<&str> {
-        let mut pins = self.requirements.iter().filter(|r| r.equals && r.path == "metadata.name");
+        let mut pins = self
+            .requirements
+            .iter()
+            .filter(|r| r.equals && r.path == "metadata.name");
         pins.next().map(|r| r.value.as_str())
     }
 
@@ -328,7 +375,11 @@ fn unescape(s: &str) -> Result<String, String> {
             _ => out.push(c),
         }
     }
-    if slash { Err(format!("value {s:?} ends with a lone backslash")) } else { Ok(out) }
+    if slash {
+        Err(format!("value {s:?} ends with a lone backslash"))
+    } else {
+        Ok(out)
+    }
 }
 
 /// String form used for comparisons: valid labels are strings, but stringifying anything else
@@ -349,7 +400,9 @@ mod tests {
     use serde_json::json;
 
     fn m(sel: &str, labels: Value) -> bool {
-        LabelSelector::parse(sel).unwrap().matches(labels.as_object())
+        LabelSelector::parse(sel)
+            .unwrap()
+            .matches(labels.as_object())
     }
 
     #[test]
@@ -361,13 +414,22 @@ mod tests {
     #[test]
     fn equality_operators() {
         for sel in ["app=pg", "app==pg", " app = pg "] {
-            assert!(m(sel, json!({"app": "pg"})) && !m(sel, json!({"app": "x"})), "{sel}");
+            assert!(
+                m(sel, json!({"app": "pg"})) && !m(sel, json!({"app": "x"})),
+                "{sel}"
+            );
             assert!(!m(sel, json!({})) && !m(sel, Value::Null), "{sel}");
         }
         assert!(!m("tier!=db", json!({"tier": "db"})) && m("tier!=db", json!({"tier": "web"})));
-        assert!(m("tier!=db", json!({})), "!= matches an absent label, like kube");
+        assert!(
+            m("tier!=db", json!({})),
+            "!= matches an absent label, like kube"
+        );
         assert!(m("a=", json!({"a": ""})) && !m("a=", json!({"a": "x"})));
-        assert!(m("n=1", json!({"n": 1})), "non-string label values are compared as text");
+        assert!(
+            m("n=1", json!({"n": 1})),
+            "non-string label values are compared as text"
+        );
     }
 
     #[test]
@@ -390,21 +452,43 @@ mod tests {
         let mut bad = ok;
         bad["no-key"] = json!("z");
         assert!(!m(sel, bad));
-        assert!(m("app.kubernetes.io/name=pg", json!({"app.kubernetes.io/name": "pg"})));
-        let (a, b) = (LabelSelector::parse("a=1,b in (2)"), LabelSelector::parse("b in (2), a==1"));
-        assert_eq!(a.unwrap(), b.unwrap(), "requirements are kept in canonical key order");
+        assert!(m(
+            "app.kubernetes.io/name=pg",
+            json!({"app.kubernetes.io/name": "pg"})
+        ));
+        let (a, b) = (
+            LabelSelector::parse("a=1,b in (2)"),
+            LabelSelector::parse("b in (2), a==1"),
+        );
+        assert_eq!(
+            a.unwrap(),
+            b.unwrap(),
+            "requirements are kept in canonical key order"
+        );
     }
 
     #[test]
     fn bad_label_selectors_name_the_problem() {
         let long = format!("a={}", "x".repeat(64));
         let cases = [
-            ("app=p g", "p g"), ("=pg", "must not be empty"), ("app=pg,", "stray comma"),
-            ("a b=c", "unexpected \"b=c\""), ("app=pg!", "pg!"), ("a$b=c", "a$b"),
-            ("env in (prod", "unclosed"), ("env in prod)", "unbalanced"), ("env in ()", "can't be empty"),
-            ("env in (a,(b))", "nested"), ("env in (a b)", "a b"), ("env notinx (a)", "expected '(value"),
-            ("env>1", "unexpected \">1\""), ("Bad.Prefix/app=x", "DNS-1123"), ("app=-x", "-x"),
-            ("app/=x", "label key name \"\""), ("!", "must not be empty"), (long.as_str(), "63"),
+            ("app=p g", "p g"),
+            ("=pg", "must not be empty"),
+            ("app=pg,", "stray comma"),
+            ("a b=c", "unexpected \"b=c\""),
+            ("app=pg!", "pg!"),
+            ("a$b=c", "a$b"),
+            ("env in (prod", "unclosed"),
+            ("env in prod)", "unbalanced"),
+            ("env in ()", "can't be empty"),
+            ("env in (a,(b))", "nested"),
+            ("env in (a b)", "a b"),
+            ("env notinx (a)", "expected '(value"),
+            ("env>1", "unexpected \">1\""),
+            ("Bad.Prefix/app=x", "DNS-1123"),
+            ("app=-x", "-x"),
+            ("app/=x", "label key name \"\""),
+            ("!", "must not be empty"),
+            (long.as_str(), "63"),
         ];
         for (input, needle) in cases {
             let err = LabelSelector::parse(input).unwrap_err();
@@ -423,15 +507,41 @@ mod tests {
         assert_eq!(sel.requirements().len(), 5);
         assert!(sel.matches(json!({"app": "pg", "env": "prod", "role": "primary"}).as_object()));
         assert!(!sel.matches(json!({"app": "pg", "env": "prod"}).as_object()));
-        assert!(LabelSelector::from_label_selector_json(&json!({})).unwrap().is_empty());
-        assert!(LabelSelector::from_label_selector_json(&Value::Null).unwrap().is_empty());
+        assert!(
+            LabelSelector::from_label_selector_json(&json!({}))
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            LabelSelector::from_label_selector_json(&Value::Null)
+                .unwrap()
+                .is_empty()
+        );
         let bad = [
-            (json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}), "Gt"),
-            (json!({"matchExpressions": [{"key": "a", "operator": "In"}]}), "non-empty"),
-            (json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}), "empty"),
-            (json!({"matchExpressions": [{"key": "a", "operator": "In", "values": "x"}]}), "array"),
-            (json!({"matchExpressions": [{"key": "a", "operator": "In", "values": [1]}]}), "strings"),
-            (json!({"matchExpressions": [{"operator": "Exists"}]}), "string key"),
+            (
+                json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
+                "Gt",
+            ),
+            (
+                json!({"matchExpressions": [{"key": "a", "operator": "In"}]}),
+                "non-empty",
+            ),
+            (
+                json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}),
+                "empty",
+            ),
+            (
+                json!({"matchExpressions": [{"key": "a", "operator": "In", "values": "x"}]}),
+                "array",
+            ),
+            (
+                json!({"matchExpressions": [{"key": "a", "operator": "In", "values": [1]}]}),
+                "strings",
+            ),
+            (
+                json!({"matchExpressions": [{"operator": "Exists"}]}),
+                "string key",
+            ),
             (json!({"matchExpressions": {}}), "must be an array"),
             (json!({"matchLabels": {"a": 1}}), "must be a string"),
             (json!({"matchLabels": {"a b": "x"}}), "a b"),
@@ -447,7 +557,8 @@ mod tests {
 
     #[test]
     fn from_map_is_equality() {
-        let sel = LabelSelector::from_map(json!({"app": "pg", "role": "primary"}).as_object().unwrap());
+        let sel =
+            LabelSelector::from_map(json!({"app": "pg", "role": "primary"}).as_object().unwrap());
         assert!(sel.matches(json!({"app": "pg", "role": "primary", "x": "y"}).as_object()));
         assert!(!sel.matches(json!({"app": "pg"}).as_object()));
         assert!(LabelSelector::from_map(&Map::new()).matches(None));
@@ -473,8 +584,18 @@ mod tests {
         assert_eq!(sel.pinned_name(), Some("a,b=c\\d"));
         let two = FieldSelector::parse("metadata.namespace=x,metadata.name==y").unwrap();
         assert_eq!(two.pinned_name(), Some("y"));
-        assert_eq!(FieldSelector::parse("metadata.name!=y").unwrap().pinned_name(), None);
-        assert_eq!(FieldSelector::parse("metadata.name=").unwrap().pinned_name(), Some(""));
+        assert_eq!(
+            FieldSelector::parse("metadata.name!=y")
+                .unwrap()
+                .pinned_name(),
+            None
+        );
+        assert_eq!(
+            FieldSelector::parse("metadata.name=")
+                .unwrap()
+                .pinned_name(),
+            Some("")
+        );
     }
 
     #[test]

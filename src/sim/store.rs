@@ -258,7 +258,11 @@ impl Store {
         }
         if kind != EventType::Deleted {
             for uid in owner_uids(&obj.value) {
-                inner.dependents.entry(uid).or_default().insert(entry.clone());
+                inner
+                    .dependents
+                    .entry(uid)
+                    .or_default()
+                    .insert(entry.clone());
             }
         }
         let ev = Arc::new(WatchEvent {
@@ -297,7 +301,12 @@ impl Store {
                 oldest: inner.compacted_rv,
             });
         }
-        let backlog = inner.history.iter().filter(|e| e.rv > rv).cloned().collect();
+        let backlog = inner
+            .history
+            .iter()
+            .filter(|e| e.rv > rv)
+            .cloned()
+            .collect();
         Ok((backlog, self.tx.subscribe()))
     }
 
@@ -340,11 +349,11 @@ impl Store {
             let ns = str_at(&v, "/metadata/namespace").to_string();
             let name = str_at(&v, "/metadata/name").to_string();
             for uid in owner_uids(&v) {
-                inner
-                    .dependents
-                    .entry(uid)
-                    .or_default()
-                    .insert((k.clone(), ns.clone(), name.clone()));
+                inner.dependents.entry(uid).or_default().insert((
+                    k.clone(),
+                    ns.clone(),
+                    name.clone(),
+                ));
             }
             inner
                 .objects

@@ -32,17 +32,31 @@ const CREATED_DESC: &str =
 
 fn col(name: &str, type_: &str, json_path: &str, priority: i64) -> Column {
     let (name, type_, json_path) = (name.into(), type_.into(), json_path.into());
-    Column { name, type_, format: String::new(), description: String::new(), priority, json_path }
+    Column {
+        name,
+        type_,
+        format: String::new(),
+        description: String::new(),
+        priority,
+        json_path,
+    }
 }
 fn s(name: &str, json_path: &str) -> Column {
     col(name, "string", json_path, 0)
 }
 fn name_col(priority: i64) -> Column {
     let c = col("Name", "string", ".metadata.name", priority);
-    Column { format: "name".into(), description: NAME_DESC.into(), ..c }
+    Column {
+        format: "name".into(),
+        description: NAME_DESC.into(),
+        ..c
+    }
 }
 fn created(name: &str, type_: &str, json_path: &str) -> Column {
-    Column { description: CREATED_DESC.into(), ..col(name, type_, json_path, 0) }
+    Column {
+        description: CREATED_DESC.into(),
+        ..col(name, type_, json_path, 0)
+    }
 }
 
 /// Columns for built-in kinds by resource plural, mirroring kube's `printers.go` (names as kube
@@ -52,25 +66,46 @@ pub fn columns_for_builtin(plural: &str) -> Vec<Column> {
     let age = || created("Age", "string", "#age");
     let rest = match plural {
         "pods" => vec![
-            s("Ready", "#pod-ready"), s("Status", "#pod-status"), s("Restarts", "#pod-restarts"), age(),
-            col("IP", "string", ".status.podIP", 1), col("Node", "string", ".spec.nodeName", 1),
+            s("Ready", "#pod-ready"),
+            s("Status", "#pod-status"),
+            s("Restarts", "#pod-restarts"),
+            age(),
+            col("IP", "string", ".status.podIP", 1),
+            col("Node", "string", ".spec.nodeName", 1),
         ],
         "services" => vec![
-            s("Type", ".spec.type"), s("Cluster-IP", ".spec.clusterIP"),
-            s("External-IP", "#svc-external-ip"), s("Port(s)", "#svc-ports"),
-            age(), col("Selector", "string", "#svc-selector", 1),
+            s("Type", ".spec.type"),
+            s("Cluster-IP", ".spec.clusterIP"),
+            s("External-IP", "#svc-external-ip"),
+            s("Port(s)", "#svc-ports"),
+            age(),
+            col("Selector", "string", "#svc-selector", 1),
         ],
         "namespaces" => vec![s("Status", ".status.phase"), age()],
         "configmaps" => vec![col("Data", "integer", "#data-count", 0), age()],
-        "secrets" => vec![s("Type", ".type"), col("Data", "integer", "#data-count", 0), age()],
+        "secrets" => vec![
+            s("Type", ".type"),
+            col("Data", "integer", "#data-count", 0),
+            age(),
+        ],
         "persistentvolumeclaims" => vec![
-            s("Status", "#pvc-status"), s("Volume", ".spec.volumeName"),
-            s("Capacity", "#pvc-capacity"), s("Access Modes", "#pvc-access-modes"),
-            age(), col("StorageClass", "string", ".spec.storageClassName", 1),
+            s("Status", "#pvc-status"),
+            s("Volume", ".spec.volumeName"),
+            s("Capacity", "#pvc-capacity"),
+            s("Access Modes", "#pvc-access-modes"),
+            age(),
+            col("StorageClass", "string", ".spec.storageClassName", 1),
         ],
         "events" => {
-            let (last, obj) = (s("Last Seen", "#event-last-seen"), s("Object", "#event-object"));
-            let (ty, reason, msg) = (s("Type", ".type"), s("Reason", ".reason"), s("Message", ".message"));
+            let (last, obj) = (
+                s("Last Seen", "#event-last-seen"),
+                s("Object", "#event-object"),
+            );
+            let (ty, reason, msg) = (
+                s("Type", ".type"),
+                s("Reason", ".reason"),
+                s("Message", ".message"),
+            );
             return vec![last, ty, reason, obj, msg, name_col(1)];
         }
         "leases" => vec![s("Holder", ".spec.holderIdentity"), age()],
@@ -89,14 +124,28 @@ pub fn columns_for_crd(additional_printer_columns: &[Value]) -> Vec<Column> {
         cols.push(created("Age", "date", ".metadata.creationTimestamp"));
     }
     for v in additional_printer_columns {
-        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let s = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
         let (ty, path) = (s("type"), s("jsonPath"));
         cols.push(Column {
             type_: if ty.is_empty() { "string".into() } else { ty },
             format: s("format"),
             description: s("description"),
-            json_path: if path.starts_with('#') { "#".into() } else { path },
-            ..col(&s("name"), "", "", v.get("priority").and_then(Value::as_i64).unwrap_or(0))
+            json_path: if path.starts_with('#') {
+                "#".into()
+            } else {
+                path
+            },
+            ..col(
+                &s("name"),
+                "",
+                "",
+                v.get("priority").and_then(Value::as_i64).unwrap_or(0),
+            )
         });
     }
     cols
@@ -119,9 +168,13 @@ pub fn build_table(
     };
     let row = |o: &Value| {
         let mut row = Map::new();
-        row.insert("cells".into(), columns.iter().map(|c| cell(c, o, now)).collect());
+        row.insert(
+            "cells".into(),
+            columns.iter().map(|c| cell(c, o, now)).collect(),
+        );
         let meta = o.get("metadata").cloned().unwrap_or_else(|| json!({}));
-        let partial = || json!({"kind": "PartialObjectMetadata", "apiVersion": API, "metadata": meta});
+        let partial =
+            || json!({"kind": "PartialObjectMetadata", "apiVersion": API, "metadata": meta});
         let object = match include_object {
             "None" => None,
             "Object" => Some(o.clone()),
@@ -130,7 +183,12 @@ pub fn build_table(
         row.extend(object.map(|obj| ("object".to_owned(), obj)));
         Value::Object(row)
     };
-    let keep = ["resourceVersion", "continue", "remainingItemCount", "selfLink"];
+    let keep = [
+        "resourceVersion",
+        "continue",
+        "remainingItemCount",
+        "selfLink",
+    ];
     let pick = |&k: &&str| Some((k.to_owned(), list_meta.get(k)?.clone()));
     let meta: Map<_, _> = keep.iter().filter_map(pick).collect();
     let defs: Vec<_> = columns.iter().map(def).collect();
@@ -167,12 +225,15 @@ pub fn human_duration(d: TimeDelta) -> String {
 }
 
 fn parse_time(s: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
 }
 
 /// Age of an RFC3339 timestamp; kube prints "<unknown>" for a zero/absent time.
 fn age(ts: Option<&str>, now: DateTime<Utc>) -> Value {
-    ts.and_then(parse_time).map_or_else(|| "<unknown>".into(), |t| human_duration(now - t).into())
+    ts.and_then(parse_time)
+        .map_or_else(|| "<unknown>".into(), |t| human_duration(now - t).into())
 }
 
 fn cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
@@ -194,25 +255,41 @@ fn cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
 }
 
 fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    v.pointer(ptr).and_then(Value::as_str).filter(|s| !s.is_empty())
+    v.pointer(ptr)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
 }
 fn arr<'a>(v: &'a Value, ptr: &str) -> &'a [Value] {
-    v.pointer(ptr).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    v.pointer(ptr)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
 }
 fn obj_len(v: &Value, ptr: &str) -> usize {
-    v.pointer(ptr).and_then(Value::as_object).map_or(0, Map::len)
+    v.pointer(ptr)
+        .and_then(Value::as_object)
+        .map_or(0, Map::len)
 }
 fn join_or(items: Vec<String>, empty: &str) -> Value {
-    if items.is_empty() { empty.into() } else { items.join(",").into() }
+    if items.is_empty() {
+        empty.into()
+    } else {
+        items.join(",").into()
+    }
 }
 
 /// Computed cells for built-in kinds, following kube's `printers.go`.
 fn builtin_cell(marker: &str, o: &Value, now: DateTime<Utc>) -> Value {
     let statuses = arr(o, "/status/containerStatuses");
-    let deleting = o.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null());
+    let deleting = o
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null());
     let bound = str_at(o, "/spec/volumeName").is_some();
     let strs = |v: &Value, ptr: &str| {
-        arr(v, ptr).iter().filter_map(Value::as_str).map(str::to_owned).collect::<Vec<_>>()
+        arr(v, ptr)
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
     };
     match marker {
         "age" => age(str_at(o, "/metadata/creationTimestamp"), now),
@@ -236,7 +313,10 @@ fn builtin_cell(marker: &str, o: &Value, now: DateTime<Utc>) -> Value {
             waiting.or(phase).unwrap_or("Pending").into()
         }
         "pod-restarts" => {
-            let restarts: i64 = statuses.iter().filter_map(|s| s["restartCount"].as_i64()).sum();
+            let restarts: i64 = statuses
+                .iter()
+                .filter_map(|s| s["restartCount"].as_i64())
+                .sum();
             let finished = |s| str_at(s, "/lastState/terminated/finishedAt").and_then(parse_time);
             match statuses.iter().filter_map(finished).max() {
                 Some(t) if restarts != 0 => format!("{restarts} ({} ago)", human_duration(now - t)),
@@ -250,7 +330,11 @@ fn builtin_cell(marker: &str, o: &Value, now: DateTime<Utc>) -> Value {
                 "ClusterIP" | "NodePort" => join_or(ips, "<none>"),
                 "LoadBalancer" => {
                     let ingress = arr(o, "/status/loadBalancer/ingress").iter();
-                    let addr = |i| str_at(i, "/ip").or(str_at(i, "/hostname")).map(String::from);
+                    let addr = |i| {
+                        str_at(i, "/ip")
+                            .or(str_at(i, "/hostname"))
+                            .map(String::from)
+                    };
                     ips.extend(ingress.filter_map(addr));
                     join_or(ips, "<pending>")
                 }
@@ -270,7 +354,11 @@ fn builtin_cell(marker: &str, o: &Value, now: DateTime<Utc>) -> Value {
         }
         "svc-selector" => {
             // serde_json maps iterate in key order, matching kube's sorted `FormatLabels`.
-            let sel = o.pointer("/spec/selector").and_then(Value::as_object).into_iter().flatten();
+            let sel = o
+                .pointer("/spec/selector")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten();
             let pairs = sel.map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()));
             join_or(pairs.collect(), "<none>")
         }
@@ -278,22 +366,33 @@ fn builtin_cell(marker: &str, o: &Value, now: DateTime<Utc>) -> Value {
         "pvc-status" => str_at(o, "/status/phase").unwrap_or("Pending").into(),
         // kube shows capacity and access modes only once the claim is bound to a volume.
         "pvc-capacity" | "pvc-access-modes" if !bound => "".into(),
-        "pvc-capacity" => str_at(o, "/status/capacity/storage").unwrap_or_default().into(),
+        "pvc-capacity" => str_at(o, "/status/capacity/storage")
+            .unwrap_or_default()
+            .into(),
         "pvc-access-modes" => {
             let modes = strs(o, "/status/accessModes");
             let all = [
-                ("ReadWriteOnce", "RWO"), ("ReadOnlyMany", "ROX"),
-                ("ReadWriteMany", "RWX"), ("ReadWriteOncePod", "RWOP"),
+                ("ReadWriteOnce", "RWO"),
+                ("ReadOnlyMany", "ROX"),
+                ("ReadWriteMany", "RWX"),
+                ("ReadWriteOncePod", "RWOP"),
             ];
             let present = all.iter().filter(|(m, _)| modes.iter().any(|x| x == m));
-            present.map(|(_, short)| *short).collect::<Vec<_>>().join(",").into()
+            present
+                .map(|(_, short)| *short)
+                .collect::<Vec<_>>()
+                .join(",")
+                .into()
         }
         "event-last-seen" => {
             let paths = ["/series/lastObservedTime", "/lastTimestamp", "/eventTime"];
             age(paths.iter().find_map(|p| str_at(o, p)), now)
         }
         "event-object" => {
-            let r = o.get("involvedObject").or(o.get("regarding")).unwrap_or(&Value::Null);
+            let r = o
+                .get("involvedObject")
+                .or(o.get("regarding"))
+                .unwrap_or(&Value::Null);
             let kind = str_at(r, "/kind").unwrap_or_default().to_lowercase();
             format!("{kind}/{}", str_at(r, "/name").unwrap_or_default()).into()
         }
@@ -318,19 +417,31 @@ pub fn json_path(obj: &Value, path: &str) -> Option<Value> {
 
 /// All matches, in document order (empty for no match or an unsupported path).
 pub fn json_path_all(obj: &Value, path: &str) -> Vec<Value> {
-    parse_path(path).map(|segs| eval(obj, &segs).into_iter().cloned().collect()).unwrap_or_default()
+    parse_path(path)
+        .map(|segs| eval(obj, &segs).into_iter().cloned().collect())
+        .unwrap_or_default()
 }
 
 fn eval<'a>(root: &'a Value, segs: &[Seg]) -> Vec<&'a Value> {
-    segs.iter().fold(vec![root], |cur, seg| cur.into_iter().flat_map(|v| step(v, seg)).collect())
+    segs.iter().fold(vec![root], |cur, seg| {
+        cur.into_iter().flat_map(|v| step(v, seg)).collect()
+    })
 }
 
 fn step<'a>(v: &'a Value, seg: &Seg) -> Vec<&'a Value> {
     match (seg, v) {
         (Seg::Key(k), _) => v.get(k.as_str()).into_iter().collect(),
         (Seg::Index(i), Value::Array(a)) => {
-            let idx = if *i < 0 { i64::try_from(a.len()).unwrap_or(i64::MAX) + i } else { *i };
-            usize::try_from(idx).ok().and_then(|i| a.get(i)).into_iter().collect()
+            let idx = if *i < 0 {
+                i64::try_from(a.len()).unwrap_or(i64::MAX) + i
+            } else {
+                *i
+            };
+            usize::try_from(idx)
+                .ok()
+                .and_then(|i| a.get(i))
+                .into_iter()
+                .collect()
         }
         (Seg::All, Value::Array(a)) => a.iter().collect(),
         (Seg::All, Value::Object(m)) => m.values().collect(),
@@ -354,10 +465,18 @@ fn loose_eq(a: &Value, b: &Value) -> bool {
 
 fn parse_path(p: &str) -> Option<Vec<Seg>> {
     let p = p.trim();
-    let p = p.strip_prefix('{').and_then(|q| q.strip_suffix('}')).unwrap_or(p).trim();
+    let p = p
+        .strip_prefix('{')
+        .and_then(|q| q.strip_suffix('}'))
+        .unwrap_or(p)
+        .trim();
     let p = p.strip_prefix('$').unwrap_or(p);
     // Be lenient about a missing leading dot (`spec.x`); `@`/`$` alone is the current node.
-    let p = if p.is_empty() || p.starts_with(['.', '[']) { p.to_owned() } else { format!(".{p}") };
+    let p = if p.is_empty() || p.starts_with(['.', '[']) {
+        p.to_owned()
+    } else {
+        format!(".{p}")
+    };
     let (mut rest, mut segs) = (p.as_str(), Vec::new());
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix('[') {
@@ -402,12 +521,21 @@ fn parse_bracket(inner: &str) -> Option<Seg> {
     }
     if let Some(expr) = inner.strip_prefix('?') {
         let expr = expr.trim().strip_prefix('(')?.strip_suffix(')')?.trim();
-        let op = ["==", "!="].iter().filter_map(|op| Some((expr.find(op)?, *op))).min();
+        let op = ["==", "!="]
+            .iter()
+            .filter_map(|op| Some((expr.find(op)?, *op)))
+            .min();
         let (lhs, cond) = match op {
-            Some((i, op)) => (&expr[..i], Some((op == "==", literal(expr[i + 2..].trim())?))),
+            Some((i, op)) => (
+                &expr[..i],
+                Some((op == "==", literal(expr[i + 2..].trim())?)),
+            ),
             None => (expr, None),
         };
-        return Some(Seg::Filter(parse_path(lhs.trim().strip_prefix('@')?)?, cond));
+        return Some(Seg::Filter(
+            parse_path(lhs.trim().strip_prefix('@')?)?,
+            cond,
+        ));
     }
     match literal(inner)? {
         Value::String(s) => Some(Seg::Key(s)),
@@ -419,7 +547,9 @@ fn parse_bracket(inner: &str) -> Option<Seg> {
 /// A filter/bracket literal: `'x'`, or JSON (`"x"`, number, `true`/`false`/`null`).
 fn literal(s: &str) -> Option<Value> {
     let single = s.strip_prefix('\'').and_then(|r| r.strip_suffix('\''));
-    single.map(|u| Value::String(u.into())).or_else(|| serde_json::from_str(s).ok())
+    single
+        .map(|u| Value::String(u.into()))
+        .or_else(|| serde_json::from_str(s).ok())
 }
 
 #[cfg(test)]
@@ -445,10 +575,24 @@ mod tests {
     #[test]
     fn human_duration_matches_kube() {
         let cases = [
-            (-5, "<invalid>"), (-1, "0s"), (0, "0s"), (5, "5s"), (119, "119s"), (120, "2m"),
-            (200, "3m20s"), (900, "15m"), (10_799, "179m"), (3 * 3600, "3h"), (3 * 3600 + 300, "3h5m"),
-            (10 * 3600, "10h"), (2 * 86400, "2d"), (2 * 86400 + 5 * 3600, "2d5h"), (10 * 86400, "10d"),
-            (730 * 86400, "2y"), (740 * 86400, "2y10d"), (9 * 365 * 86400, "9y"),
+            (-5, "<invalid>"),
+            (-1, "0s"),
+            (0, "0s"),
+            (5, "5s"),
+            (119, "119s"),
+            (120, "2m"),
+            (200, "3m20s"),
+            (900, "15m"),
+            (10_799, "179m"),
+            (3 * 3600, "3h"),
+            (3 * 3600 + 300, "3h5m"),
+            (10 * 3600, "10h"),
+            (2 * 86400, "2d"),
+            (2 * 86400 + 5 * 3600, "2d5h"),
+            (10 * 86400, "10d"),
+            (730 * 86400, "2y"),
+            (740 * 86400, "2y10d"),
+            (9 * 365 * 86400, "9y"),
         ];
         for (secs, want) in cases {
             assert_eq!(human_duration(TimeDelta::seconds(secs)), want, "{secs}s");
@@ -459,14 +603,41 @@ mod tests {
     fn builtin_column_sets() {
         // `*` marks priority-1 (`-o wide`) columns.
         let want: [(&str, &[&str]); 10] = [
-            ("pods", &["Name", "Ready", "Status", "Restarts", "Age", "IP*", "Node*"]),
-            ("services", &["Name", "Type", "Cluster-IP", "External-IP", "Port(s)", "Age", "Selector*"]),
+            (
+                "pods",
+                &["Name", "Ready", "Status", "Restarts", "Age", "IP*", "Node*"],
+            ),
+            (
+                "services",
+                &[
+                    "Name",
+                    "Type",
+                    "Cluster-IP",
+                    "External-IP",
+                    "Port(s)",
+                    "Age",
+                    "Selector*",
+                ],
+            ),
             ("namespaces", &["Name", "Status", "Age"]),
             ("configmaps", &["Name", "Data", "Age"]),
             ("secrets", &["Name", "Type", "Data", "Age"]),
-            ("persistentvolumeclaims", &["Name", "Status", "Volume", "Capacity", "Access Modes", "Age",
-                                         "StorageClass*"]),
-            ("events", &["Last Seen", "Type", "Reason", "Object", "Message", "Name*"]),
+            (
+                "persistentvolumeclaims",
+                &[
+                    "Name",
+                    "Status",
+                    "Volume",
+                    "Capacity",
+                    "Access Modes",
+                    "Age",
+                    "StorageClass*",
+                ],
+            ),
+            (
+                "events",
+                &["Last Seen", "Type", "Reason", "Object", "Message", "Name*"],
+            ),
             ("leases", &["Name", "Holder", "Age"]),
             ("customresourcedefinitions", &["Name", "Created At"]),
             ("statefulsets", &["Name", "Age"]),
@@ -476,7 +647,10 @@ mod tests {
             let star = |c: &Column| format!("{}{}", c.name, if c.priority > 0 { "*" } else { "" });
             assert_eq!(cols.iter().map(star).collect::<Vec<_>>(), want, "{plural}");
             let name = cols.iter().find(|c| c.name == "Name").unwrap();
-            assert_eq!((name.type_.as_str(), name.format.as_str()), ("string", "name"));
+            assert_eq!(
+                (name.type_.as_str(), name.format.as_str()),
+                ("string", "name")
+            );
         }
     }
 
@@ -484,7 +658,10 @@ mod tests {
     fn crd_columns_and_cells() {
         let empty = columns_for_crd(&[]);
         assert_eq!(names(&empty), ["Name", "Age"]);
-        assert_eq!((&*empty[1].type_, &*empty[1].json_path), ("date", ".metadata.creationTimestamp"));
+        assert_eq!(
+            (&*empty[1].type_, &*empty[1].json_path),
+            ("date", ".metadata.creationTimestamp")
+        );
         let apc = [
             json!({"name": "Size", "type": "integer", "jsonPath": ".spec.size", "priority": 1, "description": "d"}),
             json!({"name": "Phase", "jsonPath": ".status.phase"}),
@@ -492,9 +669,15 @@ mod tests {
         ];
         let cols = columns_for_crd(&apc);
         assert_eq!(names(&cols), ["Name", "Size", "Phase", "Sneaky"]);
-        assert_eq!((cols[1].priority, &*cols[1].description, &*cols[2].type_), (1, "d", "string"));
+        assert_eq!(
+            (cols[1].priority, &*cols[1].description, &*cols[2].type_),
+            (1, "d", "string")
+        );
         let obj = json!({"metadata": {"name": "c", "creationTimestamp": "2024-05-10T11:59:00Z"}, "spec": {"size": 3}});
-        assert_eq!(row(&cols, &obj), [json!("c"), json!(3), Value::Null, Value::Null]);
+        assert_eq!(
+            row(&cols, &obj),
+            [json!("c"), json!(3), Value::Null, Value::Null]
+        );
         assert_eq!(row(&empty, &obj), [json!("c"), json!("60s")]);
     }
 
@@ -503,15 +686,25 @@ mod tests {
         let obj = json!({"metadata": {"name": "c", "creationTimestamp": "2024-05-08T12:00:00Z"},
             "spec": {"n": 3, "f": 2.5, "b": true, "s": "x", "o": {"k": 1}, "bad": "yesterday", "nul": null}});
         let one = |ty: &str, path: &str| {
-            row(&columns_for_crd(&[json!({"name": "C", "type": ty, "jsonPath": path})]), &obj)[1].clone()
+            row(
+                &columns_for_crd(&[json!({"name": "C", "type": ty, "jsonPath": path})]),
+                &obj,
+            )[1]
+            .clone()
         };
         let cases = [
-            ("integer", ".spec.n", json!(3)), ("integer", ".spec.f", json!(2)),
-            ("integer", ".spec.s", Value::Null), ("number", ".spec.n", json!(3.0)),
-            ("boolean", ".spec.b", json!(true)), ("boolean", ".spec.s", Value::Null),
-            ("string", ".spec.n", json!("3")), ("string", ".spec.o", json!("{\"k\":1}")),
-            ("string", ".spec.nul", Value::Null), ("string", ".spec.missing", Value::Null),
-            ("date", ".metadata.creationTimestamp", json!("2d")), ("date", ".spec.bad", json!("<invalid>")),
+            ("integer", ".spec.n", json!(3)),
+            ("integer", ".spec.f", json!(2)),
+            ("integer", ".spec.s", Value::Null),
+            ("number", ".spec.n", json!(3.0)),
+            ("boolean", ".spec.b", json!(true)),
+            ("boolean", ".spec.s", Value::Null),
+            ("string", ".spec.n", json!("3")),
+            ("string", ".spec.o", json!("{\"k\":1}")),
+            ("string", ".spec.nul", Value::Null),
+            ("string", ".spec.missing", Value::Null),
+            ("date", ".metadata.creationTimestamp", json!("2d")),
+            ("date", ".spec.bad", json!("<invalid>")),
             ("weird", ".spec.s", Value::Null),
         ];
         for (ty, path, want) in cases {
@@ -524,23 +717,44 @@ mod tests {
         let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "cm", "namespace": "db", "creationTimestamp": "2024-05-10T11:59:55Z"},
             "data": {"a": "1", "b": "2"}, "binaryData": {"c": ""}});
-        let (cols, one) = (columns_for_builtin("configmaps"), std::slice::from_ref(&obj));
+        let (cols, one) = (
+            columns_for_builtin("configmaps"),
+            std::slice::from_ref(&obj),
+        );
         let meta = json!({"resourceVersion": "42", "continue": "tok", "junk": 1});
         let t = build_table(&cols, one, "Metadata", meta, now());
-        assert_eq!((&t["kind"], &t["apiVersion"]), (&json!("Table"), &json!("meta.k8s.io/v1")));
-        assert_eq!(t["metadata"], json!({"resourceVersion": "42", "continue": "tok"}));
+        assert_eq!(
+            (&t["kind"], &t["apiVersion"]),
+            (&json!("Table"), &json!("meta.k8s.io/v1"))
+        );
+        assert_eq!(
+            t["metadata"],
+            json!({"resourceVersion": "42", "continue": "tok"})
+        );
         assert_eq!(t["columnDefinitions"][0]["format"], "name");
         let data = json!({"name": "Data", "type": "integer", "format": "", "description": "", "priority": 0});
         assert_eq!(t["columnDefinitions"][1], data);
         assert_eq!(t["rows"][0]["cells"], json!(["cm", 3, "5s"]));
-        let partial =
-            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]});
+        let partial = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]});
         assert_eq!(t["rows"][0]["object"], partial);
-        assert_eq!(build_table(&cols, one, "", Value::Null, now())["rows"][0]["object"], partial);
+        assert_eq!(
+            build_table(&cols, one, "", Value::Null, now())["rows"][0]["object"],
+            partial
+        );
         let full = build_table(&cols, one, "Object", Value::Null, now());
-        assert_eq!((&full["rows"][0]["object"], &full["metadata"]), (&obj, &json!({})));
-        assert!(build_table(&cols, one, "None", json!({}), now())["rows"][0].get("object").is_none());
-        assert_eq!(build_table(&cols, &[], "Metadata", json!({}), now())["rows"], json!([]));
+        assert_eq!(
+            (&full["rows"][0]["object"], &full["metadata"]),
+            (&obj, &json!({}))
+        );
+        assert!(
+            build_table(&cols, one, "None", json!({}), now())["rows"][0]
+                .get("object")
+                .is_none()
+        );
+        assert_eq!(
+            build_table(&cols, &[], "Metadata", json!({}), now())["rows"],
+            json!([])
+        );
     }
 
     #[test]
@@ -551,52 +765,93 @@ mod tests {
                 {"ready": true, "restartCount": 2, "state": {"running": {}},
                  "lastState": {"terminated": {"finishedAt": "2024-05-10T11:55:00Z"}}},
                 {"ready": false, "restartCount": 1, "state": {"running": {}}}]}});
-        let want = json!(["pg-0", "1/2", "Running", "3 (5m ago)", "60m", "10.0.0.5", "n1"]);
+        let want = json!([
+            "pg-0",
+            "1/2",
+            "Running",
+            "3 (5m ago)",
+            "60m",
+            "10.0.0.5",
+            "n1"
+        ]);
         assert_eq!(cells("pods", pod.clone()), *want.as_array().unwrap());
         let mut crash = pod.clone();
-        crash["status"]["containerStatuses"][1]["state"] = json!({"waiting": {"reason": "CrashLoopBackOff"}});
+        crash["status"]["containerStatuses"][1]["state"] =
+            json!({"waiting": {"reason": "CrashLoopBackOff"}});
         assert_eq!(cells("pods", crash)[2], "CrashLoopBackOff");
         let mut gone = pod;
         gone["metadata"]["deletionTimestamp"] = json!("2024-05-10T11:59:00Z");
         assert_eq!(cells("pods", gone)[2], "Terminating");
-        let bare = cells("pods", json!({"metadata": {"name": "p"}, "spec": {"containers": [{}]}}));
-        assert_eq!(bare, *json!(["p", "0/1", "Pending", "0", "<unknown>", null, null]).as_array().unwrap());
+        let bare = cells(
+            "pods",
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{}]}}),
+        );
+        assert_eq!(
+            bare,
+            *json!(["p", "0/1", "Pending", "0", "<unknown>", null, null])
+                .as_array()
+                .unwrap()
+        );
     }
 
     #[test]
     fn service_cells() {
         let svc = |ty: &str, status: Value| {
-            cells("services", json!({"metadata": {"name": "s"}, "status": status,
+            cells(
+                "services",
+                json!({"metadata": {"name": "s"}, "status": status,
                 "spec": {"type": ty, "clusterIP": "10.96.0.10", "selector": {"role": "primary", "app": "pg"},
-                         "ports": [{"port": 5432, "protocol": "TCP"}, {"port": 80, "nodePort": 30080}]}}))
+                         "ports": [{"port": 5432, "protocol": "TCP"}, {"port": 80, "nodePort": 30080}]}}),
+            )
         };
         let c = svc("ClusterIP", json!({}));
         let want = ["ClusterIP", "10.96.0.10", "<none>", "5432/TCP,80:30080/TCP"].map(Value::from);
         assert_eq!(c[1..5], want);
         assert_eq!(c[6], "app=pg,role=primary");
         assert_eq!(svc("LoadBalancer", json!({}))[3], "<pending>");
-        let lb = json!({"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}, {"hostname": "lb.example"}]}});
+        let lb =
+            json!({"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}, {"hostname": "lb.example"}]}});
         assert_eq!(svc("LoadBalancer", lb)[3], "1.2.3.4,lb.example");
         let ext = json!({"metadata": {"name": "e"}, "spec": {"type": "ExternalName", "externalName": "db.ex"}});
         let ext = cells("services", ext);
-        assert_eq!((&ext[3], &ext[4], &ext[6]), (&json!("db.ex"), &json!("<none>"), &json!("<none>")));
+        assert_eq!(
+            (&ext[3], &ext[4], &ext[6]),
+            (&json!("db.ex"), &json!("<none>"), &json!("<none>"))
+        );
     }
 
     #[test]
     fn other_builtin_cells() {
         let ts = "2024-05-10T10:00:00Z";
         let ns = json!({"metadata": {"name": "db", "creationTimestamp": ts}, "status": {"phase": "Active"}});
-        assert_eq!(cells("namespaces", ns), [json!("db"), json!("Active"), json!("120m")]);
-        let sec = cells("secrets", json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": ""}}));
+        assert_eq!(
+            cells("namespaces", ns),
+            [json!("db"), json!("Active"), json!("120m")]
+        );
+        let sec = cells(
+            "secrets",
+            json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": ""}}),
+        );
         assert_eq!(sec[1..3], [json!("Opaque"), json!(1)]);
         let pvc = json!({"metadata": {"name": "data-pg-0"}, "spec": {"volumeName": "pv-1"},
             "status": {"phase": "Bound", "capacity": {"storage": "1Gi"},
                        "accessModes": ["ReadWriteMany", "ReadWriteOnce"]}});
         let pvc = cells("persistentvolumeclaims", pvc);
-        assert_eq!(pvc[1..5], [json!("Bound"), json!("pv-1"), json!("1Gi"), json!("RWO,RWX")]);
+        assert_eq!(
+            pvc[1..5],
+            [
+                json!("Bound"),
+                json!("pv-1"),
+                json!("1Gi"),
+                json!("RWO,RWX")
+            ]
+        );
         let pending = json!({"metadata": {"name": "p", "deletionTimestamp": ts}});
         let pending = cells("persistentvolumeclaims", pending);
-        assert_eq!(pending[1..5], [json!("Terminating"), Value::Null, json!(""), json!("")]);
+        assert_eq!(
+            pending[1..5],
+            [json!("Terminating"), Value::Null, json!(""), json!("")]
+        );
         let ev = json!({"metadata": {"name": "pg-0.17"}, "type": "Warning", "reason": "BackOff",
             "message": "m", "involvedObject": {"kind": "Pod", "name": "pg-0"},
             "lastTimestamp": "2024-05-10T11:59:30Z"});
@@ -604,11 +859,21 @@ mod tests {
         assert_eq!(cells("events", ev), want);
         let series = json!({"regarding": {"kind": "Pod", "name": "x"}, "eventTime": ts,
             "series": {"lastObservedTime": "2024-05-10T11:59:50.000000Z"}});
-        assert_eq!(cells("events", series)[..4], [json!("10s"), Value::Null, Value::Null, json!("pod/x")]);
-        let lease = cells("leases", json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "op-1"}}));
+        assert_eq!(
+            cells("events", series)[..4],
+            [json!("10s"), Value::Null, Value::Null, json!("pod/x")]
+        );
+        let lease = cells(
+            "leases",
+            json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "op-1"}}),
+        );
         assert_eq!(lease[1], "op-1");
-        let crd = json!({"metadata": {"name": "x.io", "creationTimestamp": "2024-05-10T10:00:00+02:00"}});
-        assert_eq!(cells("customresourcedefinitions", crd), [json!("x.io"), json!("2024-05-10T08:00:00Z")]);
+        let crd =
+            json!({"metadata": {"name": "x.io", "creationTimestamp": "2024-05-10T10:00:00+02:00"}});
+        assert_eq!(
+            cells("customresourcedefinitions", crd),
+            [json!("x.io"), json!("2024-05-10T08:00:00Z")]
+        );
     }
 
     #[test]
@@ -618,27 +883,54 @@ mod tests {
                 "conditions": [{"type": "Progressing", "status": "False"},
                                {"type": "Ready", "status": "True", "x": {"y": 1}}]}});
         let cases = [
-            (".spec.clusterSize", json!(3)), ("{.status.phase}", json!("Ready")),
-            ("$.status.phase", json!("Ready")), ("status.phase", json!("Ready")),
-            (".status.instances[0].name", json!("a")), (".status.instances[-1].name", json!("b")),
-            (r#".status.conditions[?(@.type=="Ready")].status"#, json!("True")),
-            (".status.conditions[?(@.type=='Progressing')].status", json!("False")),
-            (r#".status.conditions[?(@.type!="Ready")].type"#, json!("Progressing")),
+            (".spec.clusterSize", json!(3)),
+            ("{.status.phase}", json!("Ready")),
+            ("$.status.phase", json!("Ready")),
+            ("status.phase", json!("Ready")),
+            (".status.instances[0].name", json!("a")),
+            (".status.instances[-1].name", json!("b")),
+            (
+                r#".status.conditions[?(@.type=="Ready")].status"#,
+                json!("True"),
+            ),
+            (
+                ".status.conditions[?(@.type=='Progressing')].status",
+                json!("False"),
+            ),
+            (
+                r#".status.conditions[?(@.type!="Ready")].type"#,
+                json!("Progressing"),
+            ),
             (".status.conditions[?(@.x.y==1)].type", json!("Ready")),
             (".status.conditions[?(@.x)].type", json!("Ready")),
             (".status.instances[?(@.n==2.0)].name", json!("b")),
             (".metadata.labels['app.kubernetes.io/name']", json!("pg")),
-            (r#".metadata["labels"]["app.kubernetes.io/name"]"#, json!("pg")),
+            (
+                r#".metadata["labels"]["app.kubernetes.io/name"]"#,
+                json!("pg"),
+            ),
             ("{}", o.clone()),
         ];
         for (path, want) in cases {
             assert_eq!(json_path(&o, path), Some(want), "{path}");
         }
-        assert_eq!(json_path_all(&o, ".status.instances[*].name"), [json!("a"), json!("b")]);
-        assert_eq!(json_path_all(&o, ".status.instances.*.n"), [json!(1), json!(2)]);
+        assert_eq!(
+            json_path_all(&o, ".status.instances[*].name"),
+            [json!("a"), json!("b")]
+        );
+        assert_eq!(
+            json_path_all(&o, ".status.instances.*.n"),
+            [json!(1), json!(2)]
+        );
         let nones = [
-            ".status.instances[5].name", r#".status.conditions[?(@.type=="Nope")].status"#, "..spec",
-            ".spec.", ".status.instances[0", ".status.instances[x]", "[?(foo)]", ".a[1:2]",
+            ".status.instances[5].name",
+            r#".status.conditions[?(@.type=="Nope")].status"#,
+            "..spec",
+            ".spec.",
+            ".status.instances[0",
+            ".status.instances[x]",
+            "[?(foo)]",
+            ".a[1:2]",
         ];
         for none in nones {
             assert_eq!(json_path(&o, none), None, "{none}");

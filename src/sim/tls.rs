@@ -17,9 +17,14 @@ pub struct SimTls {
 
 fn ca_params() -> anyhow::Result<CertificateParams> {
     let mut p = CertificateParams::new(Vec::<String>::new())?;
-    p.distinguished_name.push(DnType::CommonName, "pgfleet-sim CA");
+    p.distinguished_name
+        .push(DnType::CommonName, "pgfleet-sim CA");
     p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     p.not_before = rcgen::date_time_ymd(2024, 1, 1);
     p.not_after = rcgen::date_time_ymd(2099, 1, 1);
     Ok(p)
@@ -30,7 +35,10 @@ fn ca_params() -> anyhow::Result<CertificateParams> {
 pub fn load_or_create(dir: &Path) -> anyhow::Result<SimTls> {
     let key_path = dir.join("ca.key");
     let crt_path = dir.join("ca.crt");
-    let (ca_key, ca_pem) = match (std::fs::read_to_string(&key_path), std::fs::read_to_string(&crt_path)) {
+    let (ca_key, ca_pem) = match (
+        std::fs::read_to_string(&key_path),
+        std::fs::read_to_string(&crt_path),
+    ) {
         (Ok(k), Ok(c)) => (KeyPair::from_pem(&k).context("ca.key is not a PEM key")?, c),
         _ => {
             let key = KeyPair::generate()?;
@@ -42,7 +50,8 @@ pub fn load_or_create(dir: &Path) -> anyhow::Result<SimTls> {
     };
     let issuer = Issuer::new(ca_params()?, ca_key);
     let mut leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
-    leaf.distinguished_name.push(DnType::CommonName, "pgfleet-sim apiserver");
+    leaf.distinguished_name
+        .push(DnType::CommonName, "pgfleet-sim apiserver");
     leaf.not_before = rcgen::date_time_ymd(2024, 1, 1);
     leaf.not_after = rcgen::date_time_ymd(2099, 1, 1);
     let leaf_key = KeyPair::generate()?;
@@ -55,5 +64,8 @@ pub fn load_or_create(dir: &Path) -> anyhow::Result<SimTls> {
         .with_no_client_auth()
         .with_single_cert(vec![cert.der().clone()], key_der)?;
     server.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(SimTls { ca_pem, server: Arc::new(server) })
+    Ok(SimTls {
+        ca_pem,
+        server: Arc::new(server),
+    })
 }

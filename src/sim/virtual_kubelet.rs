@@ -45,11 +45,17 @@ pub struct VirtualRuntime {
 const BYTES_PER_MS: u64 = 64;
 
 fn pods_key() -> ResKey {
-    ResKey { group: String::new(), plural: "pods".into() }
+    ResKey {
+        group: String::new(),
+        plural: "pods".into(),
+    }
 }
 
 fn pvcs_key() -> ResKey {
-    ResKey { group: String::new(), plural: "persistentvolumeclaims".into() }
+    ResKey {
+        group: String::new(),
+        plural: "persistentvolumeclaims".into(),
+    }
 }
 
 impl Instance {
@@ -73,28 +79,55 @@ impl VirtualRuntime {
         let claim = pod
             .pointer("/spec/volumes")
             .and_then(Value::as_array)
-            .and_then(|vs| vs.iter().find_map(|v| v.pointer("/persistentVolumeClaim/claimName")?.as_str()));
-        format!("{ns}/{}", claim.unwrap_or_else(|| str_at(pod, "/metadata/name")))
+            .and_then(|vs| {
+                vs.iter()
+                    .find_map(|v| v.pointer("/persistentVolumeClaim/claimName")?.as_str())
+            });
+        format!(
+            "{ns}/{}",
+            claim.unwrap_or_else(|| str_at(pod, "/metadata/name"))
+        )
     }
 
     fn primary_of(data: &HashMap<String, Instance>, cluster: &str) -> Option<Instance> {
-        data.values().find(|i| i.cluster == cluster && i.primary && !i.fenced).cloned()
+        data.values()
+            .find(|i| i.cluster == cluster && i.primary && !i.fenced)
+            .cloned()
     }
 
     /// Starts (or restarts) the instance model behind a pod.
     fn start_instance(&self, pod: &Value) {
         let key = Self::data_key(pod);
-        let pod_id = format!("{}/{}", str_at(pod, "/metadata/namespace"), str_at(pod, "/metadata/name"));
-        let labels = pod.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
-        let cluster = format!("{}/{}", str_at(pod, "/metadata/namespace"), labels.get("pgfleet.io/cluster").and_then(Value::as_str).unwrap_or_default());
-        let wants_primary = labels.get("pgfleet.io/role").and_then(Value::as_str) == Some("primary");
+        let pod_id = format!(
+            "{}/{}",
+            str_at(pod, "/metadata/namespace"),
+            str_at(pod, "/metadata/name")
+        );
+        let labels = pod
+            .pointer("/metadata/labels")
+            .cloned()
+            .unwrap_or(json!({}));
+        let cluster = format!(
+            "{}/{}",
+            str_at(pod, "/metadata/namespace"),
+            labels
+                .get("pgfleet.io/cluster")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        );
+        let wants_primary =
+            labels.get("pgfleet.io/role").and_then(Value::as_str) == Some("primary");
         let env_init = pod
             .pointer("/spec/containers/0/env")
             .and_then(Value::as_array)
             .and_then(|env| env.iter().find(|e| str_at(e, "/name") == "PGFLEET_INIT"))
             .map(|e| str_at(e, "/value").to_string())
             .unwrap_or_default();
-        let version = str_at(pod, "/spec/containers/0/image").rsplit(':').next().unwrap_or("15").to_string();
+        let version = str_at(pod, "/spec/containers/0/image")
+            .rsplit(':')
+            .next()
+            .unwrap_or("15")
+            .to_string();
         let mut data = Self::lock(&self.data);
         let primary = Self::primary_of(&data, &cluster);
         let entry = data.entry(key.clone());
@@ -135,7 +168,9 @@ impl VirtualRuntime {
             json!({"contract": 1, "role": "primary", "ready": true, "timeline": inst.timeline,
                    "currentLsn": lsn, "receivedLsn": null, "replayedLsn": null, "version": inst.version, "pendingRestart": false})
         } else {
-            let upstream = Self::primary_of(&data, &inst.cluster).map(|p| p.lsn()).unwrap_or(inst.base_lsn);
+            let upstream = Self::primary_of(&data, &inst.cluster)
+                .map(|p| p.lsn())
+                .unwrap_or(inst.base_lsn);
             let l = super::super::postgres::format_lsn(upstream.max(inst.base_lsn));
             json!({"contract": 1, "role": "replica", "ready": true, "timeline": inst.timeline,
                    "currentLsn": null, "receivedLsn": l, "replayedLsn": l, "version": inst.version, "pendingRestart": false})
@@ -144,9 +179,14 @@ impl VirtualRuntime {
 
     /// Runs one `pgfleet-instance` verb against the model.
     fn verb(&self, pod_id: &str, verb: &str) -> Result<Value, String> {
-        let key = Self::lock(&self.pods).get(pod_id).cloned().ok_or("the instance is not running")?;
+        let key = Self::lock(&self.pods)
+            .get(pod_id)
+            .cloned()
+            .ok_or("the instance is not running")?;
         if verb == "status" {
-            return self.report(pod_id).ok_or_else(|| "the instance is not running".to_string());
+            return self
+                .report(pod_id)
+                .ok_or_else(|| "the instance is not running".to_string());
         }
         let mut data = Self::lock(&self.data);
         let inst = data.get_mut(&key).ok_or("no data directory")?;
@@ -177,14 +217,24 @@ impl VirtualRuntime {
     }
 
     fn bind_pvc(c: &Cluster, v: &Value) {
-        if str_at(v, "/status/phase") == "Bound" || v.pointer("/metadata/deletionTimestamp").is_some() {
+        if str_at(v, "/status/phase") == "Bound"
+            || v.pointer("/metadata/deletionTimestamp").is_some()
+        {
             return;
         }
-        let Some(rt) = c.type_of(&pvcs_key()) else { return };
+        let Some(rt) = c.type_of(&pvcs_key()) else {
+            return;
+        };
         let ns = str_at(v, "/metadata/namespace").to_string();
         let name = str_at(v, "/metadata/name").to_string();
-        let size = v.pointer("/spec/resources/requests/storage").cloned().unwrap_or(json!("1Gi"));
-        let opts = WriteOpts { field_manager: "virtual-kubelet".into(), ..Default::default() };
+        let size = v
+            .pointer("/spec/resources/requests/storage")
+            .cloned()
+            .unwrap_or(json!("1Gi"));
+        let opts = WriteOpts {
+            field_manager: "virtual-kubelet".into(),
+            ..Default::default()
+        };
         let _ = c.write(&rt, &ns, &name, Sub::Status, &opts, false, |cur| {
             let mut v = cur.cloned().unwrap_or_default();
             v["status"] = json!({"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": size}});
@@ -195,7 +245,11 @@ impl VirtualRuntime {
     fn on_event(&self, c: &Cluster, key: &ResKey, kind: EventType, v: &Value) {
         if *key == pvcs_key() {
             if kind == EventType::Deleted {
-                let id = format!("{}/{}", str_at(v, "/metadata/namespace"), str_at(v, "/metadata/name"));
+                let id = format!(
+                    "{}/{}",
+                    str_at(v, "/metadata/namespace"),
+                    str_at(v, "/metadata/name")
+                );
                 Self::lock(&self.data).remove(&id);
             } else {
                 Self::bind_pvc(c, v);
@@ -205,12 +259,18 @@ impl VirtualRuntime {
         if *key != pods_key() {
             return;
         }
-        let pod_id = format!("{}/{}", str_at(v, "/metadata/namespace"), str_at(v, "/metadata/name"));
+        let pod_id = format!(
+            "{}/{}",
+            str_at(v, "/metadata/namespace"),
+            str_at(v, "/metadata/name")
+        );
         if kind == EventType::Deleted {
             Self::lock(&self.pods).remove(&pod_id);
             return;
         }
-        if str_at(v, "/status/phase") != "Running" && v.pointer("/metadata/deletionTimestamp").is_none() {
+        if str_at(v, "/status/phase") != "Running"
+            && v.pointer("/metadata/deletionTimestamp").is_none()
+        {
             self.start_instance(v);
         }
         settle_pod(c, v, "virtual-node");
@@ -266,7 +326,10 @@ impl Runtime for VirtualRuntime {
         let result = if is_instance {
             self.verb(&pod_id, &verb)
         } else {
-            Err(format!("the virtual runtime only runs pgfleet-instance verbs, not {:?}", req.command))
+            Err(format!(
+                "the virtual runtime only runs pgfleet-instance verbs, not {:?}",
+                req.command
+            ))
         };
         Box::pin(async move {
             match result {
@@ -275,7 +338,10 @@ impl Runtime for VirtualRuntime {
                     ExecOutcome::Exited(0)
                 }
                 Err(e) => {
-                    let _ = req.stderr.send(Bytes::from(format!("pgfleet-instance: {e}\n"))).await;
+                    let _ = req
+                        .stderr
+                        .send(Bytes::from(format!("pgfleet-instance: {e}\n")))
+                        .await;
                     ExecOutcome::Exited(if is_instance { 1 } else { 127 })
                 }
             }
@@ -286,7 +352,10 @@ impl Runtime for VirtualRuntime {
         Box::pin(async move {
             let (tx, rx) = mpsc::channel(2);
             let _ = tx
-                .send(Bytes::from(format!("virtual instance {}/{} ({}) running\n", req.namespace, req.pod, req.container)))
+                .send(Bytes::from(format!(
+                    "virtual instance {}/{} ({}) running\n",
+                    req.namespace, req.pod, req.container
+                )))
                 .await;
             Ok(rx)
         })

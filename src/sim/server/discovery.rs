@@ -55,7 +55,14 @@ pub fn group(c: &Cluster, name: &str) -> Result<Value, ApiError> {
 }
 
 const VERBS: &[&str] = &[
-    "create", "delete", "deletecollection", "get", "list", "patch", "update", "watch",
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
 ];
 
 /// The APIResourceList of one group/version, with subresources.
@@ -81,9 +88,7 @@ pub fn resource_list(c: &Cluster, group: &str, version: &str) -> Option<Value> {
             r["categories"] = json!(t.categories);
         }
         resources.push(r);
-        let sub = |name: &str, kind: &str, verbs: &[&str]| {
-            json!({"name": format!("{}/{name}", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": kind, "verbs": verbs})
-        };
+        let sub = |name: &str, kind: &str, verbs: &[&str]| json!({"name": format!("{}/{name}", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": kind, "verbs": verbs});
         if t.status_subresource {
             resources.push(sub("status", &t.kind, &["get", "patch", "update"]));
         }
@@ -103,7 +108,9 @@ pub fn resource_list(c: &Cluster, group: &str, version: &str) -> Option<Value> {
     } else {
         format!("{group}/{version}")
     };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
 }
 
 /// The object path of a type with its PATCH operation: kubectl looks for the
@@ -129,7 +136,10 @@ fn path_item(t: &ResourceType) -> (Value, String) {
         json!({"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": verb,
                "parameters": params, "responses": {"200": {"description": "OK"}}})
     };
-    (json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete")}), path)
+    (
+        json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete")}),
+        path,
+    )
 }
 
 /// `/openapi/v2` and `/openapi/v3[/...]`: schemas of custom resources (from
@@ -138,12 +148,19 @@ fn path_item(t: &ResourceType) -> (Value, String) {
 pub fn openapi(c: &Cluster, rest: &[&str]) -> Result<Response<Body>, ApiError> {
     let reg = c.registry();
     let def_name = |t: &ResourceType| {
-        let g = if t.group.is_empty() { "io.k8s.api.core".to_string() } else { t.group.split('.').rev().collect::<Vec<_>>().join(".") };
+        let g = if t.group.is_empty() {
+            "io.k8s.api.core".to_string()
+        } else {
+            t.group.split('.').rev().collect::<Vec<_>>().join(".")
+        };
         format!("{g}.{}.{}", t.version, t.kind)
     };
     let schema_of = |t: &ResourceType| {
-        let mut s = t.schema.clone().unwrap_or_else(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
-        s["x-kubernetes-group-version-kind"] = json!([{"group": t.group, "version": t.version, "kind": t.kind}]);
+        let mut s = t.schema.clone().unwrap_or_else(
+            || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        );
+        s["x-kubernetes-group-version-kind"] =
+            json!([{"group": t.group, "version": t.version, "kind": t.kind}]);
         s
     };
     match rest {
@@ -152,16 +169,23 @@ pub fn openapi(c: &Cluster, rest: &[&str]) -> Result<Response<Body>, ApiError> {
             for t in reg.all() {
                 defs.insert(def_name(t), schema_of(t));
             }
-            Ok(json_response(StatusCode::OK, &json!({
-                "swagger": "2.0", "info": {"title": "pgfleet-sim", "version": "v1.32.0"},
-                "paths": {}, "definitions": defs
-            })))
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "swagger": "2.0", "info": {"title": "pgfleet-sim", "version": "v1.32.0"},
+                    "paths": {}, "definitions": defs
+                }),
+            ))
         }
         ["v3"] => {
             let mut paths = serde_json::Map::new();
             for (g, vs) in reg.groups() {
                 for v in vs {
-                    let p = if g.is_empty() { format!("api/{v}") } else { format!("apis/{g}/{v}") };
+                    let p = if g.is_empty() {
+                        format!("api/{v}")
+                    } else {
+                        format!("apis/{g}/{v}")
+                    };
                     paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={}", c.store.current_rv())}));
                 }
             }
@@ -179,11 +203,18 @@ pub fn openapi(c: &Cluster, rest: &[&str]) -> Result<Response<Body>, ApiError> {
             if schemas.is_empty() {
                 return Err(ApiError::new(404, "NotFound", "no such group version"));
             }
-            Ok(json_response(StatusCode::OK, &json!({
-                "openapi": "3.0.0", "info": {"title": "pgfleet-sim", "version": "v1.32.0"},
-                "paths": paths, "components": {"schemas": schemas}
-            })))
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "openapi": "3.0.0", "info": {"title": "pgfleet-sim", "version": "v1.32.0"},
+                    "paths": paths, "components": {"schemas": schemas}
+                }),
+            ))
         }
-        _ => Err(ApiError::new(404, "NotFound", "the server could not find the requested resource")),
+        _ => Err(ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )),
     }
 }

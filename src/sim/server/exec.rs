@@ -158,9 +158,7 @@ where
             json!({"metadata": {}, "status": "Failure", "message": msg, "reason": "InternalError"})
         }
     };
-    let _ = sink
-        .send(frame(3, status.to_string().as_bytes()))
-        .await;
+    let _ = sink.send(frame(3, status.to_string().as_bytes())).await;
     let _ = sink
         .send(Message::Close(Some(axum::extract::ws::CloseFrame {
             code: 1000,
@@ -192,7 +190,7 @@ pub async fn logs(ctx: Ctx, ns: &str, pod: &str, q: &Query) -> Result<Response<B
             tail_lines: q.int("tailLines").map(|n| n.max(0) as usize),
         })
         .await
-        .map_err(|e| ApiError::bad_request(e))?;
+        .map_err(ApiError::bad_request)?;
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await

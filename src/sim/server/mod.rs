@@ -122,7 +122,11 @@ pub async fn handle(ctx: Ctx, req: Request<Body>) -> Response<Body> {
     if let Some(code) = ctx.cluster.faults.roll_error() {
         let mut r = error(&ApiError::new(
             code,
-            if code == 429 { "TooManyRequests" } else { "InternalError" },
+            if code == 429 {
+                "TooManyRequests"
+            } else {
+                "InternalError"
+            },
             format!("injected fault: {code}"),
         ));
         if code == 429 {
@@ -143,11 +147,15 @@ async fn route(ctx: Ctx, req: Request<Body>) -> Result<Response<Body>, ApiError>
     match segs.as_slice() {
         ["version"] => Ok(json_response(StatusCode::OK, &discovery::version())),
         ["api"] => Ok(json_response(StatusCode::OK, &discovery::core_versions())),
-        ["apis"] => Ok(json_response(StatusCode::OK, &discovery::groups(&ctx.cluster))),
+        ["apis"] => Ok(json_response(
+            StatusCode::OK,
+            &discovery::groups(&ctx.cluster),
+        )),
         ["openapi", rest @ ..] => discovery::openapi(&ctx.cluster, rest),
         ["api", "v1", rest @ ..] => rest::dispatch(ctx.clone(), "", "v1", rest, req).await,
-        ["apis", group] => discovery::group(&ctx.cluster, group)
-            .map(|v| json_response(StatusCode::OK, &v)),
+        ["apis", group] => {
+            discovery::group(&ctx.cluster, group).map(|v| json_response(StatusCode::OK, &v))
+        }
         ["apis", group, version, rest @ ..] => {
             rest::dispatch(ctx.clone(), group, version, rest, req).await
         }

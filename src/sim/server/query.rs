@@ -23,7 +23,10 @@ impl Query {
     }
 
     pub fn get(&self, k: &str) -> Option<&str> {
-        self.single.get(k).map(String::as_str).filter(|s| !s.is_empty())
+        self.single
+            .get(k)
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
     }
 
     pub fn all(&self, k: &str) -> Vec<String> {

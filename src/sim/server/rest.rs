@@ -35,18 +35,28 @@ pub async fn dispatch(
     if segs.is_empty() {
         return discovery::resource_list(&ctx.cluster, group, version)
             .map(|v| json_response(StatusCode::OK, &v))
-            .ok_or_else(|| ApiError::new(404, "NotFound", "the server could not find the requested resource"));
+            .ok_or_else(|| {
+                ApiError::new(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                )
+            });
     }
     let target = resolve(&ctx, group, version, segs)?;
     let query = Query::parse(req.uri().query());
     let method = req.method().clone();
     match (target.name.as_deref(), target.sub.as_deref()) {
         (None, _) => match method {
-            Method::GET if query.flag("watch") => watch::watch(ctx, &target.rt, &target.ns, &query, req.headers()),
+            Method::GET if query.flag("watch") => {
+                watch::watch(ctx, &target.rt, &target.ns, &query, req.headers())
+            }
             Method::GET => list(&ctx, &target.rt, &target.ns, &query, req.headers()),
             Method::POST => {
                 let body = read_body(req).await?;
-                let obj = ctx.cluster.create(&target.rt, &target.ns, body, &write_opts(&query, None))?;
+                let obj =
+                    ctx.cluster
+                        .create(&target.rt, &target.ns, body, &write_opts(&query, None))?;
                 Ok(object_response(StatusCode::CREATED, &obj))
             }
             Method::DELETE => delete_collection(&ctx, &target, &query),
@@ -55,9 +65,17 @@ pub async fn dispatch(
         (Some(name), None) => object(ctx, &target, name, query, req).await,
         (Some(name), Some("status")) => status(ctx, &target, name, query, req).await,
         (Some(name), Some("scale")) => scale(ctx, &target, name, query, req).await,
-        (Some(name), Some("exec")) if is_pods(&target.rt) => exec::exec(ctx, &target.ns, name, &query, req).await,
-        (Some(name), Some("log")) if is_pods(&target.rt) => exec::logs(ctx, &target.ns, name, &query).await,
-        _ => Err(ApiError::new(404, "NotFound", "the server could not find the requested resource")),
+        (Some(name), Some("exec")) if is_pods(&target.rt) => {
+            exec::exec(ctx, &target.ns, name, &query, req).await
+        }
+        (Some(name), Some("log")) if is_pods(&target.rt) => {
+            exec::logs(ctx, &target.ns, name, &query).await
+        }
+        _ => Err(ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )),
     }
 }
 
@@ -69,7 +87,11 @@ fn resolve(ctx: &Ctx, group: &str, version: &str, segs: &[&str]) -> Result<Targe
     let reg = ctx.cluster.registry();
     let find = |plural: &str| {
         reg.get(group, version, plural).cloned().ok_or_else(|| {
-            ApiError::new(404, "NotFound", "the server could not find the requested resource")
+            ApiError::new(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            )
         })
     };
     let namespaced_plural = |p: &str| reg.get(group, version, p).is_some_and(|t| t.namespaced);
@@ -81,12 +103,22 @@ fn resolve(ctx: &Ctx, group: &str, version: &str, segs: &[&str]) -> Result<Targe
     };
     Ok(match segs {
         ["namespaces", ns, plural] if namespaced_plural(plural) => t(find(plural)?, ns, None, None),
-        ["namespaces", ns, plural, name] if namespaced_plural(plural) => t(find(plural)?, ns, Some(name), None),
-        ["namespaces", ns, plural, name, sub] if namespaced_plural(plural) => t(find(plural)?, ns, Some(name), Some(sub)),
+        ["namespaces", ns, plural, name] if namespaced_plural(plural) => {
+            t(find(plural)?, ns, Some(name), None)
+        }
+        ["namespaces", ns, plural, name, sub] if namespaced_plural(plural) => {
+            t(find(plural)?, ns, Some(name), Some(sub))
+        }
         [plural] => t(find(plural)?, "", None, None),
         [plural, name] => t(find(plural)?, "", Some(name), None),
         [plural, name, sub] => t(find(plural)?, "", Some(name), Some(sub)),
-        _ => return Err(ApiError::new(404, "NotFound", "the server could not find the requested resource")),
+        _ => {
+            return Err(ApiError::new(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ));
+        }
     })
 }
 
@@ -182,12 +214,19 @@ impl Filter {
     }
 
     pub fn matches(&self, v: &Value) -> bool {
-        self.labels.matches(v.pointer("/metadata/labels").and_then(Value::as_object))
+        self.labels
+            .matches(v.pointer("/metadata/labels").and_then(Value::as_object))
             && self.fields.matches(v)
     }
 }
 
-fn list(ctx: &Ctx, rt: &ResourceType, ns: &str, q: &Query, headers: &axum::http::HeaderMap) -> Result<Response<Body>, ApiError> {
+fn list(
+    ctx: &Ctx,
+    rt: &ResourceType,
+    ns: &str,
+    q: &Query,
+    headers: &axum::http::HeaderMap,
+) -> Result<Response<Body>, ApiError> {
     let filter = Filter::from_query(q)?;
     let after = match q.get("continue") {
         Some(tok) => Some(decode_continue(tok, ctx.cluster.store.current_rv())?),
@@ -221,14 +260,26 @@ fn list(ctx: &Ctx, rt: &ResourceType, ns: &str, q: &Query, headers: &axum::http:
     }
     if wants_table(headers) {
         let objs: Vec<Value> = selected.iter().map(|o| o.value.clone()).collect();
-        let t = table::build_table(&columns(rt), &objs, q.get("includeObject").unwrap_or("Metadata"), meta, chrono::Utc::now());
+        let t = table::build_table(
+            &columns(rt),
+            &objs,
+            q.get("includeObject").unwrap_or("Metadata"),
+            meta,
+            chrono::Utc::now(),
+        );
         return Ok(json_response(StatusCode::OK, &t));
     }
-    let mut buf = BytesMut::with_capacity(128 + selected.iter().map(|o| o.json.len() + 1).sum::<usize>());
-    buf.put_slice(format!(
-        "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
-        rt.kind, rt.api_version(), meta
-    ).as_bytes());
+    let mut buf =
+        BytesMut::with_capacity(128 + selected.iter().map(|o| o.json.len() + 1).sum::<usize>());
+    buf.put_slice(
+        format!(
+            "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
+            rt.kind,
+            rt.api_version(),
+            meta
+        )
+        .as_bytes(),
+    );
     for (i, o) in selected.iter().enumerate() {
         if i > 0 {
             buf.put_u8(b',');
@@ -251,38 +302,63 @@ fn decode_continue(tok: &str, _current: u64) -> Result<(String, String), ApiErro
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(tok)
         .map_err(|_| ApiError::bad_request("invalid continue token"))?;
-    let v: Value = serde_json::from_slice(&raw).map_err(|_| ApiError::bad_request("invalid continue token"))?;
-    Ok((str_at(&v, "/ns").to_string(), str_at(&v, "/name").to_string()))
+    let v: Value = serde_json::from_slice(&raw)
+        .map_err(|_| ApiError::bad_request("invalid continue token"))?;
+    Ok((
+        str_at(&v, "/ns").to_string(),
+        str_at(&v, "/name").to_string(),
+    ))
 }
 
 fn delete_collection(ctx: &Ctx, t: &Target, q: &Query) -> Result<Response<Body>, ApiError> {
     let filter = Filter::from_query(q)?;
-    let (items, rv) = ctx.cluster.store.list(&t.rt.key(), (!t.ns.is_empty()).then_some(t.ns.as_str()), None);
+    let (items, rv) = ctx.cluster.store.list(
+        &t.rt.key(),
+        (!t.ns.is_empty()).then_some(t.ns.as_str()),
+        None,
+    );
     let opts = delete_opts(q, None);
     let mut out = vec![];
     for o in items.iter().filter(|o| filter.matches(&o.value)) {
         let ns = str_at(&o.value, "/metadata/namespace");
-        if let Ok(d) = ctx.cluster.delete(&t.rt, ns, str_at(&o.value, "/metadata/name"), &opts) {
+        if let Ok(d) = ctx
+            .cluster
+            .delete(&t.rt, ns, str_at(&o.value, "/metadata/name"), &opts)
+        {
             out.push(d.value.clone());
         }
     }
-    Ok(json_response(StatusCode::OK, &json!({
-        "kind": format!("{}List", t.rt.kind), "apiVersion": t.rt.api_version(),
-        "metadata": {"resourceVersion": rv.to_string()}, "items": out
-    })))
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": format!("{}List", t.rt.kind), "apiVersion": t.rt.api_version(),
+            "metadata": {"resourceVersion": rv.to_string()}, "items": out
+        }),
+    ))
 }
 
 fn delete_opts(q: &Query, body: Option<&Value>) -> DeleteOpts {
-    let b = |k: &str| body.and_then(|b| b.pointer(k)).and_then(Value::as_str).map(String::from);
+    let b = |k: &str| {
+        body.and_then(|b| b.pointer(k))
+            .and_then(Value::as_str)
+            .map(String::from)
+    };
     DeleteOpts {
-        propagation: q.get("propagationPolicy").map(String::from).or_else(|| b("/propagationPolicy")),
-        grace_period: q
-            .int("gracePeriodSeconds")
-            .or_else(|| body.and_then(|b| b.get("gracePeriodSeconds")).and_then(Value::as_i64)),
+        propagation: q
+            .get("propagationPolicy")
+            .map(String::from)
+            .or_else(|| b("/propagationPolicy")),
+        grace_period: q.int("gracePeriodSeconds").or_else(|| {
+            body.and_then(|b| b.get("gracePeriodSeconds"))
+                .and_then(Value::as_i64)
+        }),
         precondition_uid: b("/preconditions/uid"),
         precondition_rv: b("/preconditions/resourceVersion"),
         dry_run: q.get("dryRun") == Some("All")
-            || body.and_then(|b| b.get("dryRun")).and_then(Value::as_array).is_some_and(|a| !a.is_empty()),
+            || body
+                .and_then(|b| b.get("dryRun"))
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty()),
     }
 }
 
@@ -290,94 +366,188 @@ fn delete_opts(q: &Query, body: Option<&Value>) -> DeleteOpts {
 fn apply_patch(rt: &ResourceType, ct: &str, cur: &Value, p: &Value) -> Result<Value, ApiError> {
     let mut v = cur.clone();
     match ct {
-        "application/json-patch+json" => patch::json_patch(&mut v, p).map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?,
+        "application/json-patch+json" => patch::json_patch(&mut v, p)
+            .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?,
         "application/merge-patch+json" => patch::merge_patch(&mut v, p),
         "application/strategic-merge-patch+json" => {
             if rt.crd.is_some() {
-                return Err(ApiError::new(415, "UnsupportedMediaType", "strategic merge patch is not supported for custom resources; use a merge or JSON patch"));
+                return Err(ApiError::new(
+                    415,
+                    "UnsupportedMediaType",
+                    "strategic merge patch is not supported for custom resources; use a merge or JSON patch",
+                ));
             }
-            patch::strategic_merge_patch(&mut v, p).map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?
+            patch::strategic_merge_patch(&mut v, p)
+                .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?
         }
-        other => return Err(ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other})"))),
+        other => {
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other})"
+                ),
+            ));
+        }
     }
     Ok(v)
 }
 
-async fn object(ctx: Ctx, t: &Target, name: &str, q: Query, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+async fn object(
+    ctx: Ctx,
+    t: &Target,
+    name: &str,
+    q: Query,
+    req: Request<Body>,
+) -> Result<Response<Body>, ApiError> {
     let headers = req.headers().clone();
     match req.method().clone() {
         Method::GET => {
             let o = ctx.cluster.get(&t.rt, &t.ns, name)?;
             if wants_table(&headers) {
-                let tb = table::build_table(&columns(&t.rt), std::slice::from_ref(&o.value), q.get("includeObject").unwrap_or("Metadata"), json!({"resourceVersion": o.rv().to_string()}), chrono::Utc::now());
+                let tb = table::build_table(
+                    &columns(&t.rt),
+                    std::slice::from_ref(&o.value),
+                    q.get("includeObject").unwrap_or("Metadata"),
+                    json!({"resourceVersion": o.rv().to_string()}),
+                    chrono::Utc::now(),
+                );
                 return Ok(json_response(StatusCode::OK, &tb));
             }
             Ok(object_response(StatusCode::OK, &o))
         }
         Method::PUT => {
             let body = read_body(req).await?;
-            let o = ctx.cluster.write(&t.rt, &t.ns, name, Sub::Main, &write_opts(&q, Some(&headers)), false, |_| Ok(body))?;
+            let o = ctx.cluster.write(
+                &t.rt,
+                &t.ns,
+                name,
+                Sub::Main,
+                &write_opts(&q, Some(&headers)),
+                false,
+                |_| Ok(body),
+            )?;
             Ok(object_response(StatusCode::OK, &o))
         }
         Method::PATCH => patch_object(ctx, t, name, Sub::Main, q, req).await,
         Method::DELETE => {
             let (_, raw) = read_raw(req).await?;
             let body: Option<Value> = serde_json::from_slice(&raw).ok();
-            let o = ctx.cluster.delete(&t.rt, &t.ns, name, &delete_opts(&q, body.as_ref()))?;
-            let code = if o.value.pointer("/metadata/deletionTimestamp").is_some() { StatusCode::ACCEPTED } else { StatusCode::OK };
+            let o = ctx
+                .cluster
+                .delete(&t.rt, &t.ns, name, &delete_opts(&q, body.as_ref()))?;
+            let code = if o.value.pointer("/metadata/deletionTimestamp").is_some() {
+                StatusCode::ACCEPTED
+            } else {
+                StatusCode::OK
+            };
             Ok(object_response(code, &o))
         }
         _ => Err(ApiError::method_not_allowed()),
     }
 }
 
-async fn patch_object(ctx: Ctx, t: &Target, name: &str, sub: Sub, q: Query, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+async fn patch_object(
+    ctx: Ctx,
+    t: &Target,
+    name: &str,
+    sub: Sub,
+    q: Query,
+    req: Request<Body>,
+) -> Result<Response<Body>, ApiError> {
     let headers = req.headers().clone();
     let (ct, raw) = read_raw(req).await?;
     let p = parse_body(&ct, &raw)?;
     let mut opts = write_opts(&q, Some(&headers));
     if ct.starts_with("application/apply-patch") {
         if q.get("fieldManager").is_none() {
-            return Err(ApiError::bad_request("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
+            return Err(ApiError::bad_request(
+                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            ));
         }
         opts.is_apply = true;
         let rt = t.rt.clone();
         let now = crate::sim::cluster::now_rfc3339();
-        let o = ctx.cluster.write(&t.rt, &t.ns, name, sub, &opts, sub == Sub::Main, |cur| {
-            let mut applied = p.clone();
-            if applied.get("apiVersion").and_then(Value::as_str) != Some(&rt.api_version())
-                || applied.get("kind").and_then(Value::as_str) != Some(&rt.kind)
-            {
-                return Err(ApiError::bad_request(format!("apply: apiVersion/kind must be {}/{}", rt.api_version(), rt.kind)));
-            }
-            applied["metadata"]["name"] = json!(name);
-            patch::server_side_apply(cur, &applied, &opts.field_manager, opts.force, &now).map_err(|e| match e {
-                patch::PatchError::Conflict(paths) => ApiError::new(409, "Conflict", format!("Apply failed with {} conflict{}: {}", paths.len(), if paths.len() == 1 { "" } else { "s" }, paths.iter().map(|p| format!("conflict with another field manager: {p}")).collect::<Vec<_>>().join(", "))),
-                other => ApiError::new(422, "Invalid", other.to_string()),
-            })
-        })?;
-        let created = o.value.pointer("/metadata/managedFields").is_some() && o.value.pointer("/metadata/generation") == Some(&json!(1)) && o.rv() == ctx.cluster.store.current_rv();
+        let o = ctx
+            .cluster
+            .write(&t.rt, &t.ns, name, sub, &opts, sub == Sub::Main, |cur| {
+                let mut applied = p.clone();
+                if applied.get("apiVersion").and_then(Value::as_str) != Some(&rt.api_version())
+                    || applied.get("kind").and_then(Value::as_str) != Some(&rt.kind)
+                {
+                    return Err(ApiError::bad_request(format!(
+                        "apply: apiVersion/kind must be {}/{}",
+                        rt.api_version(),
+                        rt.kind
+                    )));
+                }
+                applied["metadata"]["name"] = json!(name);
+                patch::server_side_apply(cur, &applied, &opts.field_manager, opts.force, &now)
+                    .map_err(|e| match e {
+                        patch::PatchError::Conflict(paths) => ApiError::new(
+                            409,
+                            "Conflict",
+                            format!(
+                                "Apply failed with {} conflict{}: {}",
+                                paths.len(),
+                                if paths.len() == 1 { "" } else { "s" },
+                                paths
+                                    .iter()
+                                    .map(|p| format!("conflict with another field manager: {p}"))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        ),
+                        other => ApiError::new(422, "Invalid", other.to_string()),
+                    })
+            })?;
+        let created = o.value.pointer("/metadata/managedFields").is_some()
+            && o.value.pointer("/metadata/generation") == Some(&json!(1))
+            && o.rv() == ctx.cluster.store.current_rv();
         let _ = created;
         return Ok(object_response(StatusCode::OK, &o));
     }
     let rt = t.rt.clone();
-    let o = ctx.cluster.write(&t.rt, &t.ns, name, sub, &opts, false, |cur| {
-        let cur = cur.cloned().unwrap_or_default();
-        apply_patch(&rt, &ct, &cur, &p)
-    })?;
+    let o = ctx
+        .cluster
+        .write(&t.rt, &t.ns, name, sub, &opts, false, |cur| {
+            let cur = cur.cloned().unwrap_or_default();
+            apply_patch(&rt, &ct, &cur, &p)
+        })?;
     Ok(object_response(StatusCode::OK, &o))
 }
 
-async fn status(ctx: Ctx, t: &Target, name: &str, q: Query, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+async fn status(
+    ctx: Ctx,
+    t: &Target,
+    name: &str,
+    q: Query,
+    req: Request<Body>,
+) -> Result<Response<Body>, ApiError> {
     if !t.rt.status_subresource {
-        return Err(ApiError::new(404, "NotFound", "the server could not find the requested resource"));
+        return Err(ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ));
     }
     let headers = req.headers().clone();
     match req.method().clone() {
-        Method::GET => Ok(object_response(StatusCode::OK, &ctx.cluster.get(&t.rt, &t.ns, name)?)),
+        Method::GET => Ok(object_response(
+            StatusCode::OK,
+            &ctx.cluster.get(&t.rt, &t.ns, name)?,
+        )),
         Method::PUT => {
             let body = read_body(req).await?;
-            let o = ctx.cluster.write(&t.rt, &t.ns, name, Sub::Status, &write_opts(&q, Some(&headers)), false, |_| Ok(body))?;
+            let o = ctx.cluster.write(
+                &t.rt,
+                &t.ns,
+                name,
+                Sub::Status,
+                &write_opts(&q, Some(&headers)),
+                false,
+                |_| Ok(body),
+            )?;
             Ok(object_response(StatusCode::OK, &o))
         }
         Method::PATCH => patch_object(ctx, t, name, Sub::Status, q, req).await,
@@ -401,21 +571,38 @@ fn scale_of(rt: &ResourceType, o: &Value) -> Option<Value> {
         "spec": {"replicas": o.pointer(&path_ptr(&sc.spec_replicas_path)).cloned().unwrap_or(json!(0))},
         "status": {"replicas": o.pointer(&path_ptr(&sc.status_replicas_path)).cloned().unwrap_or(json!(0))},
     });
-    if let Some(sel) = sc.label_selector_path.as_ref().and_then(|p| o.pointer(&path_ptr(p))) {
+    if let Some(sel) = sc
+        .label_selector_path
+        .as_ref()
+        .and_then(|p| o.pointer(&path_ptr(p)))
+    {
         s["status"]["selector"] = sel.clone();
     }
     Some(s)
 }
 
-async fn scale(ctx: Ctx, t: &Target, name: &str, q: Query, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+async fn scale(
+    ctx: Ctx,
+    t: &Target,
+    name: &str,
+    q: Query,
+    req: Request<Body>,
+) -> Result<Response<Body>, ApiError> {
     let Some(sc) = t.rt.scale.clone() else {
-        return Err(ApiError::new(404, "NotFound", "the server could not find the requested resource"));
+        return Err(ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ));
     };
     let headers = req.headers().clone();
     let method = req.method().clone();
     if method == Method::GET {
         let o = ctx.cluster.get(&t.rt, &t.ns, name)?;
-        return Ok(json_response(StatusCode::OK, &scale_of(&t.rt, &o.value).unwrap_or_default()));
+        return Ok(json_response(
+            StatusCode::OK,
+            &scale_of(&t.rt, &o.value).unwrap_or_default(),
+        ));
     }
     if method != Method::PUT && method != Method::PATCH {
         return Err(ApiError::method_not_allowed());
@@ -423,38 +610,51 @@ async fn scale(ctx: Ctx, t: &Target, name: &str, q: Query, req: Request<Body>) -
     let (ct, raw) = read_raw(req).await?;
     let body = parse_body(&ct, &raw)?;
     let rt = t.rt.clone();
-    let o = ctx.cluster.write(&t.rt, &t.ns, name, Sub::Main, &write_opts(&q, Some(&headers)), false, |cur| {
-        let cur = cur.cloned().unwrap_or_default();
-        let scale = scale_of(&rt, &cur).unwrap_or_default();
-        let new_scale = if method == Method::PUT {
-            body.clone()
-        } else if ct == "application/merge-patch+json" || ct == "application/strategic-merge-patch+json" {
-            let mut s = scale.clone();
-            patch::merge_patch(&mut s, &body);
-            s
-        } else {
-            apply_patch(&rt, &ct, &scale, &body)?
-        };
-        let replicas = new_scale
-            .pointer("/spec/replicas")
-            .cloned()
-            .ok_or_else(|| ApiError::bad_request("scale: spec.replicas is required"))?;
-        let mut v = cur;
-        let ptr = path_ptr(&sc.spec_replicas_path);
-        if let Some(slot) = v.pointer_mut(&ptr) {
-            *slot = replicas;
-        } else {
-            let parts: Vec<&str> = ptr.split('/').filter(|s| !s.is_empty()).collect();
-            let mut node = &mut v;
-            for (i, p) in parts.iter().enumerate() {
-                if i + 1 == parts.len() {
-                    node[*p] = replicas.clone();
-                } else {
-                    node = &mut node[*p];
+    let o = ctx.cluster.write(
+        &t.rt,
+        &t.ns,
+        name,
+        Sub::Main,
+        &write_opts(&q, Some(&headers)),
+        false,
+        |cur| {
+            let cur = cur.cloned().unwrap_or_default();
+            let scale = scale_of(&rt, &cur).unwrap_or_default();
+            let new_scale = if method == Method::PUT {
+                body.clone()
+            } else if ct == "application/merge-patch+json"
+                || ct == "application/strategic-merge-patch+json"
+            {
+                let mut s = scale.clone();
+                patch::merge_patch(&mut s, &body);
+                s
+            } else {
+                apply_patch(&rt, &ct, &scale, &body)?
+            };
+            let replicas = new_scale
+                .pointer("/spec/replicas")
+                .cloned()
+                .ok_or_else(|| ApiError::bad_request("scale: spec.replicas is required"))?;
+            let mut v = cur;
+            let ptr = path_ptr(&sc.spec_replicas_path);
+            if let Some(slot) = v.pointer_mut(&ptr) {
+                *slot = replicas;
+            } else {
+                let parts: Vec<&str> = ptr.split('/').filter(|s| !s.is_empty()).collect();
+                let mut node = &mut v;
+                for (i, p) in parts.iter().enumerate() {
+                    if i + 1 == parts.len() {
+                        node[*p] = replicas.clone();
+                    } else {
+                        node = &mut node[*p];
+                    }
                 }
             }
-        }
-        Ok(v)
-    })?;
-    Ok(json_response(StatusCode::OK, &scale_of(&t.rt, &o.value).unwrap_or_default()))
+            Ok(v)
+        },
+    )?;
+    Ok(json_response(
+        StatusCode::OK,
+        &scale_of(&t.rt, &o.value).unwrap_or_default(),
+    ))
 }

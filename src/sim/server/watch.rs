@@ -32,7 +32,13 @@ impl Stream {
     fn frame(&self, kind: &str, obj: &Arc<StoredObject>) -> Bytes {
         match &self.table {
             Some(cols) => {
-                let t = table::build_table(cols, std::slice::from_ref(&obj.value), "Object", json!({"resourceVersion": obj.rv().to_string()}), chrono::Utc::now());
+                let t = table::build_table(
+                    cols,
+                    std::slice::from_ref(&obj.value),
+                    "Object",
+                    json!({"resourceVersion": obj.rv().to_string()}),
+                    chrono::Utc::now(),
+                );
                 Bytes::from(format!("{}\n", json!({"type": kind, "object": t})))
             }
             None => {
@@ -52,7 +58,11 @@ impl Stream {
     }
 
     fn selected(&self, o: &StoredObject) -> bool {
-        let ns_ok = self.ns.is_empty() || o.value.pointer("/metadata/namespace").and_then(Value::as_str) == Some(self.ns.as_str());
+        let ns_ok = self.ns.is_empty()
+            || o.value
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                == Some(self.ns.as_str());
         ns_ok && self.filter.matches(&o.value)
     }
 
@@ -80,14 +90,24 @@ impl Stream {
         if initial_end {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        let obj = json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version(), "metadata": meta});
+        let obj =
+            json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version(), "metadata": meta});
         Bytes::from(format!("{}\n", json!({"type": "BOOKMARK", "object": obj})))
     }
 }
 
-pub fn watch(ctx: Ctx, rt: &ResourceType, ns: &str, q: &Query, headers: &HeaderMap) -> Result<Response<Body>, ApiError> {
+pub fn watch(
+    ctx: Ctx,
+    rt: &ResourceType,
+    ns: &str,
+    q: &Query,
+    headers: &HeaderMap,
+) -> Result<Response<Body>, ApiError> {
     let filter = Filter::from_query(q)?;
-    let wants_table = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("as=Table"));
+    let wants_table = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"));
     let (tx, rx) = mpsc::channel(256);
     let s = Stream {
         rt: rt.clone(),
@@ -96,11 +116,17 @@ pub fn watch(ctx: Ctx, rt: &ResourceType, ns: &str, q: &Query, headers: &HeaderM
         table: wants_table.then(|| columns(rt)),
         tx,
     };
-    let rv: Option<u64> = q.get("resourceVersion").and_then(|s| s.parse().ok()).filter(|r| *r > 0);
+    let rv: Option<u64> = q
+        .get("resourceVersion")
+        .and_then(|s| s.parse().ok())
+        .filter(|r| *r > 0);
     let initial = q.flag("sendInitialEvents") || rv.is_none();
     let streaming_list = q.flag("sendInitialEvents");
     let bookmarks = q.flag("allowWatchBookmarks");
-    let timeout = q.int("timeoutSeconds").filter(|t| *t > 0).map(|t| Duration::from_secs(t as u64));
+    let timeout = q
+        .int("timeoutSeconds")
+        .filter(|t| *t > 0)
+        .map(|t| Duration::from_secs(t as u64));
     let store_start = match (rv, initial) {
         (Some(rv), false) => match ctx.cluster.store.watch_from(rv) {
             Ok((backlog, rx)) => Ok((backlog, rx, rv)),
@@ -119,13 +145,22 @@ pub fn watch(ctx: Ctx, rt: &ResourceType, ns: &str, q: &Query, headers: &HeaderM
                 let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                     "message": format!("too old resource version: {} ({})", rv.unwrap_or(0), g.oldest),
                     "reason": "Expired", "code": 410});
-                let _ = s.send(Bytes::from(format!("{}\n", json!({"type": "ERROR", "object": status})))).await;
+                let _ = s
+                    .send(Bytes::from(format!(
+                        "{}\n",
+                        json!({"type": "ERROR", "object": status})
+                    )))
+                    .await;
                 return;
             }
         };
         let mut last_rv = start_rv;
         if initial {
-            let (items, list_rv) = cluster.store.list(&s.rt.key(), (!s.ns.is_empty()).then_some(s.ns.as_str()), None);
+            let (items, list_rv) = cluster.store.list(
+                &s.rt.key(),
+                (!s.ns.is_empty()).then_some(s.ns.as_str()),
+                None,
+            );
             for o in items.iter().filter(|o| s.selected(o)) {
                 if !s.send(s.frame("ADDED", o)).await {
                     return;
@@ -144,13 +179,28 @@ pub fn watch(ctx: Ctx, rt: &ResourceType, ns: &str, q: &Query, headers: &HeaderM
             }
             last_rv = ev.rv;
         }
-        run_live(s, live, last_rv, bookmarks, timeout, cluster.faults.watch_drops()).await;
+        run_live(
+            s,
+            live,
+            last_rv,
+            bookmarks,
+            timeout,
+            cluster.faults.watch_drops(),
+        )
+        .await;
     });
-    let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
+    let stream =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
     let mut r = Response::new(Body::from_stream(stream));
     *r.status_mut() = StatusCode::OK;
-    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
-    r.headers_mut().insert(header::TRANSFER_ENCODING, header::HeaderValue::from_static("chunked"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut().insert(
+        header::TRANSFER_ENCODING,
+        header::HeaderValue::from_static("chunked"),
+    );
     Ok(r)
 }
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this script).
+# Installs what the tests need when it is missing, then runs formatting,
+# lints and every test. Run from anywhere; needs root (or sudo) only when a
+# package is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+[ -x /usr/lib/postgresql/15/bin/postgres ] || need_pkgs+=(postgresql-15 postgresql-client-15)
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || need_pkgs+=(pgbouncer)
+command -v pgbackrest >/dev/null 2>&1 || need_pkgs+=(pgbackrest)
+command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "installing: ${need_pkgs[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}"
+fi
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "kubectl is required for the kubectl conformance tests (expected at /usr/bin/kubectl)" >&2
+  exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+cargo fmt --all -- --check
+cargo clippy --all-targets --locked -- -D warnings
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --locked --no-fail-fast
+else
+  cargo test --locked --no-fail-fast
+fi

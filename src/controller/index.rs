@@ -54,7 +54,12 @@ impl ChildIndex {
     }
 
     /// Records a child from its metadata (and, for pods, readiness).
-    fn record(&self, kind: Kind, meta: &ObjectMeta, pod_ready: Option<bool>) -> Option<Key> {
+    fn record(
+        &self,
+        kind: Kind,
+        meta: &ObjectMeta,
+        pod: Option<(bool, Option<String>)>,
+    ) -> Option<Key> {
         let key = owner_key(meta)?;
         let name = meta.name.clone().unwrap_or_default();
         let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
@@ -69,7 +74,8 @@ impl ChildIndex {
                             .as_ref()
                             .and_then(|l| l.get(LABEL_ROLE))
                             .cloned(),
-                        ready: pod_ready.unwrap_or(false),
+                        ready: pod.as_ref().is_some_and(|p| p.0),
+                        ready_changed: pod.and_then(|p| p.1),
                         deleting: meta.deletion_timestamp.is_some(),
                         hash: ann(ANN_HASH),
                         version: ann(ANN_VERSION),
@@ -141,11 +147,18 @@ fn owner_key(meta: &ObjectMeta) -> Option<Key> {
     Some((meta.namespace.clone().unwrap_or_default(), cluster))
 }
 
-fn pod_ready(p: &Pod) -> bool {
-    p.status
+/// Whether the pod is Ready, and since when its Ready condition has that value.
+fn pod_ready(p: &Pod) -> (bool, Option<String>) {
+    let cond = p
+        .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    (
+        cond.is_some_and(|c| c.status == "True"),
+        cond.and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0.to_string()),
+    )
 }
 
 /// Where child changes are sent: the owner's reference (the controller mod
@@ -197,7 +210,7 @@ async fn feed<S, T>(
     index: std::sync::Arc<ChildIndex>,
     trigger: Trigger,
     kind: Kind,
-    meta_of: impl Fn(&T) -> (ObjectMeta, Option<bool>),
+    meta_of: impl Fn(&T) -> (ObjectMeta, Option<(bool, Option<String>)>),
 ) where
     S: futures::Stream<Item = Result<Event<T>, watcher::Error>>,
 {

@@ -6,9 +6,11 @@
 //! object twice at the same time, and an object lives in exactly one shard.
 
 pub mod build;
+pub mod failover;
 pub mod index;
 pub mod plan;
 pub mod reconcile;
+pub mod switch;
 pub mod validate;
 
 use crate::crd::PostgresCluster;
@@ -31,6 +33,7 @@ pub struct Stats {
     pub reconciles: AtomicU64,
     pub errors: AtomicU64,
     pub status_writes: AtomicU64,
+    pub failovers: AtomicU64,
 }
 
 /// What every reconcile of one member cluster shares.

@@ -12,6 +12,8 @@ pub struct PodInfo {
     pub name: String,
     pub role: Option<String>,
     pub ready: bool,
+    /// When the Ready condition last changed (RFC 3339), for failover delays.
+    pub ready_changed: Option<String>,
     pub deleting: bool,
     pub hash: Option<String>,
     pub version: Option<String>,

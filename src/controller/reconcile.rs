@@ -88,12 +88,37 @@ pub fn error_policy(_pg: Arc<PostgresCluster>, err: &Error, ctx: Arc<Ctx>) -> Ac
 }
 
 async fn event(ctx: &Ctx, pg: &PostgresCluster, type_: EventType, reason: &str, note: String) {
+    publish(ctx, pg, type_, reason, note, None).await;
+}
+
+/// An Event about one instance: the Pod is its `related` object, so events
+/// of the same reason for different instances stay separate (the recorder
+/// folds events with equal keys into one series that keeps the first note).
+async fn instance_event(ctx: &Ctx, pg: &PostgresCluster, reason: &str, pod: &str, note: String) {
+    let related = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pod.into()),
+        namespace: pg.namespace(),
+        ..Default::default()
+    };
+    publish(ctx, pg, EventType::Normal, reason, note, Some(related)).await;
+}
+
+async fn publish(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    type_: EventType,
+    reason: &str,
+    note: String,
+    secondary: Option<k8s_openapi::api::core::v1::ObjectReference>,
+) {
     let ev = Event {
         type_,
         reason: reason.into(),
         note: Some(note),
         action: reason.into(),
-        secondary: None,
+        secondary,
     };
     if let Err(e) = ctx.recorder.publish(&ev, &pg.object_ref(&())).await {
         tracing::debug!(error = %e, "could not publish event");
@@ -154,6 +179,12 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         );
         write_status(&ctx, &pg, prev.as_ref(), st).await?;
         return Ok(Action::await_change());
+    }
+    let mut within = None;
+    match super::switch::check_primary(&pg, &ctx, &obs, &owner).await? {
+        super::switch::Flow::Continue => {}
+        super::switch::Flow::ContinueWithin(d) => within = Some(d),
+        super::switch::Flow::Done(action) => return Ok(action),
     }
     let size = pg.spec.cluster_size.max(1) as u32;
     let current_primary = prev.as_ref().and_then(|s| s.current_primary.clone());
@@ -235,10 +266,18 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
                 .map(|p| &p.name)
                 .collect();
             for pod in &ready {
-                postgres::exec::run_verb(&ctx.client, &ns, pod, "reload", Duration::from_secs(30))
-                    .await?;
+                postgres::exec::run_verb(
+                    &ctx.client,
+                    &ns,
+                    pod,
+                    &["reload"],
+                    Duration::from_secs(30),
+                )
+                .await?;
             }
-            if !ready.is_empty() {
+            // Restart-only changes are reloaded too (PostgreSQL then flags
+            // them pending), but only reload-only ones make a Reloaded event.
+            if !ready.is_empty() && !reload.is_empty() {
                 event(
                     &ctx,
                     &pg,
@@ -324,11 +363,11 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             &build::pod(&owner, &pg, *o, role_of(*o), init),
         )
         .await?;
-        event(
+        instance_event(
             &ctx,
             &pg,
-            EventType::Normal,
             "CreatedInstance",
+            &owner.instance_name(*o),
             format!(
                 "instance {} ({}, {init})",
                 owner.instance_name(*o),
@@ -345,11 +384,11 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             &build::pod(&owner, &pg, *o, role_of(*o), "clone"),
         )
         .await?;
-        event(
+        instance_event(
             &ctx,
             &pg,
-            EventType::Normal,
             "RecreatedPod",
+            &owner.instance_name(*o),
             format!("Pod {} was missing", owner.instance_name(*o)),
         )
         .await;
@@ -378,11 +417,11 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             &iname,
         )
         .await?;
-        event(
+        instance_event(
             &ctx,
             &pg,
-            EventType::Normal,
             "RemovedInstance",
+            &iname,
             format!("scaled down: removed replica {iname}"),
         )
         .await;
@@ -393,6 +432,9 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     );
     let healthy = st.phase.as_deref() == Some("Healthy");
     write_status(&ctx, &pg, prev.as_ref(), st).await?;
+    if let Some(d) = within {
+        return Ok(Action::requeue(d));
+    }
     Ok(if healthy {
         Action::requeue(Duration::from_secs(300))
     } else {

@@ -28,14 +28,19 @@ pub enum ExecError {
     },
 }
 
-/// Runs one verb and returns its stdout (one JSON line by contract).
+/// Runs one verb (with its arguments) and returns its stdout (one JSON line
+/// by contract).
 pub async fn run_verb(
     client: &kube::Client,
     ns: &str,
     pod: &str,
-    verb: &str,
+    verb: &[&str],
     timeout: Duration,
 ) -> Result<String, ExecError> {
+    let mut argv: Vec<String> = vec!["/bin/sh".into(), SCRIPT_PATH.into()];
+    argv.extend(verb.iter().map(|s| s.to_string()));
+    let verb = verb.join(" ");
+    let verb = verb.as_str();
     let fut = async {
         let api: Api<Pod> = Api::namespaced(client.clone(), ns);
         let params = AttachParams::default()
@@ -44,7 +49,7 @@ pub async fn run_verb(
             .stdout(true)
             .stderr(true);
         let mut proc = api
-            .exec(pod, ["/bin/sh", SCRIPT_PATH, verb], &params)
+            .exec(pod, argv, &params)
             .await
             .map_err(|source| ExecError::Start {
                 pod: pod.to_string(),

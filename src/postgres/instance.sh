@@ -75,8 +75,13 @@ do_clone() {
   log "cloning from $PGFLEET_PRIMARY_HOST"
   until "$(bin pg_isready)" -h "$PGFLEET_PRIMARY_HOST" -p 5432 -q; do sleep 1; done
   rm -rf "${PGDATA:?}"/*
+  slot=$(echo "$POD_NAME" | tr '-' '_')
+  # Create this replica's slot as part of the clone; it may exist already.
   PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_basebackup)" -h "$PGFLEET_PRIMARY_HOST" -U replicator \
-    -D "$PGDATA" -X stream -c fast >&2
+    -D "$PGDATA" -X stream -c fast -C -S "$slot" >&2 ||
+  { rm -rf "${PGDATA:?}"/*
+    PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_basebackup)" -h "$PGFLEET_PRIMARY_HOST" -U replicator \
+      -D "$PGDATA" -X stream -c fast >&2; }
 }
 
 # A former primary told to be a replica rewinds to the new timeline first,
@@ -141,6 +146,21 @@ cmd_reload() {
   echo "{\"contract\":$CONTRACT,\"reloaded\":true}"
 }
 
+# One physical slot per listed instance, so a replica never loses WAL it
+# still needs (after a failover the new primary has none); inactive slots of
+# instances no longer listed are dropped.
+cmd_slots() {
+  shift
+  keep=""
+  for n in "$@"; do
+    slot=$(echo "$n" | tr '-' '_')
+    keep="$keep,'$slot'"
+    sql "SELECT pg_create_physical_replication_slot('$slot', true) WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '$slot')" >/dev/null
+  done
+  sql "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active AND slot_type = 'physical' AND slot_name NOT IN (''$keep)" >/dev/null
+  echo "{\"contract\":$CONTRACT,\"slots\":$#}"
+}
+
 cmd_checkpoint() { sql "CHECKPOINT" >/dev/null && echo "{\"contract\":$CONTRACT,\"checkpoint\":true}"; }
 
 case "${1:-}" in
@@ -151,6 +171,7 @@ case "${1:-}" in
   unfence) cmd_unfence ;;
   reload) cmd_reload ;;
   checkpoint) cmd_checkpoint ;;
+  slots) cmd_slots "$@" ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|fence|unfence|reload|checkpoint|version" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|status|promote|fence|unfence|reload|checkpoint|slots NAME...|version" >&2; exit 64 ;;
 esac

@@ -89,10 +89,17 @@ impl VirtualRuntime {
         )
     }
 
-    fn primary_of(data: &HashMap<String, Instance>, cluster: &str) -> Option<Instance> {
-        data.values()
-            .find(|i| i.cluster == cluster && i.primary && !i.fenced)
-            .cloned()
+    /// The running primary of a cluster: the one on the highest timeline
+    /// (a lost primary that never learnt of its demotion stays on the old one).
+    fn primary_of(
+        data: &HashMap<String, Instance>,
+        cluster: &str,
+        except: &str,
+    ) -> Option<Instance> {
+        data.iter()
+            .filter(|(k, i)| k.as_str() != except && i.cluster == cluster && i.primary && !i.fenced)
+            .max_by_key(|(_, i)| i.timeline)
+            .map(|(_, i)| i.clone())
     }
 
     /// Starts (or restarts) the instance model behind a pod.
@@ -129,7 +136,7 @@ impl VirtualRuntime {
             .unwrap_or("15")
             .to_string();
         let mut data = Self::lock(&self.data);
-        let primary = Self::primary_of(&data, &cluster);
+        let primary = Self::primary_of(&data, &cluster, &key);
         let entry = data.entry(key.clone());
         let inst = entry.or_insert_with(|| {
             let is_primary = wants_primary && env_init == "initdb";
@@ -146,9 +153,11 @@ impl VirtualRuntime {
         inst.version = version;
         if inst.primary && !wants_primary {
             // Rewind: rejoin as a replica on the current primary's timeline.
-            let base = inst.lsn();
             inst.primary = false;
-            inst.base_lsn = base;
+            inst.base_lsn = primary
+                .as_ref()
+                .map(|p| p.lsn())
+                .unwrap_or_else(|| inst.lsn());
             if let Some(p) = &primary {
                 inst.timeline = p.timeline;
             }
@@ -168,11 +177,14 @@ impl VirtualRuntime {
             json!({"contract": 1, "role": "primary", "ready": true, "timeline": inst.timeline,
                    "currentLsn": lsn, "receivedLsn": null, "replayedLsn": null, "version": inst.version, "pendingRestart": false})
         } else {
-            let upstream = Self::primary_of(&data, &inst.cluster)
-                .map(|p| p.lsn())
-                .unwrap_or(inst.base_lsn);
-            let l = super::super::postgres::format_lsn(upstream.max(inst.base_lsn));
-            json!({"contract": 1, "role": "replica", "ready": true, "timeline": inst.timeline,
+            let upstream = Self::primary_of(&data, &inst.cluster, &key);
+            let timeline = upstream
+                .as_ref()
+                .map(|p| p.timeline)
+                .unwrap_or(inst.timeline);
+            let at = upstream.map(|p| p.lsn()).unwrap_or(inst.base_lsn);
+            let l = super::super::postgres::format_lsn(at.max(inst.base_lsn));
+            json!({"contract": 1, "role": "replica", "ready": true, "timeline": timeline,
                    "currentLsn": null, "receivedLsn": l, "replayedLsn": l, "version": inst.version, "pendingRestart": false})
         })
     }
@@ -211,6 +223,7 @@ impl VirtualRuntime {
             }
             "reload" => json!({"contract": 1, "reloaded": true}),
             "checkpoint" => json!({"contract": 1, "checkpoint": true}),
+            "slots" => json!({"contract": 1, "slots": 0}),
             "version" => json!({"contract": 1}),
             other => return Err(format!("unknown verb {other}")),
         })
@@ -322,7 +335,14 @@ impl Runtime for VirtualRuntime {
     fn exec(&self, req: ExecRequest) -> BoxFuture<'static, ExecOutcome> {
         let pod_id = format!("{}/{}", req.namespace, req.pod);
         let is_instance = req.command.iter().any(|a| a.ends_with("pgfleet-instance"));
-        let verb = req.command.last().cloned().unwrap_or_default();
+        // The verb follows the script path (`sh …/pgfleet-instance slots a b`).
+        let verb = req
+            .command
+            .iter()
+            .position(|a| a.ends_with("pgfleet-instance"))
+            .and_then(|i| req.command.get(i + 1))
+            .cloned()
+            .unwrap_or_default();
         let result = if is_instance {
             self.verb(&pod_id, &verb)
         } else {

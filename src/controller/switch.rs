@@ -1,0 +1,354 @@
+//! Carrying out a failover (and resuming one after a crash). The protocol
+//! writes its intent first — `status.targetPrimary` and the decision
+//! timestamps — so a manager killed at any point resumes the same promotion
+//! and never promotes a second instance:
+//!
+//! 1. decide (pure, `failover.rs`) and record `targetPrimary`;
+//! 2. fence the old primary: out of `-rw` (label `fenced`) first, then stopped
+//!    through `pgfleet-instance fence`, or its Pod deleted when it does not
+//!    answer;
+//! 3. promote the target; 4. label it primary (the Services follow);
+//! 5. record `currentPrimary` and the timings; the old primary's Pod is
+//!    deleted and comes back as a replica (rewind, or re-clone).
+
+use super::Ctx;
+use super::build::{LABEL_ROLE, Owner};
+use super::failover::{self, Candidate, PrimaryState, SyncRule, Verdict};
+use super::plan::{Observed, ordinal};
+use super::reconcile::{Error, FIELD_MANAGER};
+use crate::crd::PostgresCluster;
+use crate::crd::cluster::FailoverRecord;
+use crate::postgres::{InstanceReport, exec::run_verb};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use std::time::Duration;
+
+/// What the rest of reconcile should do after the primary was looked at.
+pub enum Flow {
+    /// Nothing to do about the primary; plan as usual.
+    Continue,
+    /// Plan as usual, but look again within this long.
+    ContinueWithin(Duration),
+    /// A failover ran (or is blocked); requeue with this action.
+    Done(Action),
+}
+
+const EXEC_TIMEOUT: Duration = Duration::from_secs(5);
+const PROMOTE_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn now() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now()
+}
+
+fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn elapsed_since(ts: Option<&str>) -> Duration {
+    ts.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .and_then(|t| (now() - t.with_timezone(&chrono::Utc)).to_std().ok())
+        .unwrap_or_default()
+}
+
+async fn publish(ctx: &Ctx, pg: &PostgresCluster, type_: EventType, reason: &str, note: String) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &pg.object_ref(&())).await {
+        tracing::debug!(error = %e, "could not publish event");
+    }
+}
+
+async fn status_patch(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    status: serde_json::Value,
+) -> Result<(), Error> {
+    let name = pg.name_any();
+    let api: Api<PostgresCluster> =
+        Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.patch_status(&name, &pp, &Patch::Merge(&json!({ "status": status })))
+        .await
+        .map_err(|source| Error::Kube {
+            step: "record",
+            kind: "PostgresCluster",
+            name,
+            source,
+        })?;
+    Ok(())
+}
+
+async fn label(ctx: &Ctx, ns: &str, pod: &str, role: &str) -> Result<(), Error> {
+    let patch = json!({"metadata": {"labels": {LABEL_ROLE: role}}});
+    match Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(Error::Kube {
+            step: "relabel",
+            kind: "Pod",
+            name: pod.to_string(),
+            source,
+        }),
+    }
+}
+
+async fn delete_pod(ctx: &Ctx, ns: &str, pod: &str) {
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    if let Err(e) = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .delete(pod, &dp)
+        .await
+    {
+        tracing::debug!(%pod, error = %e, "deleting the old primary's pod");
+    }
+}
+
+/// Asks one instance for its status report (None when it does not answer).
+pub async fn report(ctx: &Ctx, ns: &str, pod: &str) -> Option<InstanceReport> {
+    let out = run_verb(&ctx.client, ns, pod, &["status"], EXEC_TIMEOUT)
+        .await
+        .ok()?;
+    InstanceReport::parse(&out).ok()
+}
+
+/// Looks at the primary; fails over when it is lost.
+pub async fn check_primary(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+) -> Result<Flow, Error> {
+    let Some(st) = pg.status.as_ref() else {
+        return Ok(Flow::Continue);
+    };
+    let Some(current) = st.current_primary.clone() else {
+        return Ok(Flow::Continue);
+    };
+    if let Some(target) = st.target_primary.clone().filter(|t| *t != current) {
+        return resume(pg, ctx, obs, owner, &current, &target)
+            .await
+            .map(Flow::Done);
+    }
+    let state = match obs.pods.get(&current) {
+        None => PrimaryState::PodGone,
+        Some(p) if p.deleting => PrimaryState::PodGone,
+        Some(p) if p.ready => PrimaryState::Healthy,
+        // A cluster that never had a ready instance is still bootstrapping.
+        Some(_) if st.ready_instances == 0 => PrimaryState::Healthy,
+        Some(p) => PrimaryState::Unhealthy {
+            for_: elapsed_since(p.ready_changed.as_deref()),
+        },
+    };
+    let delay =
+        humantime::parse_duration(&pg.spec.failover_delay).unwrap_or(Duration::from_secs(5));
+    match failover::verdict(&state, delay) {
+        Verdict::Keep => Ok(Flow::Continue),
+        Verdict::WaitFor(d) => Ok(Flow::ContinueWithin(d)),
+        Verdict::FailOver => decide(pg, ctx, obs, owner, &current).await,
+    }
+}
+
+async fn decide(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+    current: &str,
+) -> Result<Flow, Error> {
+    let detected = now();
+    let ns = owner.namespace.clone();
+    let replicas: Vec<_> = obs
+        .pods
+        .values()
+        .filter(|p| p.name != current && !p.deleting && p.role.as_deref() == Some("replica"))
+        .collect();
+    if replicas.is_empty() {
+        // Nothing to promote: bring the primary itself back (plan recreates it).
+        return Ok(Flow::Continue);
+    }
+    let reports =
+        futures::future::join_all(replicas.iter().map(|p| report(ctx, &ns, &p.name))).await;
+    let candidates: Vec<Candidate> = replicas
+        .iter()
+        .zip(reports)
+        .map(|(p, r)| Candidate {
+            name: p.name.clone(),
+            ordinal: ordinal(&owner.name, &p.name).unwrap_or(u32::MAX),
+            ready: p.ready,
+            report: r,
+        })
+        .collect();
+    let sync = pg.spec.synchronous.as_ref().map(|s| SyncRule {
+        number: s.number.max(1) as u32,
+        standbys: obs
+            .pods
+            .keys()
+            .filter(|n| n.as_str() != current)
+            .cloned()
+            .collect(),
+    });
+    let target = match failover::choose(&candidates, sync.as_ref()) {
+        Ok(t) => t,
+        Err(reason) => {
+            publish(
+                ctx,
+                pg,
+                EventType::Warning,
+                "FailoverBlocked",
+                reason.clone(),
+            )
+            .await;
+            status_patch(
+                ctx,
+                pg,
+                json!({"conditions": blocked_conditions(pg, &reason)}),
+            )
+            .await?;
+            // The old primary holds every commit: bringing it back is safe.
+            return Ok(Flow::ContinueWithin(Duration::from_secs(2)));
+        }
+    };
+    let record = FailoverRecord {
+        from: current.to_string(),
+        to: target.clone(),
+        detected_at: Some(rfc3339(detected)),
+        decided_at: Some(rfc3339(now())),
+        ..Default::default()
+    };
+    // Intent first: a manager killed after this line promotes this target.
+    status_patch(
+        ctx,
+        pg,
+        json!({"targetPrimary": target, "lastFailover": record}),
+    )
+    .await?;
+    publish(
+        ctx,
+        pg,
+        EventType::Warning,
+        "FailoverStarted",
+        format!("primary {current} lost; promoting {target}"),
+    )
+    .await;
+    let mut pg2 = pg.clone();
+    if let Some(s) = pg2.status.as_mut() {
+        s.target_primary = Some(target.clone());
+        s.last_failover = Some(record);
+    }
+    resume(&pg2, ctx, obs, owner, current, &target)
+        .await
+        .map(Flow::Done)
+}
+
+fn blocked_conditions(pg: &PostgresCluster, reason: &str) -> serde_json::Value {
+    let mut conds: Vec<serde_json::Value> = pg
+        .status
+        .as_ref()
+        .map(|s| {
+            s.conditions
+                .iter()
+                .filter(|c| c.type_ != "FailoverBlocked")
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    conds.push(json!({"type": "FailoverBlocked", "status": "True", "reason": "NoSafeCandidate", "message": reason, "lastTransitionTime": rfc3339(now())}));
+    json!(conds)
+}
+
+/// Steps 2–5 for a recorded target; every step is idempotent.
+async fn resume(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+    old: &str,
+    target: &str,
+) -> Result<Action, Error> {
+    let ns = owner.namespace.clone();
+    if !obs.pods.contains_key(target) {
+        // The chosen one vanished before promotion: decide again.
+        status_patch(ctx, pg, json!({"targetPrimary": old})).await?;
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    if obs.pods.contains_key(old) {
+        label(ctx, &ns, old, "fenced").await?;
+        if run_verb(&ctx.client, &ns, old, &["fence"], EXEC_TIMEOUT)
+            .await
+            .is_err()
+        {
+            delete_pod(ctx, &ns, old).await;
+        }
+    }
+    run_verb(&ctx.client, &ns, target, &["promote"], PROMOTE_TIMEOUT).await?;
+    let promoted = now();
+    label(ctx, &ns, target, "primary").await?;
+    let rewired = now();
+    let others: Vec<&str> = obs
+        .pods
+        .keys()
+        .map(String::as_str)
+        .filter(|n| *n != target)
+        .collect();
+    let mut args = vec!["slots"];
+    args.extend(others.iter().copied());
+    if let Err(e) = run_verb(&ctx.client, &ns, target, &args, EXEC_TIMEOUT).await {
+        tracing::warn!(error = %e, "could not create replication slots on the new primary");
+    }
+    let mut record = pg
+        .status
+        .as_ref()
+        .and_then(|s| s.last_failover.clone())
+        .unwrap_or_default();
+    record.from = old.to_string();
+    record.to = target.to_string();
+    record.promoted_at = Some(rfc3339(promoted));
+    record.rewired_at = Some(rfc3339(rewired));
+    record.duration_ms = record
+        .detected_at
+        .as_deref()
+        .and_then(|d| chrono::DateTime::parse_from_rfc3339(d).ok())
+        .map(|d| (rewired - d.with_timezone(&chrono::Utc)).num_milliseconds());
+    status_patch(
+        ctx,
+        pg,
+        json!({"currentPrimary": target, "targetPrimary": target, "lastFailover": record}),
+    )
+    .await?;
+    ctx.stats
+        .failovers
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    publish(
+        ctx,
+        pg,
+        EventType::Normal,
+        "FailedOver",
+        format!(
+            "{target} promoted (was {old}) in {} ms",
+            record.duration_ms.unwrap_or(0)
+        ),
+    )
+    .await;
+    // The old primary comes back as a replica: a fresh Pod rewinds or re-clones.
+    if obs.pods.contains_key(old) {
+        delete_pod(ctx, &ns, old).await;
+    }
+    Ok(Action::requeue(Duration::from_millis(500)))
+}

@@ -1,5 +1,6 @@
 //! The command line: argument definitions and dispatch to the library.
 
+mod ops;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,20 @@ pub enum Command {
     },
     /// Run emulated Kubernetes clusters on loopback until interrupted.
     Sim(sim::SimArgs),
+    /// Planned switchover of a PostgresCluster (through the pooler when enabled).
+    Switchover {
+        /// <cluster>/<namespace>/<name>
+        target: String,
+        /// Instance to promote (default: the most advanced replica).
+        #[arg(long)]
+        to: Option<String>,
+        /// Fleet TOML (to find the member cluster's kubeconfig).
+        #[arg(long, short, env = "PGFLEET_CONFIG")]
+        config: Option<PathBuf>,
+        /// How long to wait for the outcome (0: do not wait).
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        wait: std::time::Duration,
+    },
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
     /// Benchmarks that print figures and ratios to a floor from the same run.
@@ -57,6 +72,12 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Sim(args) => sim::run(args).await.map(|_| 0),
         Command::Bench { what } => crate::bench::run(what).await.map(|_| 0),
+        Command::Switchover {
+            target,
+            to,
+            config,
+            wait,
+        } => ops::switchover(config.as_deref(), &target, to.as_deref(), wait).await,
         Command::Crd => {
             print!("{}", crate::crd::yaml()?);
             Ok(0)

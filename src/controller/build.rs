@@ -13,6 +13,8 @@ pub const LABEL_CLUSTER: &str = "pgfleet.io/cluster";
 pub const LABEL_INSTANCE: &str = "pgfleet.io/instance";
 pub const LABEL_ROLE: &str = "pgfleet.io/role";
 pub const LABEL_SHARD: &str = "pgfleet.io/shard";
+/// `instance` or `pooler`: what a pgfleet Pod is.
+pub const LABEL_KIND: &str = "pgfleet.io/kind";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const ANN_HASH: &str = "pgfleet.io/hash";
 pub const ANN_VERSION: &str = "pgfleet.io/version";
@@ -172,7 +174,7 @@ pub fn pod(o: &Owner, pg: &PostgresCluster, ordinal: u32, role: &str, init: &str
     }
     let mut obj = json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": o.meta(&name, &[(LABEL_INSTANCE, &name)], true),
+        "metadata": o.meta(&name, &[(LABEL_INSTANCE, &name), (LABEL_KIND, "instance")], true),
         "spec": {
             "hostname": name,
             "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999, "runAsNonRoot": true},
@@ -203,11 +205,13 @@ pub fn pod(o: &Owner, pg: &PostgresCluster, ordinal: u32, role: &str, init: &str
                     {"name": "config", "mountPath": CONFIG_MOUNT},
                     {"name": "podinfo", "mountPath": "/etc/pgfleet/podinfo"},
                     {"name": "secrets", "mountPath": "/etc/pgfleet/secrets"},
+                    {"name": "tmp", "mountPath": "/tmp"},
                 ],
             }],
             "volumes": [
                 {"name": "pgdata", "persistentVolumeClaim": {"claimName": name}},
                 {"name": "config", "configMap": {"name": o.config_name(), "defaultMode": 0o755}},
+                {"name": "tmp", "emptyDir": {}},
                 {"name": "podinfo", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
                 {"name": "secrets", "projected": {"sources": [
                     {"secret": {"name": o.secret_name("superuser"), "items": [{"key": "password", "path": "superuser-password"}]}},
@@ -231,7 +235,7 @@ pub fn services(o: &Owner) -> Vec<Value> {
     [("rw", Some("primary")), ("ro", Some("replica")), ("r", None)]
         .into_iter()
         .map(|(suffix, role)| {
-            let mut selector = json!({LABEL_CLUSTER: o.name});
+            let mut selector = json!({LABEL_CLUSTER: o.name, LABEL_KIND: "instance"});
             if let Some(r) = role {
                 selector[LABEL_ROLE] = json!(r);
             }

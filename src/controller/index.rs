@@ -6,7 +6,7 @@
 //! keeps the manager small per managed PostgresCluster.
 
 use super::build::{
-    ANN_HASH, ANN_PARAMETERS, ANN_VERSION, LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_ROLE,
+    ANN_HASH, ANN_PARAMETERS, ANN_VERSION, LABEL_CLUSTER, LABEL_KIND, LABEL_MANAGED_BY, LABEL_ROLE,
 };
 use super::plan::{Observed, PodInfo};
 use crate::crd::PostgresCluster;
@@ -64,6 +64,26 @@ impl ChildIndex {
         let name = meta.name.clone().unwrap_or_default();
         let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
         self.edit(key.clone(), |o| match kind {
+            Kind::Pod
+                if meta
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_KIND))
+                    .map(String::as_str)
+                    == Some("pooler") =>
+            {
+                o.pooler_pods.insert(
+                    name.clone(),
+                    PodInfo {
+                        name,
+                        ready: pod.as_ref().is_some_and(|p| p.0),
+                        deleting: meta.deletion_timestamp.is_some(),
+                        hash: ann(ANN_HASH),
+                        ..Default::default()
+                    },
+                );
+            }
+            Kind::ConfigMap if name.ends_with("-pooler") => o.pooler_config_hash = ann(ANN_HASH),
             Kind::Pod => {
                 o.pods.insert(
                     name.clone(),
@@ -81,6 +101,10 @@ impl ChildIndex {
                         version: ann(ANN_VERSION),
                     },
                 );
+            }
+            // A terminating claim is as good as gone: its replica is rebuilt.
+            Kind::Pvc if meta.deletion_timestamp.is_some() => {
+                o.pvcs.remove(&name);
             }
             Kind::Pvc => {
                 o.pvcs.insert(name);
@@ -106,7 +130,9 @@ impl ChildIndex {
         self.edit(key.clone(), |o| match kind {
             Kind::Pod => {
                 o.pods.remove(&name);
+                o.pooler_pods.remove(&name);
             }
+            Kind::ConfigMap if name.ends_with("-pooler") => o.pooler_config_hash = None,
             Kind::Pvc => {
                 o.pvcs.remove(&name);
             }

@@ -9,8 +9,10 @@ pub mod build;
 pub mod failover;
 pub mod index;
 pub mod plan;
+pub mod pooler;
 pub mod reconcile;
 pub mod switch;
+pub mod switchover;
 pub mod validate;
 
 use crate::crd::PostgresCluster;
@@ -34,6 +36,7 @@ pub struct Stats {
     pub errors: AtomicU64,
     pub status_writes: AtomicU64,
     pub failovers: AtomicU64,
+    pub switchovers: AtomicU64,
 }
 
 /// What every reconcile of one member cluster shares.

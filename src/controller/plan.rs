@@ -30,6 +30,9 @@ pub struct Observed {
     pub config_hash: Option<String>,
     pub config_params: Option<BTreeMap<String, String>>,
     pub pdb_hash: Option<String>,
+    /// PgBouncer pods (`pgfleet.io/kind=pooler`).
+    pub pooler_pods: BTreeMap<String, PodInfo>,
+    pub pooler_config_hash: Option<String>,
 }
 
 /// What should happen to the instances.
@@ -45,6 +48,9 @@ pub struct InstancePlan {
     pub recreate_pods: Vec<u32>,
     /// Ordinals to remove (Pod and PVC), highest first, never the primary.
     pub remove: Vec<u32>,
+    /// Replicas running without their PVC (deleted or terminating): delete
+    /// the Pod so the instance is rebuilt, Pod and PVC, by a later round.
+    pub rebuild: Vec<u32>,
 }
 
 /// The ordinal of `<cluster>-<n>`.
@@ -115,6 +121,17 @@ pub fn plan_instances(
         .copied()
         .filter(|o| !obs.pods.contains_key(&format!("{cluster}-{o}")))
         .collect();
+    // Never the primary: its volume holds the only authoritative data.
+    let rebuild = keep
+        .iter()
+        .copied()
+        .filter(|o| Some(*o) != primary && !obs.pvcs.contains(&format!("{cluster}-{o}")))
+        .filter(|o| {
+            obs.pods
+                .get(&format!("{cluster}-{o}"))
+                .is_some_and(|p| !p.deleting)
+        })
+        .collect();
     keep.extend(create.iter().map(|(o, _)| *o));
     keep.sort_unstable();
     InstancePlan {
@@ -123,6 +140,7 @@ pub fn plan_instances(
         create,
         recreate_pods,
         remove,
+        rebuild,
     }
 }
 
@@ -268,6 +286,8 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         pending_restart: inp.pending_restart.clone(),
         last_backup: prev.last_backup.clone(),
         last_failover: prev.last_failover.clone(),
+        switchover: prev.switchover.clone(),
+        last_switchover: prev.last_switchover.clone(),
     }
 }
 

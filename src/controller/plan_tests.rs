@@ -132,3 +132,27 @@ fn status_is_degraded_when_an_instance_is_not_ready() {
             .any(|c| c.type_ == "PendingRestart" && c.status == "True")
     );
 }
+
+#[test]
+fn a_replica_without_its_volume_is_rebuilt_but_never_the_primary() {
+    let obs = observed(
+        &[
+            ("pg-1", "primary", true),
+            ("pg-2", "replica", true),
+            ("pg-3", "replica", true),
+        ],
+        &["pg-2"],
+    );
+    let p = plan_instances("pg", 3, Some("pg-1"), &obs);
+    assert_eq!(p.rebuild, vec![3]);
+    assert_eq!(p.keep, vec![1, 2, 3]);
+    assert!(p.create.is_empty() && p.remove.is_empty());
+    // Once its Pod is gone the ordinal is free and is created again.
+    let obs = observed(
+        &[("pg-1", "primary", true), ("pg-2", "replica", true)],
+        &["pg-2"],
+    );
+    let p = plan_instances("pg", 3, Some("pg-1"), &obs);
+    assert_eq!(p.create, vec![(3, "clone")]);
+    assert!(p.rebuild.is_empty());
+}

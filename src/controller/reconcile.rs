@@ -65,6 +65,17 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
     }
     let ns = pg.namespace().unwrap_or_default();
     let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    // Decisions about the primary must never rest on a cached status that
+    // lags behind our own last write (that could undo a failover): read the
+    // object fresh. One GET per reconcile buys that guarantee.
+    let pg = match api.get_opt(&pg.name_any()).await.map_err(kerr(
+        "get",
+        "PostgresCluster",
+        &pg.name_any(),
+    ))? {
+        Some(fresh) => Arc::new(fresh),
+        None => return Ok(Action::await_change()),
+    };
     finalizer(&api, FINALIZER, pg, |ev| async {
         match ev {
             Finalizer::Apply(pg) => apply(pg, ctx.clone()).await,
@@ -181,6 +192,16 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         return Ok(Action::await_change());
     }
     let mut within = None;
+    if let Some(st) = prev.as_ref()
+        && let (Some(cur), Some(target)) = (&st.current_primary, &st.target_primary)
+        && cur != target
+        && st.switchover.is_some()
+    {
+        return super::switchover::resume(&pg, &ctx, &obs, &owner, cur, target).await;
+    }
+    if let Some(action) = super::switchover::take_request(&pg, &ctx, &obs, &owner).await? {
+        return Ok(action);
+    }
     match super::switch::check_primary(&pg, &ctx, &obs, &owner).await? {
         super::switch::Flow::Continue => {}
         super::switch::Flow::ContinueWithin(d) => within = Some(d),
@@ -337,6 +358,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             .await;
         }
     }
+    super::switchover::reconcile_pooler(&pg, &ctx, &obs, &owner).await?;
     let pdb = build::pdb(&owner);
     if obs.pdb_hash.as_deref() != pdb["metadata"]["annotations"][ANN_HASH].as_str() {
         ssa::<PodDisruptionBudget>(&ctx, &ns, "PodDisruptionBudget", &pdb).await?;
@@ -406,6 +428,18 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             .patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(kerr("relabel", "Pod", &p.name))?;
+    }
+    for o in &ip.rebuild {
+        let iname = owner.instance_name(*o);
+        delete_ignoring_missing::<Pod>(&ctx, &ns, "Pod", &iname).await?;
+        instance_event(
+            &ctx,
+            &pg,
+            "RebuildingInstance",
+            &iname,
+            format!("the volume of replica {iname} is gone; rebuilding it"),
+        )
+        .await;
     }
     for o in &ip.remove {
         let iname = owner.instance_name(*o);

@@ -255,6 +255,25 @@ pub struct PostgresClusterStatus {
     pub last_backup: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failover: Option<FailoverRecord>,
+    /// A switchover in progress (set before it starts, cleared when done).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switchover: Option<SwitchoverRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_switchover: Option<SwitchoverRecord>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchoverRecord {
+    pub from: String,
+    pub to: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    /// How long the pooler held writes (PAUSE → RESUME).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_ms: Option<i64>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]

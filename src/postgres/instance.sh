@@ -24,7 +24,9 @@ CONFIG=${PGFLEET_CONFIG:-/etc/pgfleet/config}
 SECRETS=${PGFLEET_SECRETS:-/etc/pgfleet/secrets}
 SOCKDIR=${PGFLEET_SOCKET_DIR:-/tmp}
 PGBIN=${PGFLEET_PGBIN:-}
-FENCE="$PGDATA/../pgfleet.fenced"
+# In the pod's own /tmp (an emptyDir): a new pod starts unfenced, and the
+# wanted-role label decides whether it may run as primary.
+FENCE="${SOCKDIR}/pgfleet.fenced"
 
 bin() { if [ -n "$PGBIN" ]; then echo "$PGBIN/$1"; else echo "$1"; fi; }
 log() { echo "pgfleet-instance: $*" >&2; }
@@ -95,17 +97,33 @@ do_rewind() {
   fi
 }
 
+# Supervises postgres instead of exec'ing it, so that a clean demotion or a
+# fence stops PostgreSQL without ending the container: the loop starts it
+# again in the role the pod's labels ask for (or waits while fenced).
 cmd_run() {
   mkdir -p "$PGDATA" && chmod 700 "$PGDATA"
-  while [ -e "$FENCE" ]; do sleep 1; done
   write_passfile
   if [ ! -s "$PGDATA/PG_VERSION" ]; then
     if [ "${PGFLEET_INIT:-clone}" = initdb ] && [ "$(wanted_role)" = primary ]; then do_initdb; else do_clone; fi
-  elif [ "$(wanted_role)" = replica ] && [ ! -e "$PGDATA/standby.signal" ]; then
-    do_rewind
   fi
-  configure
-  exec "$(bin postgres)" -D "$PGDATA" -c listen_addresses="${POD_IP:-*}" -c unix_socket_directories="$SOCKDIR"
+  stop=0
+  pid=""
+  trap 'stop=1; [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null' TERM INT
+  while [ "$stop" = 0 ]; do
+    while [ -e "$FENCE" ] && [ "$stop" = 0 ]; do sleep 0.2; done
+    [ "$stop" = 0 ] || break
+    if [ "$(wanted_role)" = replica ] && [ ! -e "$PGDATA/standby.signal" ]; then
+      do_rewind
+    fi
+    configure
+    "$(bin postgres)" -D "$PGDATA" -c listen_addresses="${POD_IP:-*}" -c unix_socket_directories="$SOCKDIR" &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done
+    pid=""
+    [ "$stop" = 0 ] || break
+    log "postgres stopped; starting it again as $(wanted_role)"
+    sleep 0.2
+  done
 }
 
 cmd_status() {
@@ -126,8 +144,20 @@ cmd_status() {
 }
 
 cmd_promote() {
-  "$(bin pg_ctl)" -D "$PGDATA" -w -t 60 promote >&2
+  if [ "$(sql "SELECT pg_is_in_recovery()")" = t ]; then
+    "$(bin pg_ctl)" -D "$PGDATA" -w -t 60 promote >&2
+  fi
   sql "SELECT pg_is_in_recovery()" | grep -q f && echo "{\"contract\":$CONTRACT,\"promoted\":true}"
+}
+
+# Clean demotion for a switchover: standby.signal first, then a fast
+# shutdown (walsenders send all WAL up to the shutdown checkpoint first); the
+# run loop starts it again as a standby. Prints the final WAL position.
+cmd_demote() {
+  touch "$PGDATA/standby.signal"
+  "$(bin pg_ctl)" -D "$PGDATA" -w -m fast stop >&2 || true
+  lsn=$("$(bin pg_controldata)" -D "$PGDATA" | sed -n 's/^Latest checkpoint location: *//p')
+  echo "{\"contract\":$CONTRACT,\"demoted\":true,\"lsn\":\"$lsn\"}"
 }
 
 # Fencing stops the instance and keeps it stopped (run waits while the fence
@@ -167,11 +197,12 @@ case "${1:-}" in
   run) cmd_run ;;
   status) cmd_status ;;
   promote) cmd_promote ;;
+  demote) cmd_demote ;;
   fence) cmd_fence ;;
   unfence) cmd_unfence ;;
   reload) cmd_reload ;;
   checkpoint) cmd_checkpoint ;;
   slots) cmd_slots "$@" ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|fence|unfence|reload|checkpoint|slots NAME...|version" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|checkpoint|slots NAME...|version" >&2; exit 64 ;;
 esac

@@ -211,6 +211,17 @@ impl VirtualRuntime {
                 }
                 json!({"contract": 1, "promoted": true})
             }
+            "demote" => {
+                let lsn = inst.lsn();
+                inst.base_lsn = lsn;
+                inst.primary = false;
+                let cluster = inst.cluster.clone();
+                // A clean shutdown sends all WAL: every replica has it.
+                for other in data.values_mut().filter(|i| i.cluster == cluster) {
+                    other.base_lsn = other.base_lsn.max(lsn);
+                }
+                json!({"contract": 1, "demoted": true, "lsn": super::super::postgres::format_lsn(lsn)})
+            }
             "fence" => {
                 inst.base_lsn = inst.lsn();
                 inst.fenced = true;

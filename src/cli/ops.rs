@@ -1,0 +1,111 @@
+//! Operator commands that change intent (`pgfleet switchover`). They write
+//! the request into the PostgresCluster (an annotation), where the manager
+//! picks it up — durable, and visible to kubectl — and optionally wait for
+//! the outcome.
+
+use crate::config::ClusterSource;
+use crate::controller::switchover::ANNOTATION;
+use crate::crd::PostgresCluster;
+use anyhow::{Context, bail};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// `member/namespace/name` → its parts.
+pub fn parse_target(s: &str) -> anyhow::Result<(String, String, String)> {
+    match s.split('/').collect::<Vec<_>>().as_slice() {
+        [m, ns, n] if !m.is_empty() && !ns.is_empty() && !n.is_empty() => {
+            Ok((m.to_string(), ns.to_string(), n.to_string()))
+        }
+        _ => bail!("expected <cluster>/<namespace>/<name>, got {s:?}"),
+    }
+}
+
+/// A client for a member cluster named in the fleet config.
+pub async fn member_client(config: Option<&Path>, member: &str) -> anyhow::Result<kube::Client> {
+    let settings = crate::config::load(config)
+        .map_err(|e| anyhow::anyhow!("the configuration is invalid:\n{e}"))?;
+    let entry = settings
+        .cluster(member)
+        .with_context(|| format!("no member cluster named {member} in the fleet config"))?;
+    let (path, context) = match entry.source() {
+        ClusterSource::Kubeconfig { path, context } => {
+            (path.to_path_buf(), context.map(String::from))
+        }
+        ClusterSource::Embedded => (
+            settings
+                .manager
+                .state_dir
+                .join("embedded")
+                .join(format!("{member}.kubeconfig")),
+            None,
+        ),
+    };
+    let limit = crate::fleet::ratelimit::RateLimit::new(10.0, 20);
+    crate::fleet::client_from_kubeconfig(
+        &path,
+        context.as_deref(),
+        entry.insecure_skip_tls_verify,
+        &limit,
+    )
+    .await
+}
+
+pub async fn switchover(
+    config: Option<&Path>,
+    target: &str,
+    to: Option<&str>,
+    wait: Duration,
+) -> anyhow::Result<i32> {
+    let (member, ns, name) = parse_target(target)?;
+    let client = member_client(config, &member).await?;
+    let api: Api<PostgresCluster> = Api::namespaced(client, &ns);
+    let before = api
+        .get(&name)
+        .await
+        .with_context(|| format!("reading {ns}/{name} in {member}"))?;
+    let from = before
+        .status
+        .as_ref()
+        .and_then(|s| s.current_primary.clone())
+        .unwrap_or_default();
+    let patch =
+        serde_json::json!({"metadata": {"annotations": {ANNOTATION: to.unwrap_or("auto")}}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .context("requesting the switchover")?;
+    println!(
+        "switchover of {member}/{ns}/{name} requested (primary now {from}, to {})",
+        to.unwrap_or("the most advanced replica")
+    );
+    if wait.is_zero() {
+        return Ok(0);
+    }
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let pg = api.get(&name).await?;
+        let st = pg.status.unwrap_or_default();
+        let pending = pg
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ANNOTATION))
+            || st.switchover.is_some();
+        if !pending {
+            let now = st.current_primary.unwrap_or_default();
+            if now != from {
+                let stall = st.last_switchover.and_then(|s| s.stall_ms).unwrap_or(0);
+                println!("done: {now} is primary (writes paused {stall} ms)");
+                return Ok(0);
+            }
+            println!(
+                "the switchover was refused; see `kubectl describe pgc {name} -n {ns}` events"
+            );
+            return Ok(1);
+        }
+    }
+    println!("not finished within {wait:?}; it continues in the manager");
+    Ok(1)
+}

@@ -1,0 +1,372 @@
+//! Planned switchover, requested with the annotation
+//! `pgfleet.io/switchover-to: <instance>|auto` (or `pgfleet switchover`),
+//! and the pooler it relies on. With the pooler, clients see a stall but no
+//! failed transaction:
+//!
+//! PAUSE (PgBouncer waits for running transactions, holds new ones) →
+//! CHECKPOINT → clean demote of the old primary (it stops after sending all
+//! WAL, and will start again as a standby) → wait until the target has
+//! received everything → promote → relabel (the Services follow) → RESUME.
+//!
+//! The request moves from the annotation into `status.targetPrimary` plus
+//! `status.switchover` before anything is touched, so a manager killed in the
+//! middle resumes the same switchover and never promotes twice.
+
+use super::Ctx;
+use super::build::{LABEL_ROLE, Owner};
+use super::plan::Observed;
+use super::pooler;
+use super::reconcile::{Error, FIELD_MANAGER};
+use super::switch::report;
+use crate::crd::PostgresCluster;
+use crate::postgres::{exec::run_verb, parse_lsn};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use kube::api::{AttachParams, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+pub const ANNOTATION: &str = "pgfleet.io/switchover-to";
+const EXEC_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the target may take to receive the old primary's last WAL.
+const CATCH_UP: Duration = Duration::from_secs(30);
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+async fn publish(ctx: &Ctx, pg: &PostgresCluster, type_: EventType, reason: &str, note: String) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &pg.object_ref(&())).await {
+        tracing::debug!(error = %e, "could not publish event");
+    }
+}
+
+fn kube_err(
+    step: &'static str,
+    kind: &'static str,
+    name: &str,
+) -> impl FnOnce(kube::Error) -> Error {
+    let name = name.to_string();
+    move |source| Error::Kube {
+        step,
+        kind,
+        name,
+        source,
+    }
+}
+
+async fn patch_status(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    status: serde_json::Value,
+) -> Result<(), Error> {
+    let name = pg.name_any();
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    Api::<PostgresCluster>::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default())
+        .patch_status(&name, &pp, &Patch::Merge(&json!({ "status": status })))
+        .await
+        .map_err(kube_err("record", "PostgresCluster", &name))?;
+    Ok(())
+}
+
+async fn label(ctx: &Ctx, ns: &str, pod: &str, role: &str) -> Result<(), Error> {
+    let patch = json!({"metadata": {"labels": {LABEL_ROLE: role}}});
+    Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("relabel", "Pod", pod))?;
+    Ok(())
+}
+
+/// Runs a PgBouncer admin command in every pooler pod.
+async fn pooler_admin(ctx: &Ctx, ns: &str, obs: &Observed, cmd: &str) -> Result<(), Error> {
+    for p in obs.pooler_pods.values().filter(|p| !p.deleting) {
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+        let ap = AttachParams::default()
+            .container("pgbouncer")
+            .stdin(false)
+            .stdout(true)
+            .stderr(true);
+        let mut proc = api
+            .exec(&p.name, pooler::admin_command(cmd), &ap)
+            .await
+            .map_err(kube_err(cmd_step(cmd), "Pod", &p.name))?;
+        let status = match proc.take_status() {
+            Some(s) => s.await,
+            None => None,
+        };
+        if status.as_ref().and_then(|s| s.status.as_deref()) == Some("Failure") {
+            // PAUSE on a paused pooler and RESUME on a running one are
+            // harmless refusals; anything else is logged and retried later.
+            tracing::debug!(pod = %p.name, cmd, ?status, "pooler admin command refused");
+        }
+    }
+    Ok(())
+}
+
+fn cmd_step(cmd: &str) -> &'static str {
+    if cmd == "PAUSE" {
+        "pause pooler"
+    } else {
+        "resume pooler"
+    }
+}
+
+/// Picks up a switchover request from the annotation; returns the action
+/// when one was started or refused.
+pub async fn take_request(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+) -> Result<Option<Action>, Error> {
+    let Some(want) = pg.annotations().get(ANNOTATION).cloned() else {
+        return Ok(None);
+    };
+    let st = pg.status.clone().unwrap_or_default();
+    let Some(current) = st.current_primary.clone() else {
+        return Ok(None);
+    };
+    let ns = owner.namespace.clone();
+    let target = if want.is_empty() || want == "auto" {
+        let mut best: Option<(u64, String)> = None;
+        for p in obs.pods.values().filter(|p| p.name != current && p.ready) {
+            if let Some(r) = report(ctx, &ns, &p.name).await {
+                let pos = r.replayed_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
+                if best.as_ref().is_none_or(|(b, _)| pos > *b) {
+                    best = Some((pos, p.name.clone()));
+                }
+            }
+        }
+        best.map(|(_, n)| n)
+    } else {
+        Some(want.clone())
+    };
+    let refusal = match &target {
+        None => Some("no ready replica to switch over to".to_string()),
+        Some(t) if *t == current => Some(format!("{t} is already the primary")),
+        Some(t) if !obs.pods.get(t).is_some_and(|p| p.ready && !p.deleting) => {
+            Some(format!("{t} is not a ready instance of this cluster"))
+        }
+        _ => None,
+    };
+    let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let clear = json!({"metadata": {"annotations": {ANNOTATION: null}}});
+    if let Some(reason) = refusal {
+        publish(ctx, pg, EventType::Warning, "SwitchoverRejected", reason).await;
+        api.patch(
+            &pg.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&clear),
+        )
+        .await
+        .map_err(kube_err("clear", "PostgresCluster", &pg.name_any()))?;
+        return Ok(Some(Action::await_change()));
+    }
+    let target = target.unwrap_or_default();
+    // Intent first, then consume the request.
+    patch_status(ctx, pg, json!({"targetPrimary": target, "switchover": {"from": current, "to": target, "requestedAt": now()}})).await?;
+    api.patch(
+        &pg.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&clear),
+    )
+    .await
+    .map_err(kube_err("clear", "PostgresCluster", &pg.name_any()))?;
+    publish(
+        ctx,
+        pg,
+        EventType::Normal,
+        "SwitchoverStarted",
+        format!("{current} → {target}"),
+    )
+    .await;
+    Ok(Some(Action::requeue(Duration::from_millis(10))))
+}
+
+/// Carries out (or resumes) a recorded switchover. Every step is idempotent.
+pub async fn resume(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+    old: &str,
+    target: &str,
+) -> Result<Action, Error> {
+    let ns = owner.namespace.clone();
+    let paused_at = Instant::now();
+    pooler_admin(ctx, &ns, obs, "PAUSE").await?;
+    let mut final_lsn = None;
+    if obs
+        .pods
+        .get(old)
+        .is_some_and(|p| p.role.as_deref() == Some("primary"))
+    {
+        let _ = run_verb(&ctx.client, &ns, old, &["checkpoint"], EXEC_TIMEOUT).await;
+        label(ctx, &ns, old, "fenced").await?;
+        let out = run_verb(&ctx.client, &ns, old, &["demote"], EXEC_TIMEOUT).await?;
+        final_lsn = serde_json::from_str::<serde_json::Value>(out.trim())
+            .ok()
+            .and_then(|v| v.get("lsn").and_then(|l| l.as_str()).and_then(parse_lsn));
+    }
+    if let Some(lsn) = final_lsn {
+        let deadline = Instant::now() + CATCH_UP;
+        loop {
+            let r = report(ctx, &ns, target).await;
+            let at = r
+                .as_ref()
+                .and_then(|r| r.received_lsn.as_deref().or(r.replayed_lsn.as_deref()))
+                .and_then(parse_lsn);
+            if at.is_some_and(|a| a >= lsn) || r.as_ref().is_some_and(|r| r.role == "primary") {
+                break;
+            }
+            if Instant::now() > deadline {
+                // Do not promote a target that lacks commits: undo and say so.
+                label(ctx, &ns, old, "primary").await?;
+                let _ = run_verb(&ctx.client, &ns, old, &["unfence"], EXEC_TIMEOUT).await;
+                Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+                    .delete(old, &DeleteParams::default())
+                    .await
+                    .ok();
+                patch_status(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await?;
+                pooler_admin(ctx, &ns, obs, "RESUME").await?;
+                publish(
+                    ctx,
+                    pg,
+                    EventType::Warning,
+                    "SwitchoverAborted",
+                    format!("{target} did not catch up within {CATCH_UP:?}; {old} stays primary"),
+                )
+                .await;
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    run_verb(
+        &ctx.client,
+        &ns,
+        target,
+        &["promote"],
+        Duration::from_secs(60),
+    )
+    .await?;
+    label(ctx, &ns, target, "primary").await?;
+    if obs.pods.contains_key(old) {
+        label(ctx, &ns, old, "replica").await?;
+    }
+    let others: Vec<&str> = obs
+        .pods
+        .keys()
+        .map(String::as_str)
+        .filter(|n| *n != target)
+        .collect();
+    let mut args = vec!["slots"];
+    args.extend(others);
+    let _ = run_verb(&ctx.client, &ns, target, &args, EXEC_TIMEOUT).await;
+    pooler_admin(ctx, &ns, obs, "RESUME").await?;
+    let stall = paused_at.elapsed();
+    patch_status(ctx, pg, json!({"currentPrimary": target, "targetPrimary": target, "switchover": null,
+        "lastSwitchover": {"from": old, "to": target, "completedAt": now(), "stallMs": stall.as_millis() as i64}})).await?;
+    ctx.stats
+        .switchovers
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    publish(
+        ctx,
+        pg,
+        EventType::Normal,
+        "SwitchedOver",
+        format!(
+            "{target} is primary (was {old}); writes paused {} ms",
+            stall.as_millis()
+        ),
+    )
+    .await;
+    Ok(Action::requeue(Duration::from_millis(500)))
+}
+
+/// Creates, updates or removes the pooler objects per `spec.pooler`.
+pub async fn reconcile_pooler(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+) -> Result<(), Error> {
+    let ns = owner.namespace.clone();
+    let enabled = pg.spec.pooler.as_ref().is_some_and(|p| p.enabled);
+    let want = if enabled {
+        pg.spec
+            .pooler
+            .as_ref()
+            .map(|p| p.instances.max(1) as u32)
+            .unwrap_or(0)
+    } else {
+        0
+    };
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    if enabled {
+        let cm = pooler::config_map(owner, pg);
+        if obs.pooler_config_hash.as_deref()
+            != cm["metadata"]["annotations"][super::build::ANN_HASH].as_str()
+        {
+            Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
+                .patch(&format!("{}-pooler", owner.name), &pp, &Patch::Apply(&cm))
+                .await
+                .map_err(kube_err("apply", "ConfigMap", &owner.name))?;
+        }
+        let svc = pooler::service(owner);
+        let sname = format!("{}-pooler", owner.name);
+        if obs.services.get(&sname).map(String::as_str)
+            != svc["metadata"]["annotations"][super::build::ANN_HASH].as_str()
+        {
+            Api::<Service>::namespaced(ctx.client.clone(), &ns)
+                .patch(&sname, &pp, &Patch::Apply(&svc))
+                .await
+                .map_err(kube_err("apply", "Service", &sname))?;
+        }
+        for n in 1..=want {
+            let name = pooler::pod_name(owner, n);
+            if !obs.pooler_pods.contains_key(&name) {
+                Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+                    .patch(&name, &pp, &Patch::Apply(&pooler::pod(owner, n)))
+                    .await
+                    .map_err(kube_err("apply", "Pod", &name))?;
+                publish(
+                    ctx,
+                    pg,
+                    EventType::Normal,
+                    "CreatedPooler",
+                    format!("PgBouncer pod {name}"),
+                )
+                .await;
+            }
+        }
+    }
+    for p in obs.pooler_pods.values() {
+        let n: u32 = p
+            .name
+            .rsplit('-')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(u32::MAX);
+        if n > want && !p.deleting {
+            Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+                .delete(&p.name, &DeleteParams::default())
+                .await
+                .map_err(kube_err("delete", "Pod", &p.name))?;
+        }
+    }
+    Ok(())
+}

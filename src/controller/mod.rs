@@ -89,6 +89,7 @@ impl Handle {
 /// one member cluster; they run (reconnecting with backoff) until dropped.
 pub fn start(member: Arc<Member>, shards: u32, workers: u32) -> Handle {
     let shards = shards.max(1);
+    // Stable for the member's lifetime; follows kubeconfig changes (fleet::swap).
     let client = member.client();
     let stats = Arc::new(Stats::default());
     let idx = Arc::new(index::ChildIndex::default());

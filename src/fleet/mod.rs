@@ -4,12 +4,13 @@
 //! delays the others. Credentials are read from kubeconfigs and never logged.
 
 pub mod ratelimit;
+pub mod swap;
 
 use crate::config::{ClusterEntry, ClusterSource, Settings};
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
@@ -38,16 +39,15 @@ pub struct Member {
     context: Option<String>,
     insecure: bool,
     limit: ratelimit::RateLimit,
-    client: RwLock<kube::Client>,
+    /// Stable for the member's lifetime; its backend is swapped on kubeconfig changes.
+    client: kube::Client,
+    backend: swap::Swappable,
     state: watch::Sender<ConnState>,
 }
 
 impl Member {
     pub fn client(&self) -> kube::Client {
-        self.client
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.client.clone()
     }
 
     pub fn state(&self) -> ConnState {
@@ -179,6 +179,7 @@ async fn member(
     )
     .await
     .with_context(|| format!("member cluster {}", entry.name))?;
+    let (client, backend) = swap::Swappable::new(client);
     Ok(Member {
         name: entry.name.clone(),
         labels: entry.labels.clone(),
@@ -186,7 +187,8 @@ async fn member(
         context,
         insecure: entry.insecure_skip_tls_verify,
         limit,
-        client: RwLock::new(client),
+        client,
+        backend,
         state: watch::channel(ConnState::Connecting).0,
     })
 }
@@ -209,7 +211,7 @@ async fn probe_loop(m: Arc<Member>, interval: Duration, timeout: Duration, thres
                 .await
             {
                 Ok(c) => {
-                    *m.client.write().unwrap_or_else(|e| e.into_inner()) = c;
+                    m.backend.swap(c);
                     tracing::info!(cluster = %m.name, "kubeconfig changed; client rebuilt");
                 }
                 Err(e) => {

@@ -49,8 +49,15 @@ impl ResourceType {
     /// The storage key: objects are stored once per group and plural, whatever
     /// version they are read through.
     pub fn key(&self) -> ResKey {
+        // As in kube, events.k8s.io/v1 and core/v1 Events are one storage,
+        // so `kubectl get events` shows what kube-rs' recorder writes.
+        let group = if self.group == "events.k8s.io" && self.plural == "events" {
+            String::new()
+        } else {
+            self.group.clone()
+        };
         ResKey {
-            group: self.group.clone(),
+            group,
             plural: self.plural.clone(),
         }
     }

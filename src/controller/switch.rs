@@ -125,7 +125,13 @@ pub async fn report(ctx: &Ctx, ns: &str, pod: &str) -> Option<InstanceReport> {
     let out = run_verb(&ctx.client, ns, pod, &["status"], EXEC_TIMEOUT)
         .await
         .ok()?;
-    InstanceReport::parse(&out).ok()
+    let r = InstanceReport::parse(&out).ok()?;
+    if r.contract != crate::postgres::CONTRACT_VERSION {
+        // An instance speaking another contract is not trusted for decisions.
+        tracing::warn!(%pod, contract = r.contract, "instance reports an unknown contract version");
+        return None;
+    }
+    Some(r)
 }
 
 /// Looks at the primary; fails over when it is lost.

@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 
 pub const LABEL_POOLER: &str = "pgfleet.io/pooler";
 pub const PORT: u16 = 6432;
-/// Pooler images need pgbouncer and psql (for the admin console through exec).
-pub const DEFAULT_IMAGE: &str = "bitnami/pgbouncer:1.23.1";
+/// Pooler images need sh, pgbouncer and psql on PATH (psql for the admin
+/// console through exec); `deploy/images/pgbouncer/Dockerfile` builds one.
+pub const DEFAULT_IMAGE: &str = "pgfleet/pgbouncer:1.23";
 
 pub fn pod_name(o: &Owner, n: u32) -> String {
     format!("{}-pooler-{n}", o.name)

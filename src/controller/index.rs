@@ -50,7 +50,14 @@ impl ChildIndex {
 
     fn edit(&self, key: Key, f: impl FnOnce(&mut Observed)) {
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
-        f(map.entry(key).or_default());
+        let o = map.entry(key.clone()).or_default();
+        f(o);
+        // Nothing left (the children of a deleted cluster are gone, or a
+        // late event named an owner already dropped): keep no entry, so
+        // deleted clusters cost no memory.
+        if *o == Observed::default() {
+            map.remove(&key);
+        }
     }
 
     /// Records a child from its metadata (and, for pods, readiness).
@@ -293,5 +300,36 @@ async fn feed<S, T>(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(name: &str, cluster: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("shop".into()),
+            labels: Some([(LABEL_CLUSTER.to_string(), cluster.to_string())].into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn owners_without_children_cost_no_entry() {
+        let idx = ChildIndex::default();
+        idx.record(Kind::Pod, &meta("pg-1", "pg"), Some((true, None)));
+        idx.record(Kind::Pvc, &meta("pg-1", "pg"), None);
+        assert_eq!(idx.len(), 1);
+        assert!(idx.get("shop", "pg").pods.contains_key("pg-1"));
+        idx.remove_owner("shop", "pg");
+        // Children deleted after their owner (garbage collection).
+        idx.forget(Kind::Pod, &meta("pg-1", "pg"));
+        idx.forget(Kind::Pvc, &meta("pg-1", "pg"));
+        assert!(idx.is_empty());
+        idx.record(Kind::Pvc, &meta("pg-1", "pg"), None);
+        idx.forget(Kind::Pvc, &meta("pg-1", "pg"));
+        assert!(idx.is_empty());
     }
 }

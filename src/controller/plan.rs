@@ -20,7 +20,7 @@ pub struct PodInfo {
 }
 
 /// Children of one PostgresCluster, as observed (from the watch caches).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observed {
     pub pods: BTreeMap<String, PodInfo>,
     pub pvcs: BTreeSet<String>,

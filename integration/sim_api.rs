@@ -1,12 +1,13 @@
-//! The embedded API server through `kube::Client` over HTTPS: discovery,
-//! namespaces, CRUD of the built-in kinds, CRDs (validation, defaulting,
-//! pruning, subresources, printer columns), pagination, selectors and auth.
+//! The embedded API server through `kube::Client` over HTTPS: discovery
+//! (legacy and aggregated), namespaces, CRUD of the built-in kinds, kind
+//! defaults, pagination, selectors and bearer-token auth. Custom resources
+//! are in `sim_crd.rs`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use axum::http;
 use common::*;
+use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
@@ -14,8 +15,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PostParams};
 use kube::core::{GroupVersionKind, NamespaceResourceScope};
 use kube::discovery::{Discovery, Scope};
 use kube::{Resource, ResourceExt};
@@ -57,14 +57,58 @@ async fn discovery_finds_builtins_and_registered_crds() {
 
     register_widgets(&client).await;
     let d = Discovery::new(client.clone()).run().await.unwrap();
-    let (ar, caps) = d.resolve_gvk(&widget).expect("the CRD's kind after registering it");
+    let (ar, caps) = d
+        .resolve_gvk(&widget)
+        .expect("the CRD's kind after registering it");
     assert_eq!(ar.plural, "widgets");
     assert_eq!(caps.scope, Scope::Namespaced);
-    let subs: Vec<&str> = caps.subresources.iter().map(|(r, _)| r.plural.as_str()).collect();
-    assert!(subs.contains(&"status") && subs.contains(&"scale"), "{subs:?}");
+    let subs: Vec<&str> = caps
+        .subresources
+        .iter()
+        .map(|(r, _)| r.plural.as_str())
+        .collect();
+    assert!(
+        subs.contains(&"status") && subs.contains(&"scale"),
+        "{subs:?}"
+    );
+
+    // Aggregated discovery (one request for /api, one for /apis) agrees.
+    let agg = Discovery::new(client.clone())
+        .run_aggregated()
+        .await
+        .unwrap();
+    for (g, k) in [
+        ("", "Pod"),
+        ("coordination.k8s.io", "Lease"),
+        ("example.com", "Widget"),
+    ] {
+        let gvk = GroupVersionKind::gvk(g, "v1", k);
+        let (ar, caps) = agg
+            .resolve_gvk(&gvk)
+            .unwrap_or_else(|| panic!("aggregated discovery lacks {k}"));
+        let (lar, lcaps) = d.resolve_gvk(&gvk).unwrap();
+        assert_eq!(
+            (&ar.plural, &caps.scope),
+            (&lar.plural, &lcaps.scope),
+            "{k}"
+        );
+        let subs = |c: &kube::discovery::ApiCapabilities| {
+            let mut v: Vec<String> = c
+                .subresources
+                .iter()
+                .map(|(r, _)| r.plural.clone())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(subs(&caps), subs(&lcaps), "subresources of {k}");
+    }
 
     // shortNames and categories are in the APIResourceList kubectl reads.
-    let list = client.list_api_group_resources("example.com/v1").await.unwrap();
+    let list = client
+        .list_api_group_resources("example.com/v1")
+        .await
+        .unwrap();
     let r = list.resources.iter().find(|r| r.name == "widgets").unwrap();
     assert_eq!(r.short_names.as_deref(), Some(&["wg".to_string()][..]));
     assert_eq!(r.categories.as_deref(), Some(&["gadgets".to_string()][..]));
@@ -75,22 +119,34 @@ async fn namespaces_scope_objects_and_delete_their_content() {
     let s = start("namespaces").await;
     let client = s.client().await;
     let nss: Api<Namespace> = Api::all(client.clone());
-    let names: Vec<String> = nss.list(&Default::default()).await.unwrap().iter().map(|n| n.name_any()).collect();
+    let names: Vec<String> = nss
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
     for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         assert!(names.contains(&n.to_string()), "{n} missing from {names:?}");
     }
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "team-x", "labels": {"team": "x"}}})).unwrap();
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "team-x", "labels": {"team": "x"}}}))
+            .unwrap();
     let created = nss.create(&Default::default(), &ns).await.unwrap();
     assert_eq!(created.status.unwrap().phase.as_deref(), Some("Active"));
 
     // Objects live in their namespace only; a missing namespace is a 404.
-    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "c"}, "data": {"k": "v"}})).unwrap();
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "c"}, "data": {"k": "v"}})).unwrap();
     let in_x: Api<ConfigMap> = Api::namespaced(client.clone(), "team-x");
     in_x.create(&Default::default(), &cm).await.unwrap();
     let in_default: Api<ConfigMap> = Api::default_namespaced(client.clone());
     assert_eq!(api_code(&in_default.get("c").await.unwrap_err()), Some(404));
     let nowhere: Api<ConfigMap> = Api::namespaced(client.clone(), "no-such-ns");
-    assert_eq!(api_err(nowhere.create(&Default::default(), &cm).await).code, 404);
+    assert_eq!(
+        api_err(nowhere.create(&Default::default(), &cm).await).code,
+        404
+    );
 
     // Deleting a namespace deletes what is in it, then the namespace.
     nss.delete("team-x", &Default::default()).await.unwrap();
@@ -108,31 +164,51 @@ async fn namespaces_scope_objects_and_delete_their_content() {
 /// Sets the value at a JSON pointer of a typed object.
 fn with<K: Serialize + DeserializeOwned>(obj: &K, ptr: &str, val: &Value) -> K {
     let mut v = serde_json::to_value(obj).unwrap();
-    *v.pointer_mut(ptr).unwrap_or_else(|| panic!("{ptr} missing")) = val.clone();
+    *v.pointer_mut(ptr)
+        .unwrap_or_else(|| panic!("{ptr} missing")) = val.clone();
     serde_json::from_value(v).unwrap()
 }
 
 /// Create, get, list, replace and delete one namespaced object through its typed API.
 async fn crud<K>(client: &kube::Client, obj: Value, ptr: &str, new_val: Value)
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
 {
     let api: Api<K> = Api::default_namespaced(client.clone());
     let kind = K::kind(&());
     let obj: K = serde_json::from_value(obj).unwrap();
     let name = obj.name_any();
-    let created = api.create(&PostParams::default(), &obj).await.unwrap_or_else(|e| panic!("create {kind}: {e}"));
+    let created = api
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {kind}: {e}"));
     assert!(created.uid().is_some(), "{kind} has a uid");
-    assert!(created.resource_version().is_some(), "{kind} has a resourceVersion");
-    assert!(created.meta().creation_timestamp.is_some(), "{kind} has a creationTimestamp");
+    assert!(
+        created.resource_version().is_some(),
+        "{kind} has a resourceVersion"
+    );
+    assert!(
+        created.meta().creation_timestamp.is_some(),
+        "{kind} has a creationTimestamp"
+    );
     assert_eq!(created.namespace().as_deref(), Some("default"));
     let got = api.get(&name).await.unwrap();
     assert_eq!(got.uid(), created.uid());
     let listed = api.list(&Default::default()).await.unwrap();
-    assert!(listed.iter().any(|o| o.name_any() == name), "{kind} {name} listed");
+    assert!(
+        listed.iter().any(|o| o.name_any() == name),
+        "{kind} {name} listed"
+    );
 
     let fresh = api.get(&name).await.unwrap();
-    let replaced = api.replace(&name, &PostParams::default(), &with(&fresh, ptr, &new_val)).await.unwrap();
+    let replaced = api
+        .replace(&name, &PostParams::default(), &with(&fresh, ptr, &new_val))
+        .await
+        .unwrap();
     assert_ne!(replaced.resource_version(), fresh.resource_version());
     let v = serde_json::to_value(api.get(&name).await.unwrap()).unwrap();
     assert_eq!(v.pointer(ptr), Some(&new_val), "{kind} {ptr} after replace");
@@ -155,8 +231,20 @@ async fn crud_of_builtin_kinds() {
     crud::<Pod>(&c, pod, "/spec/containers/0/image", json!("busybox:2")).await;
     let svc = json!({"metadata": {"name": "s"}, "spec": {"selector": {"app": "x"}, "ports": [{"port": 5432}]}});
     crud::<Service>(&c, svc, "/spec/selector/app", json!("y")).await;
-    crud::<ConfigMap>(&c, json!({"metadata": {"name": "cm"}, "data": {"a": "1"}}), "/data/a", json!("2")).await;
-    crud::<Secret>(&c, json!({"metadata": {"name": "sec"}, "data": {"pw": "aHVudGVyMg=="}}), "/data/pw", json!("c2VjcmV0")).await;
+    crud::<ConfigMap>(
+        &c,
+        json!({"metadata": {"name": "cm"}, "data": {"a": "1"}}),
+        "/data/a",
+        json!("2"),
+    )
+    .await;
+    crud::<Secret>(
+        &c,
+        json!({"metadata": {"name": "sec"}, "data": {"pw": "aHVudGVyMg=="}}),
+        "/data/pw",
+        json!("c2VjcmV0"),
+    )
+    .await;
     let ev = json!({"metadata": {"name": "ev1"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
         "reason": "Started", "message": "hello", "type": "Normal"});
     crud::<Event>(&c, ev, "/message", json!("bye")).await;
@@ -174,7 +262,13 @@ async fn crud_of_builtin_kinds() {
     crud::<Lease>(&c, lease, "/spec/holderIdentity", json!("b")).await;
     let job = json!({"metadata": {"name": "j"}, "spec": {"template": {"spec": {"restartPolicy": "Never",
         "containers": [{"name": "main", "image": "busybox", "command": ["true"]}]}}}});
-    crud::<Job>(&c, job, "/spec/template/spec/containers/0/image", json!("busybox:2")).await;
+    crud::<Job>(
+        &c,
+        job,
+        "/spec/template/spec/containers/0/image",
+        json!("busybox:2"),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,7 +276,10 @@ async fn services_get_a_cluster_ip_and_secrets_fold_string_data() {
     let s = start("defaults").await;
     let c = s.client().await;
     let svcs: Api<Service> = Api::default_namespaced(c.clone());
-    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "db"}, "spec": {"ports": [{"port": 5432}]}})).unwrap();
+    let svc: Service = serde_json::from_value(
+        json!({"metadata": {"name": "db"}, "spec": {"ports": [{"port": 5432}]}}),
+    )
+    .unwrap();
     let svc = svcs.create(&Default::default(), &svc).await.unwrap();
     let spec = svc.spec.unwrap();
     let ip: std::net::Ipv4Addr = spec.cluster_ip.unwrap().parse().unwrap();
@@ -190,139 +287,14 @@ async fn services_get_a_cluster_ip_and_secrets_fold_string_data() {
     assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
 
     let secrets: Api<Secret> = Api::default_namespaced(c.clone());
-    let sec: Secret = serde_json::from_value(json!({"metadata": {"name": "pw"}, "stringData": {"password": "hunter2"}})).unwrap();
+    let sec: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "pw"}, "stringData": {"password": "hunter2"}}),
+    )
+    .unwrap();
     let sec = secrets.create(&Default::default(), &sec).await.unwrap();
     assert!(sec.string_data.is_none(), "stringData is write-only");
     assert_eq!(sec.data.unwrap()["password"].0, b"hunter2");
     assert_eq!(sec.type_.as_deref(), Some("Opaque"));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn custom_resources_are_validated_defaulted_and_pruned() {
-    let s = start("crd").await;
-    let c = s.client().await;
-    register_widgets(&c).await;
-    let api: Api<DynamicObject> = Api::default_namespaced_with(c.clone(), &widget_resource());
-
-    let w = api
-        .create(&Default::default(), &widget("w1", json!({"size": 3, "bogus": true, "extra": {"free": {"form": 1}}})))
-        .await
-        .unwrap();
-    assert_eq!(w.data["spec"]["replicas"], json!(1), "defaulted");
-    assert_eq!(w.data["spec"]["color"], json!("red"), "defaulted");
-    assert!(w.data["spec"].get("bogus").is_none(), "pruned: {}", w.data);
-    assert_eq!(w.data["spec"]["extra"]["free"]["form"], json!(1), "preserved unknown fields");
-    assert_eq!(w.metadata.generation, Some(1));
-
-    for (spec, field) in [
-        (json!({"size": 20}), "spec.size"),
-        (json!({}), "spec.size"),
-        (json!({"size": 2, "color": "purple"}), "spec.color"),
-        (json!({"size": "big"}), "spec.size"),
-    ] {
-        let st = api_err(api.create(&Default::default(), &widget("bad", spec.clone())).await);
-        assert_eq!(st.code, 422, "{spec}: {st:?}");
-        assert_eq!(st.reason, "Invalid");
-        assert!(st.message.contains(field), "{spec}: message {:?} names {field}", st.message);
-        let causes = st.details.as_ref().map(|d| d.causes.clone()).unwrap_or_default();
-        assert!(causes.iter().any(|c| c.field == field), "{spec}: causes {causes:?} name {field}");
-    }
-    assert!(api.get_opt("bad").await.unwrap().is_none());
-
-    // Deleting the CRD stops serving the kind.
-    let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
-    crds.delete("widgets.example.com", &Default::default()).await.unwrap();
-    eventually("widgets to stop being served", || {
-        let api = api.clone();
-        async move { (api_code(&api.list(&Default::default()).await.err()?) == Some(404)).then_some(()) }
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_and_scale_subresources_and_generation() {
-    let s = start("subresources").await;
-    let c = s.client().await;
-    register_widgets(&c).await;
-    let api: Api<DynamicObject> = Api::default_namespaced_with(c.clone(), &widget_resource());
-    let mut w = widget("w", json!({"size": 2}));
-    w.data["status"] = json!({"phase": "Ignored"});
-    let w = api.create(&Default::default(), &w).await.unwrap();
-    assert!(w.data.get("status").is_none(), "status is not set on create: {}", w.data);
-
-    // The status subresource writes status only.
-    let pp = PatchParams::default();
-    let st = api
-        .patch_status("w", &pp, &Patch::Merge(json!({"spec": {"size": 9}, "status": {"phase": "Ready", "replicas": 2}})))
-        .await
-        .unwrap();
-    assert_eq!(st.data["status"]["phase"], json!("Ready"));
-    assert_eq!(st.data["spec"]["size"], json!(2), "/status cannot change spec");
-    assert_eq!(st.metadata.generation, Some(1), "status writes keep the generation");
-
-    // The main resource writes everything but status.
-    let m = api
-        .patch("w", &pp, &Patch::Merge(json!({"spec": {"size": 4}, "status": {"phase": "Hacked"}})))
-        .await
-        .unwrap();
-    assert_eq!(m.data["spec"]["size"], json!(4));
-    assert_eq!(m.data["status"]["phase"], json!("Ready"), "main writes cannot change status");
-    assert_eq!(m.metadata.generation, Some(2), "a spec change bumps the generation");
-    let l = api.patch("w", &pp, &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}))).await.unwrap();
-    assert_eq!(l.metadata.generation, Some(2), "a metadata change keeps the generation");
-    let mut whole = api.get_status("w").await.unwrap();
-    whole.data["status"]["phase"] = json!("Degraded");
-    let r = api.replace_status("w", &Default::default(), serde_json::to_vec(&whole).unwrap()).await.unwrap();
-    assert_eq!(r.data["status"]["phase"], json!("Degraded"));
-    assert_eq!(r.metadata.generation, Some(2));
-
-    // Scale reads spec.replicas and status.replicas and writes spec.replicas.
-    let sc = api.get_scale("w").await.unwrap();
-    assert_eq!(sc.spec.unwrap().replicas, Some(1));
-    assert_eq!(sc.status.unwrap().replicas, 2);
-    let sc = api.patch_scale("w", &pp, &Patch::Merge(json!({"spec": {"replicas": 5}}))).await.unwrap();
-    assert_eq!(sc.spec.unwrap().replicas, Some(5));
-    let w = api.get("w").await.unwrap();
-    assert_eq!(w.data["spec"]["replicas"], json!(5));
-    assert_eq!(w.metadata.generation, Some(3));
-    let mut sc = api.get_scale("w").await.unwrap();
-    sc.spec.as_mut().unwrap().replicas = Some(7);
-    api.replace_scale("w", &Default::default(), serde_json::to_vec(&sc).unwrap()).await.unwrap();
-    assert_eq!(api.get("w").await.unwrap().data["spec"]["replicas"], json!(7));
-}
-
-/// GET with `Accept: ...;as=Table`, as kubectl does.
-async fn get_table(c: &kube::Client, path: &str) -> Value {
-    let req = http::Request::get(path)
-        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
-        .body(vec![])
-        .unwrap();
-    c.request::<Value>(req).await.unwrap()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn printer_columns_in_table_responses() {
-    let s = start("table").await;
-    let c = s.client().await;
-    register_widgets(&c).await;
-    let api: Api<DynamicObject> = Api::default_namespaced_with(c.clone(), &widget_resource());
-    api.create(&Default::default(), &widget("w", json!({"size": 2, "replicas": 3, "color": "blue"}))).await.unwrap();
-    api.patch_status("w", &Default::default(), &Patch::Merge(json!({"status": {"phase": "Ready"}}))).await.unwrap();
-
-    let t = get_table(&c, "/apis/example.com/v1/namespaces/default/widgets").await;
-    assert_eq!(t["kind"], json!("Table"), "{t}");
-    let names: Vec<&str> = t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    for n in ["Name", "Replicas", "Color", "Phase"] {
-        assert!(names.contains(&n), "{n} not in {names:?}");
-    }
-    let row = &t["rows"][0]["cells"];
-    let cell = |n: &str| &row[names.iter().position(|x| *x == n).unwrap()];
-    assert_eq!(cell("Name"), &json!("w"));
-    assert_eq!(cell("Replicas"), &json!(3));
-    assert_eq!(cell("Color"), &json!("blue"));
-    assert_eq!(cell("Phase"), &json!("Ready"));
-    let one = get_table(&c, "/apis/example.com/v1/namespaces/default/widgets/w").await;
-    assert_eq!(one["rows"].as_array().unwrap().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -333,29 +305,78 @@ async fn lists_paginate_with_limit_and_continue() {
     let mut want = vec![];
     for i in 0..7 {
         let name = format!("cm-{i}");
-        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name, "labels": {"batch": "one"}}})).unwrap();
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": {"batch": "one"}}}))
+                .unwrap();
         api.create(&Default::default(), &cm).await.unwrap();
         want.push(name);
     }
     let mut got = vec![];
     let mut lp = ListParams::default().labels("batch=one").limit(3);
-    let mut pages = 0;
+    let mut revisions = vec![];
+    let mut first_token = None;
     loop {
         let page = api.list(&lp).await.unwrap();
-        pages += 1;
         assert!(page.items.len() <= 3);
-        assert!(page.metadata.resource_version.is_some());
+        revisions.push(page.metadata.resource_version.clone().unwrap());
         got.extend(page.items.iter().map(|o| o.name_any()));
+        if revisions.len() == 1 {
+            // A change to an object already returned, while paging.
+            api.patch(
+                "cm-0",
+                &Default::default(),
+                &Patch::Merge(json!({"data": {"k": "changed"}})),
+            )
+            .await
+            .unwrap();
+        }
         match page.metadata.continue_.filter(|t| !t.is_empty()) {
-            Some(t) => lp = lp.continue_token(&t),
+            Some(t) => {
+                first_token.get_or_insert(t.clone());
+                lp = lp.continue_token(&t)
+            }
             None => break,
         }
     }
-    assert_eq!(pages, 3);
+    assert_eq!(revisions.len(), 3, "7 objects in pages of 3");
     got.sort();
     assert_eq!(got, want, "every object exactly once");
-    let bad = api.list(&ListParams::default().limit(2).continue_token("garbage!")).await;
+    // Every page carries the first page's revision, so a watch from the last
+    // page's revision replays the change made while paging.
+    assert!(
+        revisions.iter().all(|r| *r == revisions[0]),
+        "{revisions:?}"
+    );
+    let mut w = api
+        .watch(&Default::default(), revisions.last().unwrap())
+        .await
+        .unwrap()
+        .boxed();
+    let ev = tokio::time::timeout(PATIENCE, w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match ev {
+        kube::api::WatchEvent::Modified(o) => assert_eq!(o.name_any(), "cm-0"),
+        other => panic!("expected cm-0 MODIFIED, got {other:?}"),
+    }
+
+    let bad = api
+        .list(&ListParams::default().limit(2).continue_token("garbage!"))
+        .await;
     assert_eq!(api_err(bad).code, 400);
+    // Once the first page's revision is compacted away, its token expires.
+    s.cluster().cluster.store.compact();
+    let expired = api
+        .list(
+            &ListParams::default()
+                .limit(3)
+                .continue_token(&first_token.unwrap()),
+        )
+        .await;
+    let st = api_err(expired);
+    assert_eq!((st.code, st.reason.as_str()), (410, "Expired"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,7 +384,12 @@ async fn label_and_field_selectors() {
     let s = start("selectors").await;
     let c = s.client().await;
     let nss: Api<Namespace> = Api::all(c.clone());
-    nss.create(&Default::default(), &serde_json::from_value(json!({"metadata": {"name": "other"}})).unwrap()).await.unwrap();
+    nss.create(
+        &Default::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "other"}})).unwrap(),
+    )
+    .await
+    .unwrap();
     let api: Api<ConfigMap> = Api::default_namespaced(c.clone());
     for (name, labels) in [
         ("a", json!({"env": "prod", "tier": "web"})),
@@ -371,14 +397,28 @@ async fn label_and_field_selectors() {
         ("c", json!({"env": "prod"})),
         ("d", json!({})),
     ] {
-        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
         api.create(&Default::default(), &cm).await.unwrap();
     }
     let other: Api<ConfigMap> = Api::namespaced(c.clone(), "other");
-    other.create(&Default::default(), &serde_json::from_value(json!({"metadata": {"name": "a", "labels": {"env": "prod"}}})).unwrap()).await.unwrap();
+    other
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "a", "labels": {"env": "prod"}}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
 
     let names = |api: Api<ConfigMap>, lp: ListParams| async move {
-        let mut v: Vec<String> = api.list(&lp).await.unwrap().iter().map(|o| o.name_any()).collect();
+        let mut v: Vec<String> = api
+            .list(&lp)
+            .await
+            .unwrap()
+            .iter()
+            .map(|o| o.name_any())
+            .collect();
         v.sort();
         v.join(",")
     };
@@ -392,24 +432,63 @@ async fn label_and_field_selectors() {
         ("!tier", "c,d"),
         ("env=prod,tier", "a"),
     ] {
-        assert_eq!(names(api.clone(), ListParams::default().labels(sel)).await, want, "labels {sel}");
+        assert_eq!(
+            names(api.clone(), ListParams::default().labels(sel)).await,
+            want,
+            "labels {sel}"
+        );
     }
-    assert_eq!(names(api.clone(), ListParams::default().fields("metadata.name=b")).await, "b");
-    assert_eq!(names(api.clone(), ListParams::default().fields("metadata.name!=b")).await, "a,c,d");
+    assert_eq!(
+        names(api.clone(), ListParams::default().fields("metadata.name=b")).await,
+        "b"
+    );
+    assert_eq!(
+        names(
+            api.clone(),
+            ListParams::default().fields("metadata.name!=b")
+        )
+        .await,
+        "a,c,d"
+    );
     let all: Api<ConfigMap> = Api::all(c.clone());
     let ns_of = |lp: ListParams| {
         let all = all.clone();
         async move {
-            let mut v: Vec<String> = all.list(&lp).await.unwrap().iter().map(|o| format!("{}/{}", o.namespace().unwrap(), o.name_any())).collect();
+            let mut v: Vec<String> = all
+                .list(&lp)
+                .await
+                .unwrap()
+                .iter()
+                .map(|o| format!("{}/{}", o.namespace().unwrap(), o.name_any()))
+                .collect();
             v.sort();
             v.join(",")
         }
     };
-    assert_eq!(ns_of(ListParams::default().fields("metadata.namespace=other")).await, "other/a");
-    assert_eq!(ns_of(ListParams::default().fields("metadata.name=a")).await, "default/a,other/a");
-    assert_eq!(ns_of(ListParams::default().fields("metadata.name=a,metadata.namespace=other")).await, "other/a");
-    assert_eq!(ns_of(ListParams::default().fields("metadata.namespace!=default").labels("env=prod")).await, "other/a");
-    let bad = api.list(&ListParams::default().labels("env in (prod")).await;
+    assert_eq!(
+        ns_of(ListParams::default().fields("metadata.namespace=other")).await,
+        "other/a"
+    );
+    assert_eq!(
+        ns_of(ListParams::default().fields("metadata.name=a")).await,
+        "default/a,other/a"
+    );
+    assert_eq!(
+        ns_of(ListParams::default().fields("metadata.name=a,metadata.namespace=other")).await,
+        "other/a"
+    );
+    assert_eq!(
+        ns_of(
+            ListParams::default()
+                .fields("metadata.namespace!=default")
+                .labels("env=prod")
+        )
+        .await,
+        "other/a"
+    );
+    let bad = api
+        .list(&ListParams::default().labels("env in (prod"))
+        .await;
     assert_eq!(api_err(bad).code, 400);
 }
 
@@ -426,15 +505,26 @@ async fn bearer_token_is_required() {
     let path = s.dir.join("wrong.kubeconfig");
     std::fs::write(&path, wrong).unwrap();
     let bad = client_from(&path).await;
-    let st = api_err(Api::<Pod>::default_namespaced(bad.clone()).list(&Default::default()).await);
+    let st = api_err(
+        Api::<Pod>::default_namespaced(bad.clone())
+            .list(&Default::default())
+            .await,
+    );
     assert_eq!(st.code, 401);
-    assert_eq!(api_code(&bad.apiserver_version().await.unwrap_err()), Some(401));
+    assert_eq!(
+        api_code(&bad.apiserver_version().await.unwrap_err()),
+        Some(401)
+    );
 
     let none = text.replace(&format!("token: {}", s.cluster().token), "{}");
     assert_ne!(none, text);
     let path = s.dir.join("anonymous.kubeconfig");
     std::fs::write(&path, none).unwrap();
     let anon = client_from(&path).await;
-    let st = api_err(Api::<Pod>::default_namespaced(anon).list(&Default::default()).await);
+    let st = api_err(
+        Api::<Pod>::default_namespaced(anon)
+            .list(&Default::default())
+            .await,
+    );
     assert_eq!(st.code, 401);
 }

@@ -8,7 +8,9 @@ mod common;
 use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
+};
 use serde_json::{Value, json};
 
 fn cm(name: &str, data: Value) -> ConfigMap {
@@ -19,11 +21,15 @@ fn cm(name: &str, data: Value) -> ConfigMap {
 async fn put_with_a_stale_resource_version_is_a_conflict() {
     let s = start("conflict").await;
     let api: Api<ConfigMap> = Api::default_namespaced(s.client().await);
-    api.create(&Default::default(), &cm("c", json!({"k": "1"}))).await.unwrap();
+    api.create(&Default::default(), &cm("c", json!({"k": "1"})))
+        .await
+        .unwrap();
     let stale = api.get("c").await.unwrap();
     let mut first = stale.clone();
     first.data.as_mut().unwrap().insert("k".into(), "2".into());
-    api.replace("c", &PostParams::default(), &first).await.unwrap();
+    api.replace("c", &PostParams::default(), &first)
+        .await
+        .unwrap();
 
     let mut second = stale.clone();
     second.data.as_mut().unwrap().insert("k".into(), "3".into());
@@ -34,7 +40,9 @@ async fn put_with_a_stale_resource_version_is_a_conflict() {
     // Without a resourceVersion the PUT is unconditional.
     let mut blind = second;
     blind.metadata.resource_version = None;
-    api.replace("c", &PostParams::default(), &blind).await.unwrap();
+    api.replace("c", &PostParams::default(), &blind)
+        .await
+        .unwrap();
     assert_eq!(api.get("c").await.unwrap().data.unwrap()["k"], "3");
     // Creating an existing name is a 409 AlreadyExists.
     let st = api_err(api.create(&Default::default(), &cm("c", json!({}))).await);
@@ -52,6 +60,15 @@ fn pod(name: &str) -> Pod {
     .unwrap()
 }
 
+/// PATCH with `application/json-patch+json` on pod `name` in "default".
+async fn json_patch_pod(client: &kube::Client, name: &str, ops: &Value) -> kube::Result<Pod> {
+    let req = axum::http::Request::patch(format!("/api/v1/namespaces/default/pods/{name}"))
+        .header("Content-Type", "application/json-patch+json")
+        .body(serde_json::to_vec(ops).unwrap())
+        .unwrap();
+    client.request::<Pod>(req).await
+}
+
 fn images(p: &Pod) -> Vec<(String, String)> {
     p.spec
         .as_ref()
@@ -65,50 +82,80 @@ fn images(p: &Pod) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn merge_json_and_strategic_merge_patches_on_a_pod() {
     let s = start("patches").await;
-    let api: Api<Pod> = Api::default_namespaced(s.client().await);
+    let client = s.client().await;
+    let api: Api<Pod> = Api::default_namespaced(client.clone());
     api.create(&Default::default(), &pod("p")).await.unwrap();
     let pp = PatchParams::default();
 
     // JSON merge patch: maps merge, null deletes, lists are replaced whole.
     let p = api
-        .patch("p", &pp, &Patch::Merge(json!({"metadata": {"labels": {"tier": "data", "app": null}}})))
+        .patch(
+            "p",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": "data", "app": null}}})),
+        )
         .await
         .unwrap();
     assert_eq!(p.labels().get("tier").map(String::as_str), Some("data"));
     assert!(!p.labels().contains_key("app"));
 
-    // JSON patch (RFC 6902), including a failing test operation.
-    let ops: json_patch::Patch = serde_json::from_value(json!([
+    // JSON patch (RFC 6902), including a failing test operation. Sent as a
+    // raw request: kube's `Patch::Json` takes another json-patch major version.
+    let ops = json!([
         {"op": "add", "path": "/metadata/annotations", "value": {"note": "x"}},
         {"op": "replace", "path": "/spec/containers/1/image", "value": "busybox:1.36"},
         {"op": "test", "path": "/spec/containers/0/name", "value": "main"}
-    ]))
-    .unwrap();
-    let p = api.patch("p", &pp, &Patch::<()>::Json(ops)).await.unwrap();
+    ]);
+    let p = json_patch_pod(&client, "p", &ops).await.unwrap();
     assert_eq!(p.annotations().get("note").map(String::as_str), Some("x"));
     assert_eq!(images(&p)[1], ("sidecar".into(), "busybox:1.36".into()));
-    let failing: json_patch::Patch =
-        serde_json::from_value(json!([{"op": "test", "path": "/spec/containers/0/name", "value": "nope"}])).unwrap();
-    let st = api_err(api.patch("p", &pp, &Patch::<()>::Json(failing)).await);
+    let failing = json!([{"op": "test", "path": "/spec/containers/0/name", "value": "nope"}]);
+    let st = api_err(json_patch_pod(&client, "p", &failing).await);
     assert_eq!(st.code, 422, "{st:?}");
 
     // Strategic merge patch: containers merge by name.
     let p = api
-        .patch("p", &pp, &Patch::Strategic(json!({"spec": {"containers": [{"name": "main", "image": "postgres:16"}]}})))
+        .patch(
+            "p",
+            &pp,
+            &Patch::Strategic(
+                json!({"spec": {"containers": [{"name": "main", "image": "postgres:16"}]}}),
+            ),
+        )
         .await
         .unwrap();
-    assert_eq!(images(&p), vec![("main".into(), "postgres:16".into()), ("sidecar".into(), "busybox:1.36".into())]);
+    assert_eq!(
+        images(&p),
+        vec![
+            ("main".into(), "postgres:16".into()),
+            ("sidecar".into(), "busybox:1.36".into())
+        ]
+    );
     let env = p.spec.as_ref().unwrap().containers[0].env.clone().unwrap();
-    assert_eq!(env[0].value.as_deref(), Some("1"), "untouched fields of the merged item stay");
+    assert_eq!(
+        env[0].value.as_deref(),
+        Some("1"),
+        "untouched fields of the merged item stay"
+    );
     let p = api
-        .patch("p", &pp, &Patch::Strategic(json!({"spec": {"containers": [{"name": "sidecar", "$patch": "delete"}]}})))
+        .patch(
+            "p",
+            &pp,
+            &Patch::Strategic(
+                json!({"spec": {"containers": [{"name": "sidecar", "$patch": "delete"}]}}),
+            ),
+        )
         .await
         .unwrap();
     assert_eq!(images(&p), vec![("main".into(), "postgres:16".into())]);
 
     // The same list in a merge patch replaces the whole list.
     let p = api
-        .patch("p", &pp, &Patch::Merge(json!({"spec": {"containers": [{"name": "other", "image": "x"}]}})))
+        .patch(
+            "p",
+            &pp,
+            &Patch::Merge(json!({"spec": {"containers": [{"name": "other", "image": "x"}]}})),
+        )
         .await
         .unwrap();
     assert_eq!(images(&p), vec![("other".into(), "x".into())]);
@@ -117,7 +164,12 @@ async fn merge_json_and_strategic_merge_patches_on_a_pod() {
 fn managers(o: &ConfigMap) -> Vec<(String, String)> {
     o.managed_fields()
         .iter()
-        .map(|m| (m.manager.clone().unwrap_or_default(), m.operation.clone().unwrap_or_default()))
+        .map(|m| {
+            (
+                m.manager.clone().unwrap_or_default(),
+                m.operation.clone().unwrap_or_default(),
+            )
+        })
         .collect()
 }
 
@@ -128,32 +180,67 @@ async fn server_side_apply_records_managers_and_conflicts() {
     let cfg = |data: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data});
 
     let alice = PatchParams::apply("alice");
-    let o = api.patch("c", &alice, &Patch::Apply(cfg(json!({"a": "1", "b": "1"})))).await.unwrap();
+    let o = api
+        .patch("c", &alice, &Patch::Apply(cfg(json!({"a": "1", "b": "1"}))))
+        .await
+        .unwrap();
     assert_eq!(managers(&o), vec![("alice".into(), "Apply".into())]);
     let fields = serde_json::to_value(&o.managed_fields()[0].fields_v1).unwrap();
     assert!(fields.to_string().contains("f:a"), "{fields}");
 
     // An apply that drops a field the applier alone owned removes it.
-    let o = api.patch("c", &alice, &Patch::Apply(cfg(json!({"a": "1"})))).await.unwrap();
-    assert_eq!(o.data.clone().unwrap().keys().cloned().collect::<Vec<_>>(), vec!["a"]);
+    let o = api
+        .patch("c", &alice, &Patch::Apply(cfg(json!({"a": "1"}))))
+        .await
+        .unwrap();
+    assert_eq!(
+        o.data.clone().unwrap().keys().cloned().collect::<Vec<_>>(),
+        vec!["a"]
+    );
 
     // Another manager changing alice's field conflicts, unless it forces.
     let bob = PatchParams::apply("bob");
-    let st = api_err(api.patch("c", &bob, &Patch::Apply(cfg(json!({"a": "2"})))).await);
+    let st = api_err(
+        api.patch("c", &bob, &Patch::Apply(cfg(json!({"a": "2"}))))
+            .await,
+    );
     assert_eq!(st.code, 409, "{st:?}");
     assert!(st.message.contains(".data.a"), "{}", st.message);
     assert_eq!(api.get("c").await.unwrap().data.unwrap()["a"], "1");
-    let o = api.patch("c", &bob.clone().force(), &Patch::Apply(cfg(json!({"a": "2"})))).await.unwrap();
+    let o = api
+        .patch(
+            "c",
+            &bob.clone().force(),
+            &Patch::Apply(cfg(json!({"a": "2"}))),
+        )
+        .await
+        .unwrap();
     assert_eq!(o.data.clone().unwrap()["a"], "2");
     let m = managers(&o);
     assert!(m.contains(&("bob".into(), "Apply".into())), "{m:?}");
     // Applying the same value as the owner is no conflict (shared ownership).
-    api.patch("c", &PatchParams::apply("carol"), &Patch::Apply(cfg(json!({"a": "2"})))).await.unwrap();
+    api.patch(
+        "c",
+        &PatchParams::apply("carol"),
+        &Patch::Apply(cfg(json!({"a": "2"}))),
+    )
+    .await
+    .unwrap();
 
     // A plain update records an Update entry for its manager.
-    let pp = PatchParams { field_manager: Some("dave".into()), ..Default::default() };
-    let o = api.patch("c", &pp, &Patch::Merge(json!({"data": {"d": "4"}}))).await.unwrap();
-    assert!(managers(&o).contains(&("dave".into(), "Update".into())), "{:?}", managers(&o));
+    let pp = PatchParams {
+        field_manager: Some("dave".into()),
+        ..Default::default()
+    };
+    let o = api
+        .patch("c", &pp, &Patch::Merge(json!({"data": {"d": "4"}})))
+        .await
+        .unwrap();
+    assert!(
+        managers(&o).contains(&("dave".into(), "Update".into())),
+        "{:?}",
+        managers(&o)
+    );
 
     // Apply creates missing objects; a field manager is required.
     let o = api
@@ -161,7 +248,10 @@ async fn server_side_apply_records_managers_and_conflicts() {
         .await
         .unwrap();
     assert!(o.uid().is_some());
-    let st = api_err(api.patch("c", &PatchParams::default(), &Patch::Apply(cfg(json!({})))).await);
+    let st = api_err(
+        api.patch("c", &PatchParams::default(), &Patch::Apply(cfg(json!({}))))
+            .await,
+    );
     assert_eq!(st.code, 400);
 }
 
@@ -177,21 +267,39 @@ async fn finalizers_hold_a_deleted_object_until_cleared() {
 
     api.delete("w", &DeleteParams::default()).await.unwrap();
     let held = api.get("w").await.unwrap();
-    assert!(held.metadata.deletion_timestamp.is_some(), "deletionTimestamp is set");
+    assert!(
+        held.metadata.deletion_timestamp.is_some(),
+        "deletionTimestamp is set"
+    );
     assert_eq!(held.finalizers(), ["example.com/hold"]);
     // Deleting again is fine and keeps the first timestamp; adding finalizers is refused.
     api.delete("w", &DeleteParams::default()).await.unwrap();
-    assert_eq!(api.get("w").await.unwrap().metadata.deletion_timestamp, held.metadata.deletion_timestamp);
-    let more = Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold", "example.com/more"]}}));
-    assert_eq!(api_err(api.patch("w", &PatchParams::default(), &more).await).code, 422);
+    assert_eq!(
+        api.get("w").await.unwrap().metadata.deletion_timestamp,
+        held.metadata.deletion_timestamp
+    );
+    let more =
+        Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold", "example.com/more"]}}));
+    assert_eq!(
+        api_err(api.patch("w", &PatchParams::default(), &more).await).code,
+        422
+    );
     // Other updates still work while the finalizer is pending.
-    api.patch("w", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})))
-        .await
-        .unwrap();
+    api.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+    )
+    .await
+    .unwrap();
 
-    api.patch("w", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
-        .await
-        .unwrap();
+    api.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
     eventually("the widget to disappear once its finalizer is gone", || {
         let api = api.clone();
         async move { api.get_opt("w").await.unwrap().is_none().then_some(()) }
@@ -226,7 +334,9 @@ async fn owner_reference_garbage_collection() {
     let owner = api.create(&pp, &cm("bg-owner", json!({}))).await.unwrap();
     api.create(&pp, &owned("bg-dep1", &owner)).await.unwrap();
     api.create(&pp, &owned("bg-dep2", &owner)).await.unwrap();
-    api.delete("bg-owner", &DeleteParams::background()).await.unwrap();
+    api.delete("bg-owner", &DeleteParams::background())
+        .await
+        .unwrap();
     gone(&api, &["bg-owner", "bg-dep1", "bg-dep2"]).await;
 
     // Foreground: the owner waits (deletionTimestamp + foregroundDeletion)
@@ -236,31 +346,56 @@ async fn owner_reference_garbage_collection() {
     held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
     api.create(&pp, &held).await.unwrap();
     api.create(&pp, &owned("fg-dep", &owner)).await.unwrap();
-    api.delete("fg-owner", &DeleteParams::foreground()).await.unwrap();
+    api.delete("fg-owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
     gone(&api, &["fg-dep"]).await;
     let o = api.get("fg-owner").await.unwrap();
     assert!(o.metadata.deletion_timestamp.is_some());
-    assert!(o.finalizers().contains(&"foregroundDeletion".to_string()), "{:?}", o.finalizers());
+    assert!(
+        o.finalizers().contains(&"foregroundDeletion".to_string()),
+        "{:?}",
+        o.finalizers()
+    );
     let h = eventually("the held dependent to be marked for deletion", || {
         let api = api.clone();
-        async move { api.get("fg-held").await.ok().filter(|h| h.metadata.deletion_timestamp.is_some()) }
+        async move {
+            api.get("fg-held")
+                .await
+                .ok()
+                .filter(|h| h.metadata.deletion_timestamp.is_some())
+        }
     })
     .await;
     assert_eq!(h.finalizers(), ["example.com/hold"]);
-    assert!(api.get_opt("fg-owner").await.unwrap().is_some(), "the owner waits for its dependents");
-    api.patch("fg-held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
-        .await
-        .unwrap();
+    assert!(
+        api.get_opt("fg-owner").await.unwrap().is_some(),
+        "the owner waits for its dependents"
+    );
+    api.patch(
+        "fg-held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
     gone(&api, &["fg-held", "fg-owner"]).await;
 
     // Orphan: the owner goes, the dependents stay without the reference.
     let owner = api.create(&pp, &cm("or-owner", json!({}))).await.unwrap();
     api.create(&pp, &owned("or-dep", &owner)).await.unwrap();
-    let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Orphan), ..Default::default() };
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        ..Default::default()
+    };
     api.delete("or-owner", &dp).await.unwrap();
     gone(&api, &["or-owner"]).await;
     let dep = api.get("or-dep").await.unwrap();
-    assert!(dep.owner_references().is_empty(), "{:?}", dep.owner_references());
+    assert!(
+        dep.owner_references().is_empty(),
+        "{:?}",
+        dep.owner_references()
+    );
 
     // A dependent created pointing at an owner that does not exist is collected.
     let ghost = cm("ghost", json!({}));
@@ -269,4 +404,73 @@ async fn owner_reference_garbage_collection() {
     api.create(&pp, &owned("orphaned", &ghost)).await.unwrap();
     gone(&api, &["orphaned"]).await;
     assert!(api.get_opt("or-dep").await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_are_deleted_gracefully_by_the_kubelet() {
+    use futures::StreamExt;
+    use kube::api::WatchEvent;
+    let s = start("graceful").await;
+    let api: Api<Pod> = Api::default_namespaced(s.client().await);
+    for name in ["slow", "now"] {
+        api.create(&Default::default(), &pod(name)).await.unwrap();
+    }
+    for name in ["slow", "now"] {
+        eventually(&format!("{name} to run"), || {
+            let api = api.clone();
+            async move {
+                let p = api.get(name).await.ok()?;
+                (p.status?.phase.as_deref() == Some("Running")).then_some(())
+            }
+        })
+        .await;
+    }
+    let rv = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut w = api.watch(&Default::default(), &rv).await.unwrap().boxed();
+    let mut next = async || loop {
+        match tokio::time::timeout(PATIENCE, w.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            WatchEvent::Bookmark(_) => continue,
+            e => return e,
+        }
+    };
+
+    // A graceful delete marks the pod; the kubelet then removes it.
+    api.delete("slow", &DeleteParams::default()).await.unwrap();
+    match next().await {
+        WatchEvent::Modified(p) => {
+            assert_eq!(p.name_any(), "slow");
+            assert!(p.metadata.deletion_timestamp.is_some());
+            assert_eq!(p.metadata.deletion_grace_period_seconds, Some(30));
+        }
+        other => panic!("expected slow to be marked for deletion, got {other:?}"),
+    }
+    match next().await {
+        WatchEvent::Deleted(p) => assert_eq!(p.name_any(), "slow"),
+        other => panic!("expected slow DELETED, got {other:?}"),
+    }
+    // gracePeriodSeconds=0 deletes at once.
+    api.delete(
+        "now",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    match next().await {
+        WatchEvent::Deleted(p) => assert_eq!(p.name_any(), "now"),
+        other => panic!("expected now DELETED, got {other:?}"),
+    }
 }

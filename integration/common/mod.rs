@@ -139,6 +139,17 @@ pub async fn client_from(kubeconfig: &Path) -> kube::Client {
     kube::Client::try_from(config).expect("a kube client")
 }
 
+/// Like [`client_from`], without kube's default retrying of 429/503/504
+/// answers (which would otherwise hide an injected 429 for minutes).
+pub async fn client_without_retries(kubeconfig: &Path) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("reading the kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("a kube config from the kubeconfig");
+    config.default_retry = false;
+    kube::Client::try_from(config).expect("a kube client")
+}
+
 /// Polls `f` until it yields `Some`, for up to [`PATIENCE`]; panics naming `what`.
 pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
 where
@@ -313,6 +324,9 @@ pub async fn admin_request(
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (code, body)
 }

@@ -236,7 +236,17 @@ impl Cluster {
                 )));
             }
             v["metadata"]["name"] = json!(name);
+            // Server-side apply computed managedFields itself; `finish` must
+            // not drop them (it clears client-sent ones on create and keeps
+            // the stored ones on status writes).
+            let applied_fields = opts
+                .is_apply
+                .then(|| v.pointer("/metadata/managedFields").cloned())
+                .flatten();
             self.finish(rt, ns, name, old, &mut v, sub, opts.strict)?;
+            if let Some(mf) = applied_fields {
+                v["metadata"]["managedFields"] = mf;
+            }
             if !opts.is_apply {
                 patch::record_update(old, &mut v, &opts.field_manager, &now_rfc3339());
             }

@@ -316,6 +316,11 @@ impl Store {
         (inner.rv, self.tx.subscribe())
     }
 
+    /// Watches (and continue tokens) from revisions below this get `410 Gone`.
+    pub fn compacted_rv(&self) -> u64 {
+        self.read().compacted_rv
+    }
+
     /// Forgets all history (tests use this to provoke `410 Gone`).
     pub fn compact(&self) {
         let mut inner = self.write();

@@ -113,6 +113,82 @@ pub fn resource_list(c: &Cluster, group: &str, version: &str) -> Option<Value> {
     )
 }
 
+/// The media type of aggregated discovery (`apidiscovery.k8s.io/v2`), which
+/// kubectl asks for first and kube-rs's `Discovery::run_aggregated` uses.
+pub const AGGREGATED_V2: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Whether an Accept header asks for aggregated discovery v2 (clients list
+/// it before plain JSON; v2beta1 alone is answered with the legacy form).
+pub fn wants_aggregated(accept: &str) -> bool {
+    accept.split(',').any(|part| {
+        let params: Vec<&str> = part.split(';').map(str::trim).collect();
+        params.contains(&"as=APIGroupDiscoveryList")
+            && params.contains(&"g=apidiscovery.k8s.io")
+            && params.contains(&"v=v2")
+    })
+}
+
+/// Aggregated discovery: the core group (`/api`) or every named group
+/// (`/apis`) with all versions, resources and subresources in one document.
+pub fn aggregated(c: &Cluster, core: bool) -> Value {
+    let reg = c.registry();
+    let mut items = vec![];
+    for (g, versions) in reg.groups() {
+        if g.is_empty() != core {
+            continue;
+        }
+        let versions: Vec<Value> = versions
+            .iter()
+            .map(|v| {
+                let resources: Vec<Value> = reg
+                    .all()
+                    .filter(|t| t.group == g && t.version == *v)
+                    .map(resource_discovery)
+                    .collect();
+                json!({"version": v, "resources": resources, "freshness": "Current"})
+            })
+            .collect();
+        items.push(json!({"metadata": {"name": g}, "versions": versions}));
+    }
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
+}
+
+fn resource_discovery(t: &ResourceType) -> Value {
+    let kind = |group: &str, version: &str, kind: &str| json!({"group": group, "version": version, "kind": kind});
+    let mut r = json!({
+        "resource": t.plural,
+        "responseKind": kind(&t.group, &t.version, &t.kind),
+        "scope": if t.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": t.singular,
+        "verbs": VERBS,
+    });
+    if !t.short_names.is_empty() {
+        r["shortNames"] = json!(t.short_names);
+    }
+    if !t.categories.is_empty() {
+        r["categories"] = json!(t.categories);
+    }
+    let rw = ["get", "patch", "update"];
+    let mut subs = vec![];
+    if t.status_subresource {
+        subs.push(json!({"subresource": "status", "responseKind": kind(&t.group, &t.version, &t.kind), "verbs": rw}));
+    }
+    if t.scale.is_some() {
+        subs.push(json!({"subresource": "scale", "responseKind": kind("autoscaling", "v1", "Scale"), "verbs": rw}));
+    }
+    if t.group.is_empty() && t.plural == "pods" {
+        subs.push(json!({"subresource": "exec", "responseKind": kind("", "v1", "PodExecOptions"), "verbs": ["create", "get"]}));
+        subs.push(
+            json!({"subresource": "log", "responseKind": kind("", "v1", "Pod"), "verbs": ["get"]}),
+        );
+    }
+    if !subs.is_empty() {
+        r["subresources"] = json!(subs);
+    }
+    r
+}
+
 /// The object path of a type with its PATCH operation: kubectl looks for the
 /// `fieldValidation` parameter there to decide that the server validates
 /// fields itself (and then skips the protobuf `/openapi/v2` download).

@@ -144,8 +144,24 @@ pub async fn handle(ctx: Ctx, req: Request<Body>) -> Response<Body> {
 async fn route(ctx: Ctx, req: Request<Body>) -> Result<Response<Body>, ApiError> {
     let path = req.uri().path().trim_end_matches('/').to_string();
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let aggregated = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(discovery::wants_aggregated);
     match segs.as_slice() {
         ["version"] => Ok(json_response(StatusCode::OK, &discovery::version())),
+        ["api"] | ["apis"] if aggregated => {
+            let mut r = json_response(
+                StatusCode::OK,
+                &discovery::aggregated(&ctx.cluster, segs[0] == "api"),
+            );
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(discovery::AGGREGATED_V2),
+            );
+            Ok(r)
+        }
         ["api"] => Ok(json_response(StatusCode::OK, &discovery::core_versions())),
         ["apis"] => Ok(json_response(
             StatusCode::OK,

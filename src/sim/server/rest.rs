@@ -159,6 +159,18 @@ async fn read_raw(req: Request<Body>) -> Result<(String, Bytes), ApiError> {
 }
 
 fn parse_body(ct: &str, b: &[u8]) -> Result<Value, ApiError> {
+    // client-go sends built-in kinds as protobuf (`kubectl create configmap`
+    // and the other generators do). There is no protobuf codec here; answer
+    // 415 as kube does for a media type it cannot decode, naming what works.
+    if ct.contains("protobuf") || ct.contains("cbor") {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct})"
+            ),
+        ));
+    }
     if let Ok(v) = serde_json::from_slice(b) {
         return Ok(v);
     }
@@ -228,18 +240,32 @@ fn list(
     headers: &axum::http::HeaderMap,
 ) -> Result<Response<Body>, ApiError> {
     let filter = Filter::from_query(q)?;
-    let after = match q.get("continue") {
-        Some(tok) => Some(decode_continue(tok, ctx.cluster.store.current_rv())?),
-        None => None,
+    let (after, snapshot_rv) = match q.get("continue") {
+        Some(tok) => {
+            let (ns, name, rv) = decode_continue(tok, ctx.cluster.store.compacted_rv())?;
+            (Some((ns, name)), Some(rv))
+        }
+        None => (None, None),
     };
     let ns_opt = (!ns.is_empty()).then_some(ns);
     let (items, rv) = match filter.fields.pinned_name() {
-        Some(name) if after.is_none() => {
+        // One lookup instead of a scan, when the namespace is known too
+        // (a namespaced kind listed across namespaces needs the scan). The
+        // revision is read first: a write in between is then replayed to a
+        // watch started from it, never lost.
+        Some(name) if after.is_none() && (ns_opt.is_some() || !rt.namespaced) => {
+            let rv = ctx.cluster.store.current_rv();
             let one = ctx.cluster.store.get(&rt.key(), ns, name);
-            (one.into_iter().collect(), ctx.cluster.store.current_rv())
+            (one.into_iter().collect(), rv)
         }
         _ => ctx.cluster.store.list(&rt.key(), ns_opt, after.as_ref()),
     };
+    // Every page of a paginated list reports the first page's revision, as
+    // kube does: a watch started from the last page then replays whatever
+    // changed while the pages were read (kube serves later pages from a
+    // snapshot; this store serves the current state after the token's key,
+    // so a change may arrive twice but is never lost).
+    let rv = snapshot_rv.unwrap_or(rv);
     let limit = q.int("limit").filter(|l| *l > 0).map(|l| l as usize);
     let mut selected = vec![];
     let mut cont = None;
@@ -295,18 +321,31 @@ fn encode_continue(rv: u64, last: &Value) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tok.to_string())
 }
 
-/// Continue tokens name the last key returned. Kube serves the rest from a
-/// snapshot at the token's revision; this store serves the current state
-/// after that key (documented), and still answers 410 once history is gone.
-fn decode_continue(tok: &str, _current: u64) -> Result<(String, String), ApiError> {
+/// Continue tokens name the last key returned and the first page's revision.
+/// Kube serves the rest from a snapshot at that revision; this store serves
+/// the current state after that key (documented), and answers 410 once the
+/// revision has left the watch history (a watch from it could not resume).
+fn decode_continue(tok: &str, compacted: u64) -> Result<(String, String, u64), ApiError> {
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(tok)
         .map_err(|_| ApiError::bad_request("invalid continue token"))?;
     let v: Value = serde_json::from_slice(&raw)
         .map_err(|_| ApiError::bad_request("invalid continue token"))?;
+    let rv = v
+        .get("rv")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
+    if rv < compacted {
+        return Err(ApiError::new(
+            410,
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+        ));
+    }
     Ok((
         str_at(&v, "/ns").to_string(),
         str_at(&v, "/name").to_string(),
+        rv,
     ))
 }
 

@@ -13,6 +13,7 @@ pub mod ipam;
 pub mod kinds;
 pub mod patch;
 pub mod persist;
+pub mod process;
 pub mod resources;
 pub mod runtime;
 pub mod schema;
@@ -40,6 +41,9 @@ pub enum RuntimeKind {
     /// Pods become Ready at once; `pgfleet-instance` verbs answer from an
     /// in-memory PostgreSQL model (scale tests, the embedded default).
     Virtual,
+    /// Each container is a real local process (PostgreSQL 15, PgBouncer) with
+    /// its own loopback address; Services get a working ClusterIP proxy.
+    Process,
 }
 
 #[derive(Debug, Clone)]
@@ -151,7 +155,7 @@ async fn start_one(
         &kubeconfig,
         kubeconfig_yaml(name, addr, &token, &tls.ca_pem).as_bytes(),
     )?;
-    if let Some(rt) = runtime_for(opts.runtime) {
+    if let Some(rt) = runtime_for(opts.runtime, &opts.dir) {
         *cluster.runtime.write().unwrap_or_else(|e| e.into_inner()) = Some(rt.clone());
         rt.start(cluster.clone());
     }
@@ -179,11 +183,12 @@ async fn start_one(
     })
 }
 
-fn runtime_for(kind: RuntimeKind) -> Option<Arc<dyn runtime::Runtime>> {
+fn runtime_for(kind: RuntimeKind, dir: &Path) -> Option<Arc<dyn runtime::Runtime>> {
     match kind {
         RuntimeKind::None => None,
         RuntimeKind::Host => Some(Arc::new(hostexec::HostRuntime)),
         RuntimeKind::Virtual => Some(Arc::new(virtual_kubelet::VirtualRuntime::default())),
+        RuntimeKind::Process => Some(Arc::new(process::ProcessRuntime::new(dir))),
     }
 }
 

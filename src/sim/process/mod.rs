@@ -1,0 +1,457 @@
+//! The process kubelet runtime (`pgfleet sim --runtime process`): every
+//! container is a real local process, run as the unprivileged `postgres`
+//! user in a private mount and PID namespace (see [`container`] for how),
+//! each Pod has its own loopback address, volumes are directories under the
+//! sim directory, and a Service proxy ([`proxy`]) gives every Service a
+//! working ClusterIP. Faults for chaos tests: kill -9 a container, freeze and
+//! thaw it, partition a Pod (its Service traffic and exec fail) and heal it.
+//!
+//! Like kubelet, the runtime only watches the store and writes back status:
+//! it schedules Pods onto its node, binds PVCs, starts containers, reports
+//! probes, and on graceful deletion stops the containers before deleting the
+//! Pod object with grace 0.
+
+pub mod container;
+pub mod dns;
+pub mod endpoints;
+pub mod faults;
+pub mod logs;
+pub mod pod;
+pub mod probes;
+pub mod proxy;
+pub mod sandbox;
+pub mod spec;
+pub mod volumes;
+
+use super::cluster::{Cluster, Sub, WriteOpts};
+use super::resources::ResKey;
+use super::runtime::{ExecOutcome, ExecRequest, LogRequest, Runtime};
+use super::store::{EventType, str_at};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use pod::{PodRun, pods_key};
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc};
+use volumes::{PodDirs, RunUser};
+
+/// The node every Pod of this runtime is scheduled on.
+const NODE: &str = "sim-node";
+/// The user containers run as (PostgreSQL refuses to run as root).
+const RUN_AS: &str = "postgres";
+
+pub struct ProcessRuntime {
+    sim_dir: PathBuf,
+    /// `<sim dir>/process/<cluster>`, set when started.
+    dir: OnceLock<PathBuf>,
+    cluster: OnceLock<Weak<Cluster>>,
+    user: Result<RunUser, String>,
+    pods: Mutex<HashMap<String, Arc<PodRun>>>,
+    partitioned: Mutex<HashSet<String>>,
+    proxy: proxy::Proxy,
+    proxy_wake: Notify,
+}
+
+/// Runtimes by cluster, so tests and the admin endpoint can reach the fault
+/// API through a `Cluster` (the cluster holds its runtime as `dyn Runtime`).
+static REGISTRY: Mutex<Vec<(Weak<Cluster>, Weak<ProcessRuntime>)>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn key(plural: &str) -> ResKey {
+    ResKey {
+        group: String::new(),
+        plural: plural.into(),
+    }
+}
+
+fn id_of(v: &Value) -> String {
+    format!(
+        "{}/{}",
+        str_at(v, "/metadata/namespace"),
+        str_at(v, "/metadata/name")
+    )
+}
+
+impl ProcessRuntime {
+    /// A runtime keeping its directories under `sim_dir/process/<cluster>`.
+    pub fn new(sim_dir: &Path) -> Self {
+        ProcessRuntime {
+            sim_dir: sim_dir.to_path_buf(),
+            dir: OnceLock::new(),
+            cluster: OnceLock::new(),
+            user: volumes::lookup_user(RUN_AS).map_err(|e| format!("{e:#}")),
+            pods: Mutex::new(HashMap::new()),
+            partitioned: Mutex::new(HashSet::new()),
+            proxy: proxy::Proxy::default(),
+            proxy_wake: Notify::new(),
+        }
+    }
+
+    /// The process runtime running `c`'s pods, if it has one.
+    pub fn for_cluster(c: &Cluster) -> Option<Arc<ProcessRuntime>> {
+        let mut reg = lock(&REGISTRY);
+        reg.retain(|(c, r)| c.strong_count() > 0 && r.strong_count() > 0);
+        reg.iter()
+            .find(|(w, _)| std::ptr::eq(w.as_ptr(), c))
+            .and_then(|(_, r)| r.upgrade())
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.dir
+            .get()
+            .cloned()
+            .unwrap_or_else(|| self.sim_dir.join("process"))
+    }
+
+    fn cluster(&self) -> Option<Arc<Cluster>> {
+        self.cluster.get()?.upgrade()
+    }
+
+    fn pod_dirs(&self, pod: &Value) -> PodDirs {
+        let uid: String = str_at(pod, "/metadata/uid").chars().take(8).collect();
+        PodDirs {
+            root: self.dir().join("pods").join(format!(
+                "{}_{}_{uid}",
+                str_at(pod, "/metadata/namespace"),
+                str_at(pod, "/metadata/name")
+            )),
+            pvc_root: self.dir().join("pvc"),
+        }
+    }
+
+    /// The running Pod `ns/name`.
+    pub fn pod(&self, ns: &str, name: &str) -> Option<Arc<PodRun>> {
+        lock(&self.pods).get(&format!("{ns}/{name}")).cloned()
+    }
+
+    fn on_event(self: &Arc<Self>, c: &Arc<Cluster>, k: &ResKey, kind: EventType, v: &Value) {
+        if !k.group.is_empty() {
+            return;
+        }
+        match k.plural.as_str() {
+            "pods" => {
+                self.on_pod(c, kind, v);
+                self.proxy_wake.notify_one();
+            }
+            "services" => self.proxy_wake.notify_one(),
+            "persistentvolumeclaims" => self.on_pvc(c, kind, v),
+            "configmaps" | "secrets" => {
+                let ns = str_at(v, "/metadata/namespace");
+                for p in lock(&self.pods).values().filter(|p| p.ns == ns) {
+                    p.refresh(c);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_pod(self: &Arc<Self>, c: &Arc<Cluster>, kind: EventType, v: &Value) {
+        let id = id_of(v);
+        let uid = str_at(v, "/metadata/uid");
+        let deleting = v.pointer("/metadata/deletionTimestamp").is_some();
+        let known = self.pod(
+            str_at(v, "/metadata/namespace"),
+            str_at(v, "/metadata/name"),
+        );
+        if kind == EventType::Deleted {
+            if let Some(p) = known.filter(|p| p.uid == uid) {
+                // Removed without a graceful stop (force delete): kill now.
+                for ct in p.containers() {
+                    let _ = ct.signal_all("KILL");
+                }
+                p.stop(Duration::ZERO);
+                lock(&self.pods).remove(&id);
+            }
+            return;
+        }
+        if let Some(p) = known {
+            if p.uid == uid {
+                if deleting {
+                    let grace = v
+                        .pointer("/metadata/deletionGracePeriodSeconds")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(30);
+                    p.stop(Duration::from_secs(grace));
+                } else {
+                    p.update(c, v);
+                }
+                return;
+            }
+            p.stop(Duration::ZERO);
+            lock(&self.pods).remove(&id);
+        }
+        if deleting {
+            // Not running here (e.g. left over from before a restart).
+            let run = PodRun::new(
+                v,
+                String::new(),
+                self.pod_dirs(v),
+                self.user.clone().unwrap_or_else(|_| placeholder_user()),
+            );
+            run.stop(Duration::ZERO);
+            tokio::spawn(run.run(Arc::downgrade(c)));
+            return;
+        }
+        if matches!(str_at(v, "/status/phase"), "Succeeded" | "Failed") {
+            return;
+        }
+        let user = match &self.user {
+            Ok(u) => u.clone(),
+            Err(e) => {
+                tracing::error!(pod = %id, error = %e, "the process runtime cannot run pods");
+                return;
+            }
+        };
+        pod::bind_to_node(c, v, NODE);
+        let ip = match str_at(v, "/status/podIP") {
+            "" => c.ipam.pod_ip(),
+            ip => {
+                c.ipam.reserve(ip);
+                ip.to_string()
+            }
+        };
+        let run = PodRun::new(v, ip, self.pod_dirs(v), user);
+        lock(&self.pods).insert(id, run.clone());
+        let me = self.clone();
+        let weak = Arc::downgrade(c);
+        tokio::spawn(async move {
+            run.clone().run(weak.clone()).await;
+            let mut pods = lock(&me.pods);
+            if pods.get(&run.id()).is_some_and(|p| Arc::ptr_eq(p, &run)) {
+                pods.remove(&run.id());
+            }
+            drop(pods);
+            if let Some(c) = weak.upgrade() {
+                c.ipam.release(&run.ip);
+            }
+        });
+    }
+
+    fn on_pvc(self: &Arc<Self>, c: &Arc<Cluster>, kind: EventType, v: &Value) {
+        let (ns, name) = (
+            str_at(v, "/metadata/namespace"),
+            str_at(v, "/metadata/name"),
+        );
+        if kind == EventType::Deleted {
+            let dir = self.dir().join("pvc").join(ns).join(name);
+            let me = self.clone();
+            let claim = name.to_string();
+            let ns = ns.to_string();
+            // The data goes with the claim, once no Pod uses it any more.
+            tokio::spawn(async move {
+                while lock(&me.pods)
+                    .values()
+                    .any(|p| p.ns == ns && uses_claim(&p.view(), &claim))
+                {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                let _ = std::fs::remove_dir_all(&dir);
+            });
+            return;
+        }
+        if str_at(v, "/status/phase") == "Bound"
+            || v.pointer("/metadata/deletionTimestamp").is_some()
+        {
+            return;
+        }
+        let Some(rt) = c.type_of(&key("persistentvolumeclaims")) else {
+            return;
+        };
+        let size = v
+            .pointer("/spec/resources/requests/storage")
+            .cloned()
+            .unwrap_or(json!("1Gi"));
+        let modes = v
+            .pointer("/spec/accessModes")
+            .cloned()
+            .unwrap_or(json!(["ReadWriteOnce"]));
+        let opts = WriteOpts {
+            field_manager: "kube-controller-manager".into(),
+            ..Default::default()
+        };
+        let _ = c.write(&rt, ns, name, Sub::Status, &opts, false, |cur| {
+            let mut v = cur.cloned().unwrap_or_default();
+            v["status"] =
+                json!({"phase": "Bound", "accessModes": modes, "capacity": {"storage": size}});
+            Ok(v)
+        });
+    }
+
+    /// Proxy and /etc/hosts follow Services, Pods and partitions.
+    async fn sync_loop(self: Arc<Self>) {
+        loop {
+            self.proxy_wake.notified().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let Some(c) = self.cluster() else { return };
+            let parted = lock(&self.partitioned).clone();
+            self.proxy.sync(&c, &parted);
+            let services = service_names(&c);
+            let pods: Vec<_> = lock(&self.pods).values().cloned().collect();
+            for p in pods {
+                let hosts = dns::hosts_content(&p.view(), &services);
+                if p.dirs.hosts().exists()
+                    && let Err(e) = dns::write_hosts(&p.dirs.hosts(), &hosts)
+                {
+                    tracing::warn!(pod = %p.id(), error = %format!("{e:#}"), "updating /etc/hosts");
+                }
+            }
+        }
+    }
+
+    /// The Pods a Service forwards to now.
+    pub fn service_backends(&self, ns: &str, name: &str) -> Vec<String> {
+        self.proxy
+            .backends(ns, name)
+            .into_iter()
+            .map(|b| b.pod)
+            .collect()
+    }
+}
+
+fn placeholder_user() -> RunUser {
+    RunUser {
+        name: RUN_AS.into(),
+        uid: 65534,
+        gid: 65534,
+        home: "/".into(),
+    }
+}
+
+fn uses_claim(pod: &Value, claim: &str) -> bool {
+    pod.pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|v| {
+            v.pointer("/persistentVolumeClaim/claimName")
+                .and_then(Value::as_str)
+                == Some(claim)
+        })
+}
+
+/// (namespace, name, clusterIP) of every Service with an address.
+pub fn service_names(c: &Cluster) -> Vec<(String, String, String)> {
+    let (services, _) = c.store.list(&key("services"), None, None);
+    services
+        .iter()
+        .filter_map(|s| {
+            let ip = str_at(&s.value, "/spec/clusterIP");
+            (!ip.is_empty() && ip != "None").then(|| {
+                (
+                    str_at(&s.value, "/metadata/namespace").to_string(),
+                    str_at(&s.value, "/metadata/name").to_string(),
+                    ip.to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+impl Runtime for ProcessRuntime {
+    fn start(self: Arc<Self>, cluster: Arc<Cluster>) {
+        let _ = self
+            .dir
+            .set(self.sim_dir.join("process").join(&cluster.name));
+        let _ = self.cluster.set(Arc::downgrade(&cluster));
+        lock(&REGISTRY).push((Arc::downgrade(&cluster), Arc::downgrade(&self)));
+        if let Err(e) = &self.user {
+            tracing::error!(error = %e, "the process runtime cannot run pods");
+        }
+        let weak = Arc::downgrade(&cluster);
+        let (_, mut rx) = cluster.store.subscribe();
+        let kinds = [key("persistentvolumeclaims"), key("services"), pods_key()];
+        let mut existing = vec![];
+        for k in &kinds {
+            let (items, _) = cluster.store.list(k, None, None);
+            existing.extend(items.into_iter().map(|o| (k.clone(), o)));
+        }
+        drop(cluster);
+        tokio::spawn(self.clone().sync_loop());
+        tokio::spawn(async move {
+            if let Some(c) = weak.upgrade() {
+                for (k, o) in existing {
+                    self.on_event(&c, &k, EventType::Added, &o.value);
+                }
+            }
+            loop {
+                match rx.recv().await {
+                    Ok(ev) => {
+                        let Some(c) = weak.upgrade() else { return };
+                        self.on_event(&c, &ev.key, ev.kind, &ev.obj.value);
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let Some(c) = weak.upgrade() else { return };
+                        let (pods, _) = c.store.list(&pods_key(), None, None);
+                        let live: HashSet<String> = pods.iter().map(|p| id_of(&p.value)).collect();
+                        let gone: Vec<_> = lock(&self.pods)
+                            .iter()
+                            .filter(|(id, _)| !live.contains(*id))
+                            .map(|(_, p)| p.view())
+                            .collect();
+                        for v in gone {
+                            self.on_event(&c, &pods_key(), EventType::Deleted, &v);
+                        }
+                        for k in &kinds {
+                            let (items, _) = c.store.list(k, None, None);
+                            for o in items {
+                                self.on_event(&c, k, EventType::Modified, &o.value);
+                            }
+                        }
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+    }
+
+    fn exec(&self, req: ExecRequest) -> BoxFuture<'static, ExecOutcome> {
+        let entry = if self.is_partitioned(&req.namespace, &req.pod) {
+            Err(format!(
+                "pod {}/{} is unreachable (partitioned)",
+                req.namespace, req.pod
+            ))
+        } else {
+            self.pod(&req.namespace, &req.pod)
+                .ok_or_else(|| format!("pod {}/{} is not running", req.namespace, req.pod))
+                .and_then(|p| {
+                    p.container(&req.container)
+                        .ok_or_else(|| format!("container {:?} not found", req.container))
+                })
+                .and_then(|c| {
+                    c.entry()
+                        .ok_or_else(|| format!("container {} is not running", c.spec.name))
+                })
+        };
+        Box::pin(async move {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) => return ExecOutcome::Failed(e),
+            };
+            if req.command.is_empty() {
+                return ExecOutcome::Failed("empty command".into());
+            }
+            faults::run_exec(entry.command(&req.command), req).await
+        })
+    }
+
+    fn logs(&self, req: LogRequest) -> BoxFuture<'static, Result<mpsc::Receiver<Bytes>, String>> {
+        let found = self
+            .pod(&req.namespace, &req.pod)
+            .ok_or_else(|| format!("pod {}/{} is not running", req.namespace, req.pod))
+            .and_then(|p| {
+                p.container(&req.container)
+                    .ok_or_else(|| format!("container {:?} not found", req.container))
+            });
+        Box::pin(async move {
+            let ct = found?;
+            let running = ct.state().pid.is_some();
+            Ok(ct.log.reader(req.tail_lines, req.follow, running))
+        })
+    }
+}

@@ -1,0 +1,366 @@
+//! One Pod on the process runtime: its volumes, its containers, the status
+//! kubelet reports for it, and its termination (stop the containers, then
+//! delete the object with grace 0).
+
+use super::container::Container;
+use super::dns;
+use super::spec;
+use super::volumes::{self, PodDirs, RunUser};
+use crate::sim::cluster::{Cluster, DeleteOpts, Sub, WriteOpts, now_rfc3339};
+use crate::sim::error::ApiError;
+use crate::sim::resources::ResKey;
+use crate::sim::store::str_at;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+
+pub fn pods_key() -> ResKey {
+    ResKey {
+        group: String::new(),
+        plural: "pods".into(),
+    }
+}
+
+pub struct PodRun {
+    pub ns: String,
+    pub name: String,
+    pub uid: String,
+    pub ip: String,
+    pub dirs: PodDirs,
+    pub user: RunUser,
+    /// The latest Pod object, with `status.podIP` set to `ip`.
+    view: Mutex<Value>,
+    containers: Mutex<Vec<Arc<Container>>>,
+    /// `Some(grace)` once the Pod is being deleted.
+    stop: watch::Sender<Option<Duration>>,
+    changed: Arc<Notify>,
+    /// Condition type → (status, lastTransitionTime).
+    conditions: Mutex<HashMap<&'static str, (bool, String)>>,
+    /// Why containers cannot be created yet.
+    pending: Mutex<Option<(String, String)>>,
+    start_time: String,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl PodRun {
+    pub fn new(pod: &Value, ip: String, dirs: PodDirs, user: RunUser) -> Arc<Self> {
+        let mut view = pod.clone();
+        view["status"]["podIP"] = json!(ip);
+        Arc::new(PodRun {
+            ns: str_at(pod, "/metadata/namespace").to_string(),
+            name: str_at(pod, "/metadata/name").to_string(),
+            uid: str_at(pod, "/metadata/uid").to_string(),
+            ip,
+            dirs,
+            user,
+            view: Mutex::new(view),
+            containers: Mutex::new(vec![]),
+            stop: watch::channel(None).0,
+            changed: Arc::new(Notify::new()),
+            conditions: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Some(("ContainerCreating".into(), String::new()))),
+            start_time: now_rfc3339(),
+        })
+    }
+
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.ns, self.name)
+    }
+
+    pub fn view(&self) -> Value {
+        lock(&self.view).clone()
+    }
+
+    pub fn containers(&self) -> Vec<Arc<Container>> {
+        lock(&self.containers).clone()
+    }
+
+    /// The named container, or the first one when `name` is empty.
+    pub fn container(&self, name: &str) -> Option<Arc<Container>> {
+        let cs = self.containers();
+        if name.is_empty() {
+            return cs.first().cloned();
+        }
+        cs.into_iter().find(|c| c.spec.name == name)
+    }
+
+    /// Asks the containers to stop (SIGTERM, SIGKILL after `grace`).
+    pub fn stop(&self, grace: Duration) {
+        self.stop.send_if_modified(|cur| {
+            let next = Some(cur.map_or(grace, |g| g.min(grace)));
+            let changed = *cur != next;
+            *cur = next;
+            changed
+        });
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.borrow().is_some()
+    }
+
+    /// Takes a newer version of the Pod object: downward API files follow
+    /// label and annotation changes.
+    pub fn update(&self, c: &Cluster, pod: &Value) {
+        let meta = |v: &Value| {
+            (
+                v.pointer("/metadata/labels").cloned(),
+                v.pointer("/metadata/annotations").cloned(),
+            )
+        };
+        let mut view = pod.clone();
+        view["status"]["podIP"] = json!(self.ip);
+        let changed = meta(&lock(&self.view)) != meta(&view);
+        *lock(&self.view) = view.clone();
+        if changed {
+            volumes::refresh(c, &view, &self.dirs, &self.user);
+        }
+    }
+
+    /// Re-reads ConfigMap/Secret-backed volumes.
+    pub fn refresh(&self, c: &Cluster) {
+        volumes::refresh(c, &self.view(), &self.dirs, &self.user);
+    }
+
+    /// The lifecycle: create volumes (retrying while references are missing),
+    /// run the containers, and once stopped delete the Pod object.
+    pub async fn run(self: Arc<Self>, cluster: Weak<Cluster>) {
+        let publisher = tokio::spawn(self.clone().publish_loop(cluster.clone()));
+        self.changed.notify_one();
+        let mut stop = self.stop.subscribe();
+        let mut handles = vec![];
+        loop {
+            let Some(c) = cluster.upgrade() else { return };
+            match self.create_containers(&c) {
+                Ok(cs) => {
+                    *lock(&self.pending) = None;
+                    let grace = Duration::from_secs(
+                        self.view()
+                            .pointer("/spec/terminationGracePeriodSeconds")
+                            .and_then(Value::as_u64)
+                            .unwrap_or(30),
+                    );
+                    for ct in &cs {
+                        handles.push(tokio::spawn(ct.clone().supervise(
+                            self.dirs.clone(),
+                            self.stop.subscribe(),
+                            grace,
+                        )));
+                    }
+                    *lock(&self.containers) = cs;
+                    self.changed.notify_one();
+                    break;
+                }
+                Err((reason, e)) => {
+                    tracing::debug!(pod = %self.id(), error = %e, "pod not startable yet");
+                    *lock(&self.pending) = Some((reason.into(), e));
+                    self.changed.notify_one();
+                }
+            }
+            drop(c);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => break,
+            }
+            if self.stopping() {
+                break;
+            }
+        }
+        for h in handles {
+            let _ = h.await;
+        }
+        if !self.stopping() {
+            // restartPolicy Never/OnFailure and every container is done: the
+            // final status stays until the Pod is deleted.
+            self.changed.notify_one();
+            let _ = stop.changed().await;
+        }
+        publisher.abort();
+        if let Some(c) = cluster.upgrade() {
+            self.delete_object(&c);
+        }
+        let _ = std::fs::remove_dir_all(&self.dirs.root);
+    }
+
+    fn create_containers(
+        &self,
+        c: &Cluster,
+    ) -> Result<Vec<Arc<Container>>, (&'static str, String)> {
+        let view = self.view();
+        let hosts = dns::hosts_content(&view, &super::service_names(c));
+        let vols = volumes::prepare(c, &view, &self.dirs, &self.user)
+            .map_err(|e| ("ContainerCreating", format!("{e:#}")))?;
+        dns::write_hosts(&self.dirs.hosts(), &hosts)
+            .map_err(|e| ("ContainerCreating", format!("{e:#}")))?;
+        let policy = str_at(&view, "/spec/restartPolicy").to_string();
+        let mut out = vec![];
+        for ct in view
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let s = spec::resolve(c, &view, ct, &vols, &self.user.home)
+                .map_err(|e| ("CreateContainerConfigError", format!("{e:#}")))?;
+            out.push(Arc::new(Container::new(
+                s,
+                self.user.clone(),
+                self.ip.clone(),
+                &self.dirs,
+                &policy,
+                self.changed.clone(),
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Deletes the Pod object (this uid only) once its containers are gone.
+    fn delete_object(&self, c: &Cluster) {
+        let Some(rt) = c.type_of(&pods_key()) else {
+            return;
+        };
+        let opts = DeleteOpts {
+            grace_period: Some(0),
+            precondition_uid: Some(self.uid.clone()),
+            ..Default::default()
+        };
+        let _ = c.delete(&rt, &self.ns, &self.name, &opts);
+    }
+
+    async fn publish_loop(self: Arc<Self>, cluster: Weak<Cluster>) {
+        loop {
+            self.changed.notified().await;
+            // Coalesce bursts (several containers changing at once).
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let Some(c) = cluster.upgrade() else { return };
+            self.publish(&c);
+        }
+    }
+
+    fn condition(&self, t: &'static str, ok: bool) -> Value {
+        let mut g = lock(&self.conditions);
+        let e = g.entry(t).or_insert_with(|| (ok, now_rfc3339()));
+        if e.0 != ok {
+            *e = (ok, now_rfc3339());
+        }
+        json!({"type": t, "status": if ok { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": e.1})
+    }
+
+    /// The status kubelet would report now.
+    pub fn status(&self) -> Value {
+        let cs = self.containers();
+        let view = self.view();
+        let statuses: Vec<Value> = if cs.is_empty() {
+            let (reason, message) = lock(&self.pending).clone().unwrap_or_default();
+            view.pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|ct| {
+                    json!({"name": str_at(ct, "/name"), "image": str_at(ct, "/image"), "imageID": "",
+                        "ready": false, "started": false, "restartCount": 0, "lastState": {},
+                        "state": {"waiting": {"reason": reason, "message": message}}})
+                })
+                .collect()
+        } else {
+            cs.iter().map(|c| c.status_json()).collect()
+        };
+        let states: Vec<_> = cs.iter().map(|c| c.state()).collect();
+        let all_ready = !states.is_empty() && states.iter().all(|s| s.ready);
+        let ever_ran = states.iter().any(|s| {
+            s.pid.is_some()
+                || s.restart_count > 0
+                || s.last_terminated.is_some()
+                || s.terminated.is_some()
+        });
+        let all_done = !states.is_empty() && states.iter().all(|s| s.terminated.is_some());
+        let phase = if all_done && !self.stopping() {
+            let ok = states
+                .iter()
+                .all(|s| s.terminated.as_ref().and_then(|t| t["exitCode"].as_i64()) == Some(0));
+            if ok { "Succeeded" } else { "Failed" }
+        } else if ever_ran {
+            "Running"
+        } else {
+            "Pending"
+        };
+        json!({
+            "phase": phase,
+            "conditions": [
+                self.condition("PodScheduled", true),
+                self.condition("Initialized", true),
+                self.condition("ContainersReady", all_ready),
+                self.condition("Ready", all_ready),
+            ],
+            "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": self.ip, "podIPs": [{"ip": self.ip}],
+            "startTime": self.start_time,
+            "qosClass": str_at(&view, "/status/qosClass"),
+            "containerStatuses": statuses,
+        })
+    }
+
+    /// Writes the status when it differs from the stored one.
+    pub fn publish(&self, c: &Cluster) {
+        let Some(rt) = c.type_of(&pods_key()) else {
+            return;
+        };
+        let status = self.status();
+        match c.store.get(&pods_key(), &self.ns, &self.name) {
+            Some(cur) if cur.uid() == self.uid && cur.value.get("status") != Some(&status) => {}
+            _ => return,
+        }
+        let opts = WriteOpts {
+            field_manager: "kubelet".into(),
+            ..Default::default()
+        };
+        let uid = self.uid.clone();
+        let _ = c.write(
+            &rt,
+            &self.ns,
+            &self.name,
+            Sub::Status,
+            &opts,
+            false,
+            |cur| {
+                let mut v = cur.cloned().unwrap_or_default();
+                if str_at(&v, "/metadata/uid") != uid {
+                    return Err(ApiError::conflict("pods", &self.name));
+                }
+                v["status"] = status;
+                Ok(v)
+            },
+        );
+    }
+}
+
+/// Schedules a Pod onto the runtime's node (kube-scheduler's one decision).
+pub fn bind_to_node(c: &Cluster, pod: &Value, node: &str) {
+    if !str_at(pod, "/spec/nodeName").is_empty() {
+        return;
+    }
+    let Some(rt) = c.type_of(&pods_key()) else {
+        return;
+    };
+    let opts = WriteOpts {
+        field_manager: "kube-scheduler".into(),
+        ..Default::default()
+    };
+    let uid = str_at(pod, "/metadata/uid").to_string();
+    let (ns, name) = (
+        str_at(pod, "/metadata/namespace"),
+        str_at(pod, "/metadata/name"),
+    );
+    let _ = c.write(&rt, ns, name, Sub::Main, &opts, false, |cur| {
+        let mut v = cur.cloned().unwrap_or_default();
+        if str_at(&v, "/metadata/uid") != uid {
+            return Err(ApiError::conflict("pods", name));
+        }
+        v["spec"]["nodeName"] = json!(node);
+        Ok(v)
+    });
+}

@@ -1,0 +1,322 @@
+//! The Service proxy (kube-proxy's job): each ClusterIP Service with a
+//! selector listens on its ClusterIP (a loopback address) and ports, and
+//! forwards every connection to a ready Pod its selector picks (round robin),
+//! splicing bytes with tokio. It follows changes: when a Pod stops being
+//! selected or ready (or is partitioned), open connections to it are closed,
+//! so clients reconnect and land on the new backend, as after a failover.
+
+use super::endpoints;
+use super::probes::PortRef;
+use crate::sim::cluster::Cluster;
+use crate::sim::resources::ResKey;
+use crate::sim::selector::LabelSelector;
+use crate::sim::store::{StoredObject, str_at};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// One Pod a Service forwards to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backend {
+    pub pod: String,
+    pub uid: String,
+    pub ip: String,
+    /// Named container ports, for named targetPorts.
+    pub ports: HashMap<String, u16>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SvcPort {
+    pub name: String,
+    pub port: u16,
+    pub target: PortRef,
+}
+
+type Backends = Arc<Vec<Backend>>;
+
+/// A proxied Service: its listeners and the backends they forward to.
+struct SvcRun {
+    uid: String,
+    ip: String,
+    ports: Vec<SvcPort>,
+    backends: watch::Sender<Backends>,
+    listeners: Vec<JoinHandle<()>>,
+}
+
+impl Drop for SvcRun {
+    fn drop(&mut self) {
+        for l in &self.listeners {
+            l.abort();
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Proxy {
+    services: Mutex<HashMap<String, SvcRun>>,
+}
+
+fn key(plural: &str) -> ResKey {
+    ResKey {
+        group: String::new(),
+        plural: plural.into(),
+    }
+}
+
+/// Whether the Pod counts as a ready endpoint.
+pub fn pod_ready(p: &Value) -> bool {
+    p.pointer("/metadata/deletionTimestamp").is_none()
+        && !str_at(p, "/status/podIP").is_empty()
+        && p.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|c| str_at(c, "/type") == "Ready" && str_at(c, "/status") == "True")
+}
+
+/// Named container ports of a Pod.
+pub fn pod_ports(p: &Value) -> HashMap<String, u16> {
+    let mut out = HashMap::new();
+    for ct in p
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for port in ct
+            .get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let (name, n) = (
+                str_at(port, "/name"),
+                port.get("containerPort").and_then(Value::as_u64),
+            );
+            if let (false, Some(n)) = (name.is_empty(), n.and_then(|n| u16::try_from(n).ok())) {
+                out.insert(name.to_string(), n);
+            }
+        }
+    }
+    out
+}
+
+/// The Service's selector, None when it has none (not proxied here).
+fn selector(svc: &Value) -> Option<LabelSelector> {
+    let m = svc.pointer("/spec/selector")?.as_object()?;
+    (!m.is_empty()).then(|| LabelSelector::from_map(m))
+}
+
+fn svc_ports(svc: &Value) -> Vec<SvcPort> {
+    svc.pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|p| matches!(str_at(p, "/protocol"), "" | "TCP"))
+        .filter_map(|p| {
+            let port = u16::try_from(p.get("port")?.as_u64()?).ok()?;
+            Some(SvcPort {
+                name: str_at(p, "/name").to_string(),
+                port,
+                target: PortRef::from_value(p.get("targetPort")).unwrap_or(PortRef::Num(port)),
+            })
+        })
+        .collect()
+}
+
+/// Pods of the Service's namespace its selector picks.
+fn selected<'a>(svc: &Value, sel: &LabelSelector, pods: &'a [Arc<StoredObject>]) -> Vec<&'a Value> {
+    let ns = str_at(svc, "/metadata/namespace");
+    pods.iter()
+        .map(|p| &p.value)
+        .filter(|p| str_at(p, "/metadata/namespace") == ns)
+        .filter(|p| sel.matches(p.pointer("/metadata/labels").and_then(Value::as_object)))
+        .collect()
+}
+
+impl Proxy {
+    /// Brings listeners and backends in line with the Services and Pods in
+    /// the store; `partitioned` Pods get no traffic.
+    pub fn sync(&self, c: &Cluster, partitioned: &HashSet<String>) {
+        let (services, _) = c.store.list(&key("services"), None, None);
+        let (pods, _) = c.store.list(&key("pods"), None, None);
+        let mut wanted = HashSet::new();
+        let mut g = self.services.lock().unwrap_or_else(|e| e.into_inner());
+        for s in &services {
+            let svc = &s.value;
+            let ip = str_at(svc, "/spec/clusterIP");
+            let Some(sel) = selector(svc) else { continue };
+            if ip.is_empty() || ip == "None" || str_at(svc, "/spec/type") == "ExternalName" {
+                continue;
+            }
+            let id = format!(
+                "{}/{}",
+                str_at(svc, "/metadata/namespace"),
+                str_at(svc, "/metadata/name")
+            );
+            let picked = selected(svc, &sel, &pods);
+            let backends: Vec<Backend> = picked
+                .iter()
+                .filter(|p| pod_ready(p))
+                .map(|p| Backend {
+                    pod: format!(
+                        "{}/{}",
+                        str_at(p, "/metadata/namespace"),
+                        str_at(p, "/metadata/name")
+                    ),
+                    uid: str_at(p, "/metadata/uid").to_string(),
+                    ip: str_at(p, "/status/podIP").to_string(),
+                    ports: pod_ports(p),
+                })
+                .filter(|b| !partitioned.contains(&b.pod))
+                .collect();
+            let ports = svc_ports(svc);
+            let same = g
+                .get(&id)
+                .is_some_and(|r| r.uid == s.uid() && r.ip == ip && r.ports == ports);
+            if same {
+                if let Some(r) = g.get(&id) {
+                    r.backends.send_if_modified(|cur| {
+                        let changed = **cur != backends;
+                        if changed {
+                            *cur = Arc::new(backends);
+                        }
+                        changed
+                    });
+                }
+            } else {
+                g.insert(id.clone(), SvcRun::start(s.uid(), ip, ports, backends));
+            }
+            wanted.insert(id);
+            endpoints::write(c, svc, &picked);
+        }
+        let gone: Vec<String> = g.keys().filter(|k| !wanted.contains(*k)).cloned().collect();
+        for id in gone {
+            g.remove(&id);
+            if let Some((ns, name)) = id.split_once('/')
+                && c.store.get(&key("services"), ns, name).is_none()
+            {
+                endpoints::remove(c, ns, name);
+            }
+        }
+    }
+
+    /// The backends a Service forwards to now (tests, diagnostics).
+    pub fn backends(&self, ns: &str, name: &str) -> Vec<Backend> {
+        let g = self.services.lock().unwrap_or_else(|e| e.into_inner());
+        g.get(&format!("{ns}/{name}"))
+            .map(|r| r.backends.borrow().as_ref().clone())
+            .unwrap_or_default()
+    }
+}
+
+impl SvcRun {
+    fn start(uid: &str, ip: &str, ports: Vec<SvcPort>, backends: Vec<Backend>) -> SvcRun {
+        let (tx, _) = watch::channel(Arc::new(backends));
+        let rr = Arc::new(AtomicUsize::new(0));
+        let listeners = ports
+            .iter()
+            .map(|p| {
+                tokio::spawn(listen(
+                    ip.to_string(),
+                    p.clone(),
+                    tx.subscribe(),
+                    rr.clone(),
+                ))
+            })
+            .collect();
+        SvcRun {
+            uid: uid.to_string(),
+            ip: ip.to_string(),
+            ports,
+            backends: tx,
+            listeners,
+        }
+    }
+}
+
+/// Accepts on `ip:port` (retrying the bind while the address is taken) and
+/// hands each connection to [`forward`].
+async fn listen(
+    ip: String,
+    port: SvcPort,
+    backends: watch::Receiver<Backends>,
+    rr: Arc<AtomicUsize>,
+) {
+    let mut warned = false;
+    let listener = loop {
+        match TcpListener::bind((ip.as_str(), port.port)).await {
+            Ok(l) => break l,
+            Err(e) => {
+                if !warned {
+                    tracing::warn!(%ip, port = port.port, error = %e, "service proxy cannot listen yet; retrying");
+                    warned = true;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    loop {
+        let Ok((sock, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        tokio::spawn(forward(
+            sock,
+            port.target.clone(),
+            backends.clone(),
+            rr.clone(),
+        ));
+    }
+}
+
+/// Connects to a backend and splices until either side closes or the
+/// backend leaves the Service.
+async fn forward(
+    mut client: TcpStream,
+    target: PortRef,
+    mut rx: watch::Receiver<Backends>,
+    rr: Arc<AtomicUsize>,
+) {
+    let list = rx.borrow_and_update().clone();
+    if list.is_empty() {
+        return;
+    }
+    let start = rr.fetch_add(1, Ordering::Relaxed);
+    let mut chosen = None;
+    for i in 0..list.len() {
+        let b = &list[(start + i) % list.len()];
+        let Some(port) = target.resolve(&b.ports) else {
+            continue;
+        };
+        let connect = TcpStream::connect((b.ip.as_str(), port));
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(3), connect).await {
+            chosen = Some((s, b.uid.clone()));
+            break;
+        }
+    }
+    let Some((mut server, uid)) = chosen else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let left = async {
+        loop {
+            if rx.changed().await.is_err() {
+                return;
+            }
+            if !rx.borrow().iter().any(|b| b.uid == uid) {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+        _ = left => {}
+    }
+}

@@ -1,0 +1,423 @@
+//! Pod volumes as directories on this machine, bind-mounted into the
+//! container's private mount namespace.
+//!
+//! - a PVC is `<runtime dir>/pvc/<namespace>/<claim>`: it outlives its Pods
+//!   and goes away with the PVC;
+//! - configMap, secret, downwardAPI and projected volumes are materialised as
+//!   files in a per-pod directory (each file replaced by rename, so readers
+//!   never see half a file); downward API `labels`/`annotations` files are
+//!   rewritten when the Pod's metadata changes, like kubelet does;
+//! - emptyDir is a per-pod directory; hostPath is the host path itself.
+//!
+//! Everything a container may write is owned by the user containers run as.
+
+use crate::sim::cluster::Cluster;
+use crate::sim::resources::ResKey;
+use crate::sim::store::str_at;
+use anyhow::{Context, bail};
+use base64::Engine;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// The unprivileged user every container process runs as.
+#[derive(Debug, Clone)]
+pub struct RunUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: String,
+}
+
+/// Reads a user from /etc/passwd (no libc calls needed for this).
+pub fn lookup_user(name: &str) -> anyhow::Result<RunUser> {
+    let passwd = std::fs::read_to_string("/etc/passwd").context("reading /etc/passwd")?;
+    for line in passwd.lines() {
+        let f: Vec<&str> = line.split(':').collect();
+        if f.len() >= 6 && f[0] == name {
+            return Ok(RunUser {
+                name: name.to_string(),
+                uid: f[2].parse().context("uid in /etc/passwd")?,
+                gid: f[3].parse().context("gid in /etc/passwd")?,
+                home: f[5].to_string(),
+            });
+        }
+    }
+    bail!("there is no user {name} on this machine (install postgresql)")
+}
+
+impl RunUser {
+    pub fn chown(&self, p: &Path) -> anyhow::Result<()> {
+        std::os::unix::fs::chown(p, Some(self.uid), Some(self.gid))
+            .with_context(|| format!("chown {} to {}", p.display(), self.name))
+    }
+
+    /// Creates a directory (and parents) owned by this user.
+    pub fn dir(&self, p: &Path, mode: u32) -> anyhow::Result<()> {
+        std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))?;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("chmod {}", p.display()))?;
+        self.chown(p)
+    }
+}
+
+/// One file of a generated volume: path inside the volume, content, mode.
+pub type File = (String, Vec<u8>, u32);
+
+/// The decoded `data` (and `binaryData`) of a ConfigMap or Secret.
+pub fn object_data(obj: &Value, base64_data: bool) -> BTreeMap<String, Vec<u8>> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut out = BTreeMap::new();
+    if let Some(m) = obj.get("data").and_then(Value::as_object) {
+        for (k, v) in m {
+            let s = v.as_str().unwrap_or_default();
+            let bytes = if base64_data {
+                b64.decode(s).unwrap_or_else(|_| s.as_bytes().to_vec())
+            } else {
+                s.as_bytes().to_vec()
+            };
+            out.insert(k.clone(), bytes);
+        }
+    }
+    if let Some(m) = obj.get("binaryData").and_then(Value::as_object) {
+        for (k, v) in m {
+            if let Ok(b) = b64.decode(v.as_str().unwrap_or_default()) {
+                out.insert(k.clone(), b);
+            }
+        }
+    }
+    out
+}
+
+/// `key="value"` lines, sorted, the way kubelet renders labels/annotations.
+fn render_map(m: Option<&Value>) -> String {
+    let mut out = String::new();
+    for (k, v) in m.and_then(Value::as_object).into_iter().flatten() {
+        let v = v.as_str().unwrap_or_default();
+        let escaped = v
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n");
+        out.push_str(&format!("{k}=\"{escaped}\"\n"));
+    }
+    out.trim_end_matches('\n').to_string()
+}
+
+/// A downward API field of `pod` (status.podIP is already the runtime's).
+pub fn field_value(pod: &Value, path: &str) -> Option<String> {
+    let sub = |prefix: &str| {
+        path.strip_prefix(prefix)?
+            .strip_prefix("['")?
+            .strip_suffix("']")
+            .map(String::from)
+    };
+    if let Some(k) = sub("metadata.labels") {
+        return Some(label(pod, "labels", &k));
+    }
+    if let Some(k) = sub("metadata.annotations") {
+        return Some(label(pod, "annotations", &k));
+    }
+    Some(match path {
+        "metadata.name" => str_at(pod, "/metadata/name").into(),
+        "metadata.namespace" => str_at(pod, "/metadata/namespace").into(),
+        "metadata.uid" => str_at(pod, "/metadata/uid").into(),
+        "metadata.labels" => render_map(pod.pointer("/metadata/labels")),
+        "metadata.annotations" => render_map(pod.pointer("/metadata/annotations")),
+        "spec.nodeName" => str_at(pod, "/spec/nodeName").into(),
+        "spec.serviceAccountName" => str_at(pod, "/spec/serviceAccountName").into(),
+        "status.podIP" | "status.podIPs" => str_at(pod, "/status/podIP").into(),
+        "status.hostIP" | "status.hostIPs" => "127.0.0.1".into(),
+        _ => return None,
+    })
+}
+
+fn label(pod: &Value, field: &str, k: &str) -> String {
+    pod.pointer(&format!("/metadata/{field}"))
+        .and_then(|m| m.get(k))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Writes a file by rename (readers see the old or the new content).
+pub fn write_file(user: &RunUser, path: &Path, data: &[u8], mode: u32) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent() {
+        user.dir(parent, 0o755)?;
+    }
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
+    ));
+    let mut f =
+        std::fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(data)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+    user.chown(&tmp)?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+fn mode_of(v: &Value, default: u32) -> u32 {
+    v.get("mode")
+        .and_then(Value::as_u64)
+        .and_then(|m| u32::try_from(m).ok())
+        .unwrap_or(default)
+}
+
+/// The files one ConfigMap/Secret source contributes: (path, bytes, mode).
+fn object_files(
+    c: &Cluster,
+    ns: &str,
+    src: &Value,
+    secret: bool,
+    default_mode: u32,
+) -> anyhow::Result<Vec<File>> {
+    let plural = if secret { "secrets" } else { "configmaps" };
+    let name = match str_at(src, "/secretName") {
+        "" => str_at(src, "/name"),
+        n => n,
+    };
+    let optional = src
+        .get("optional")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let rk = ResKey {
+        group: String::new(),
+        plural: plural.into(),
+    };
+    let Some(obj) = c.store.get(&rk, ns, name) else {
+        if optional {
+            return Ok(vec![]);
+        }
+        bail!("{plural}/{name} not found");
+    };
+    let mut data = object_data(&obj.value, secret);
+    let mode = src
+        .get("defaultMode")
+        .and_then(Value::as_u64)
+        .and_then(|m| u32::try_from(m).ok())
+        .unwrap_or(default_mode);
+    match src.get("items").and_then(Value::as_array) {
+        Some(items) => items
+            .iter()
+            .filter_map(|it| {
+                let k = str_at(it, "/key");
+                match data.remove(k) {
+                    Some(b) => Some(Ok((str_at(it, "/path").to_string(), b, mode_of(it, mode)))),
+                    None if optional => None,
+                    None => Some(Err(anyhow::anyhow!("key {k} not found in {plural}/{name}"))),
+                }
+            })
+            .collect(),
+        None => Ok(data.into_iter().map(|(k, b)| (k, b, mode)).collect()),
+    }
+}
+
+/// The files of downward API items.
+fn downward_files(pod: &Value, items: &[Value], mode: u32) -> anyhow::Result<Vec<File>> {
+    items
+        .iter()
+        .map(|it| {
+            let path = str_at(it, "/path").to_string();
+            let value = match it.pointer("/fieldRef/fieldPath").and_then(Value::as_str) {
+                Some(f) => {
+                    field_value(pod, f).with_context(|| format!("unsupported fieldPath {f}"))?
+                }
+                None if it.get("resourceFieldRef").is_some() => "0".into(),
+                None => bail!("downward API item {path} has no fieldRef"),
+            };
+            Ok((path, value.into_bytes(), mode_of(it, mode)))
+        })
+        .collect()
+}
+
+/// The files a generated volume holds now; None for volumes that are plain
+/// directories (PVC, emptyDir, hostPath).
+pub fn generated_files(c: &Cluster, pod: &Value, vol: &Value) -> anyhow::Result<Option<Vec<File>>> {
+    let ns = str_at(pod, "/metadata/namespace");
+    let default_mode = |src: &Value, d: u32| {
+        src.get("defaultMode")
+            .and_then(Value::as_u64)
+            .and_then(|m| u32::try_from(m).ok())
+            .unwrap_or(d)
+    };
+    if let Some(src) = vol.get("configMap") {
+        return object_files(c, ns, src, false, 0o644).map(Some);
+    }
+    if let Some(src) = vol.get("secret") {
+        return object_files(c, ns, src, true, 0o644).map(Some);
+    }
+    if let Some(src) = vol.get("downwardAPI") {
+        let items = src
+            .get("items")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        return downward_files(pod, &items, default_mode(src, 0o644)).map(Some);
+    }
+    if let Some(src) = vol.get("projected") {
+        let mode = default_mode(src, 0o644);
+        let mut files = vec![];
+        for s in src
+            .get("sources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(x) = s.get("secret") {
+                files.extend(object_files(c, ns, x, true, mode)?);
+            } else if let Some(x) = s.get("configMap") {
+                files.extend(object_files(c, ns, x, false, mode)?);
+            } else if let Some(x) = s.get("downwardAPI") {
+                let items = x
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                files.extend(downward_files(pod, &items, mode)?);
+            } else if let Some(x) = s.get("serviceAccountToken") {
+                let path = match str_at(x, "/path") {
+                    "" => "token",
+                    p => p,
+                };
+                files.push((path.to_string(), b"sim-token".to_vec(), mode));
+            }
+        }
+        return Ok(Some(files));
+    }
+    Ok(None)
+}
+
+/// Where one Pod's generated volumes, /tmp, hosts file and logs live.
+#[derive(Debug, Clone)]
+pub struct PodDirs {
+    pub root: PathBuf,
+    pub pvc_root: PathBuf,
+}
+
+impl PodDirs {
+    pub fn volume(&self, name: &str) -> PathBuf {
+        self.root.join("volumes").join(name)
+    }
+    pub fn tmp(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+    pub fn hosts(&self) -> PathBuf {
+        self.root.join("hosts")
+    }
+    pub fn log(&self, container: &str) -> PathBuf {
+        self.root.join("logs").join(format!("{container}.log"))
+    }
+    pub fn pvc(&self, ns: &str, claim: &str) -> PathBuf {
+        self.pvc_root.join(ns).join(claim)
+    }
+}
+
+/// Creates every volume of `pod` and returns volume name → directory.
+/// Fails (to be retried) while a referenced PVC, ConfigMap or Secret is missing.
+pub fn prepare(
+    c: &Cluster,
+    pod: &Value,
+    dirs: &PodDirs,
+    user: &RunUser,
+) -> anyhow::Result<HashMap<String, PathBuf>> {
+    let ns = str_at(pod, "/metadata/namespace");
+    user.dir(&dirs.root, 0o755)?;
+    user.dir(&dirs.tmp(), 0o1777)?;
+    user.dir(&dirs.root.join("logs"), 0o755)?;
+    let mut out = HashMap::new();
+    for vol in pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = str_at(vol, "/name").to_string();
+        let dir = if let Some(claim) = vol
+            .pointer("/persistentVolumeClaim/claimName")
+            .and_then(Value::as_str)
+        {
+            let rk = ResKey {
+                group: String::new(),
+                plural: "persistentvolumeclaims".into(),
+            };
+            match c.store.get(&rk, ns, claim) {
+                Some(p) if p.value.pointer("/metadata/deletionTimestamp").is_none() => {}
+                _ => bail!("persistentvolumeclaim {claim} not found"),
+            }
+            let d = dirs.pvc(ns, claim);
+            user.dir(&d, 0o750)?;
+            d
+        } else if let Some(p) = vol.pointer("/hostPath/path").and_then(Value::as_str) {
+            PathBuf::from(p)
+        } else if vol.get("emptyDir").is_some() {
+            let d = dirs.volume(&name);
+            user.dir(&d, 0o777)?;
+            d
+        } else {
+            let d = dirs.volume(&name);
+            let files = generated_files(c, pod, vol)
+                .with_context(|| format!("volume {name}"))?
+                .with_context(|| format!("volume {name}: unsupported volume type"))?;
+            user.dir(&d, 0o755)?;
+            for (path, data, mode) in files {
+                if path.split('/').any(|p| p == "..") || path.starts_with('/') {
+                    bail!("volume {name}: bad item path {path}");
+                }
+                write_file(user, &d.join(&path), &data, mode)?;
+            }
+            d
+        };
+        out.insert(name, dir);
+    }
+    Ok(out)
+}
+
+/// Rewrites the generated volumes whose content depends on `pod` metadata or
+/// on ConfigMaps/Secrets (called when those change). Files that vanished
+/// from the source stay; kubelet would remove them, nothing here relies on it.
+pub fn refresh(c: &Cluster, pod: &Value, dirs: &PodDirs, user: &RunUser) {
+    for vol in pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = str_at(vol, "/name");
+        let Ok(Some(files)) = generated_files(c, pod, vol) else {
+            continue;
+        };
+        let d = dirs.volume(name);
+        for (path, data, mode) in files {
+            let p = d.join(&path);
+            if std::fs::read(&p).is_ok_and(|cur| cur == data) {
+                continue;
+            }
+            if let Err(e) = write_file(user, &p, &data, mode) {
+                tracing::warn!(error = %format!("{e:#}"), volume = name, "refreshing a pod volume");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn downward_fields_render_like_kubelet() {
+        let pod = json!({"metadata": {"name": "p", "namespace": "n",
+            "labels": {"b": "2", "a": "say \"hi\""}}, "status": {"podIP": "127.10.0.2"}});
+        assert_eq!(
+            field_value(&pod, "metadata.labels").unwrap(),
+            "a=\"say \\\"hi\\\"\"\nb=\"2\""
+        );
+        assert_eq!(field_value(&pod, "metadata.labels['b']").unwrap(), "2");
+        assert_eq!(field_value(&pod, "status.podIP").unwrap(), "127.10.0.2");
+        assert!(field_value(&pod, "spec.bogus").is_none());
+    }
+}

@@ -270,6 +270,14 @@ async fn instance_pod_serves_sql_through_its_service_and_survives_kill_9() {
         exec(&pods, "db-0", &["id", "-un"]).await.unwrap().trim(),
         "postgres"
     );
+    // Service names resolve inside the pod (the runtime's /etc/hosts).
+    let hosts = exec(&pods, "db-0", &["getent", "hosts", "db-rw"])
+        .await
+        .unwrap();
+    assert!(
+        hosts.starts_with(&format!("{rw} ")),
+        "db-rw resolves to {rw}: {hosts}"
+    );
     // The downward API labels file follows label changes.
     let patch = json!({"metadata": {"labels": {"pgfleet.io/role": "replica"}}});
     pods.patch("db-0", &PatchParams::default(), &Patch::Merge(&patch))
@@ -382,7 +390,7 @@ fn tiny_pg(name: &str, app: &str) -> Pod {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_share_port_5432_and_faults_steer_the_service() {
-    let (_sim, rt, client) = sim_at("proc-pair", 6).await;
+    let (sim, rt, client) = sim_at("proc-pair", 6).await;
     let ns = "default";
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
     let pp = PostParams::default();
@@ -434,8 +442,20 @@ async fn two_instances_share_port_5432_and_faults_steer_the_service() {
     .await;
     assert!(seen.contains(&a) && seen.contains(&b));
 
-    // Partition pa: its Service traffic and exec fail; heal brings it back.
-    rt.partition(ns, "pa");
+    // Partition pa (through the admin endpoint): its Service traffic and
+    // exec fail; heal brings it back.
+    let admin = sim.sim.admin_addr.unwrap();
+    let token = sim.sim.clusters[6].token.clone();
+    let (code, body) = common::admin_request(
+        admin,
+        "POST",
+        "/clusters/c6/pods/default/pa/partition",
+        &token,
+        None,
+    )
+    .await;
+    assert_eq!(code, 204, "{body}");
+    assert!(rt.is_partitioned(ns, "pa"));
     until("the service to avoid the partitioned pod", || async {
         (rt.service_backends(ns, "pair") == vec!["default/pb".to_string()]).then_some(())
     })
@@ -455,7 +475,15 @@ async fn two_instances_share_port_5432_and_faults_steer_the_service() {
         exec(&pods, "pb", &["echo", "ok"]).await.unwrap().trim(),
         "ok"
     );
-    rt.heal(ns, "pa");
+    let (code, body) = common::admin_request(
+        admin,
+        "POST",
+        "/clusters/c6/pods/default/pa/heal",
+        &token,
+        None,
+    )
+    .await;
+    assert_eq!(code, 204, "{body}");
     until("the healed pod back in the service", || async {
         (rt.service_backends(ns, "pair").len() == 2).then_some(())
     })

@@ -7,6 +7,9 @@
 //! - `GET|PUT /clusters/{name}/faults` — a `FaultSpec` JSON
 //! - `POST /clusters/{name}/drop-watches`
 //! - `POST /clusters/{name}/compact`
+//! - `POST /clusters/{name}/pods/{namespace}/{pod}/{fault}` — with the process
+//!   runtime: `kill` (kill -9 every container, or `?container=NAME`),
+//!   `freeze`, `thaw`, `partition`, `heal`
 
 use super::SimCluster;
 use super::cluster::Cluster;
@@ -34,6 +37,10 @@ pub async fn serve(clusters: &[SimCluster]) -> anyhow::Result<SocketAddr> {
         .route("/clusters/{name}/faults", get(get_faults).put(put_faults))
         .route("/clusters/{name}/drop-watches", post(drop_watches))
         .route("/clusters/{name}/compact", post(compact))
+        .route(
+            "/clusters/{name}/pods/{namespace}/{pod}/{fault}",
+            post(pod_fault),
+        )
         .with_state(map);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
@@ -103,4 +110,41 @@ async fn compact(
 ) -> Result<StatusCode, StatusCode> {
     authorized(&map, &name, &h)?.store.compact();
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(serde::Deserialize)]
+struct FaultQuery {
+    #[serde(default)]
+    container: String,
+}
+
+/// Pod faults of the process runtime; 409 when the cluster runs another
+/// runtime, 404 for an unknown pod or fault.
+async fn pod_fault(
+    State(map): State<Clusters>,
+    Path((name, ns, pod, fault)): Path<(String, String, String, String)>,
+    axum::extract::Query(q): axum::extract::Query<FaultQuery>,
+    h: HeaderMap,
+) -> Result<StatusCode, (StatusCode, String)> {
+    let c = authorized(&map, &name, &h).map_err(|s| (s, String::new()))?;
+    let rt = super::process::ProcessRuntime::for_cluster(&c).ok_or((
+        StatusCode::CONFLICT,
+        "pod faults need the process runtime".to_string(),
+    ))?;
+    let res = match fault.as_str() {
+        "kill" => rt.kill_container(&ns, &pod, &q.container),
+        "freeze" => rt.freeze(&ns, &pod),
+        "thaw" => rt.thaw(&ns, &pod),
+        "partition" => {
+            rt.partition(&ns, &pod);
+            Ok(())
+        }
+        "heal" => {
+            rt.heal(&ns, &pod);
+            Ok(())
+        }
+        other => Err(anyhow::anyhow!("unknown fault {other}")),
+    };
+    res.map(|_| StatusCode::NO_CONTENT)
+        .map_err(|e| (StatusCode::NOT_FOUND, format!("{e:#}")))
 }

@@ -210,7 +210,7 @@ impl ProcessRuntime {
         };
         pod::bind_to_node(c, v, NODE);
         let ip = match str_at(v, "/status/podIP") {
-            "" => c.ipam.pod_ip(),
+            "" => free_pod_ip(c, v),
             ip => {
                 c.ipam.reserve(ip);
                 ip.to_string()
@@ -312,6 +312,38 @@ impl ProcessRuntime {
             .map(|b| b.pod)
             .collect()
     }
+}
+
+/// A new pod address whose declared container ports are free. Another
+/// process (a second sim, a test running in parallel) may already use the
+/// same loopback range; an address taken there stays reserved here.
+fn free_pod_ip(c: &Cluster, pod: &Value) -> String {
+    let ports: Vec<u16> = proxy::pod_ports(pod)
+        .into_values()
+        .chain(
+            pod.pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .flat_map(|ct| {
+                    ct.get("ports")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                })
+                .filter_map(|p| u16::try_from(p.get("containerPort")?.as_u64()?).ok()),
+        )
+        .collect();
+    for _ in 0..64 {
+        let ip = c.ipam.pod_ip();
+        if ports
+            .iter()
+            .all(|p| std::net::TcpListener::bind((ip.as_str(), *p)).is_ok())
+        {
+            return ip;
+        }
+    }
+    c.ipam.pod_ip()
 }
 
 fn placeholder_user() -> RunUser {

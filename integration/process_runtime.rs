@@ -165,15 +165,18 @@ fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn instance_pod_serves_sql_through_its_service_and_survives_kill_9() {
-    let (sim, rt, client) = sim_at("proc-instance", 5).await;
-    let ns = "default";
-    let pg = PostgresCluster::new(
+/// What pgfleet creates for a PostgresCluster `db` but the Pods: the
+/// ConfigMap with the instance script, the Secrets, the Services and the
+/// PVCs of `ordinals`.
+async fn instance_objects(
+    client: &kube::Client,
+    ns: &str,
+    ordinals: &[u32],
+) -> (PostgresCluster, build::Owner) {
+    let mut pg = PostgresCluster::new(
         "db",
-        serde_json::from_value(json!({"clusterSize": 1, "version": "15"})).unwrap(),
+        serde_json::from_value(json!({"clusterSize": 2, "version": "15"})).unwrap(),
     );
-    let mut pg = pg;
     pg.metadata.namespace = Some(ns.into());
     pg.metadata.uid = Some("u-1".into());
     let o = build::Owner::of(&pg, 0);
@@ -187,28 +190,97 @@ async fn instance_pod_serves_sql_through_its_service_and_survives_kill_9() {
         .await
         .unwrap();
     let secrets = Api::<Secret>::namespaced(client.clone(), ns);
-    secrets
-        .create(
-            &pp,
-            &obj(build::secret(&o, "superuser", "postgres", "s3cret")),
-        )
-        .await
-        .unwrap();
-    secrets
-        .create(
-            &pp,
-            &obj(build::secret(&o, "replication", "replicator", "r3pl")),
-        )
-        .await
-        .unwrap();
-    let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
-    pvcs.create(&pp, &obj(build::pvc(&o, &pg, 0)))
-        .await
-        .unwrap();
+    for (which, user, pw) in [
+        ("superuser", "postgres", "s3cret"),
+        ("replication", "replicator", "r3pl"),
+    ] {
+        secrets
+            .create(&pp, &obj(build::secret(&o, which, user, pw)))
+            .await
+            .unwrap();
+    }
     let services = Api::<Service>::namespaced(client.clone(), ns);
     for s in build::services(&o) {
         services.create(&pp, &obj(s)).await.unwrap();
     }
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
+    for n in ordinals {
+        pvcs.create(&pp, &obj(build::pvc(&o, &pg, *n)))
+            .await
+            .unwrap();
+    }
+    (pg, o)
+}
+
+fn cluster_ip(s: Service) -> String {
+    s.spec.and_then(|s| s.cluster_ip).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_clones_and_streams_through_the_rw_service() {
+    let (_sim, _rt, client) = sim_at("proc-replica", 7).await;
+    let ns = "default";
+    let (pg, o) = instance_objects(&client, ns, &[0, 1]).await;
+    let pp = PostParams::default();
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let services = Api::<Service>::namespaced(client.clone(), ns);
+    pods.create(&pp, &obj(build::pod(&o, &pg, 0, "primary", "initdb")))
+        .await
+        .unwrap();
+    ready_pod(&pods, "db-0", 0).await;
+    let rw = cluster_ip(services.get("db-rw").await.unwrap());
+    let ro = cluster_ip(services.get("db-ro").await.unwrap());
+    // The replica streams through a slot named after it (the manager's job
+    // in a real cluster), from the -rw Service its conninfo names.
+    psql_eventually(
+        &rw,
+        "s3cret",
+        "SELECT pg_create_physical_replication_slot('db_1')",
+    )
+    .await;
+    psql_eventually(
+        &rw,
+        "s3cret",
+        "CREATE TABLE t (n int); INSERT INTO t SELECT generate_series(1, 10)",
+    )
+    .await;
+    pods.create(&pp, &obj(build::pod(&o, &pg, 1, "replica", "clone")))
+        .await
+        .unwrap();
+    ready_pod(&pods, "db-1", 0).await;
+    psql_eventually(
+        &rw,
+        "s3cret",
+        "INSERT INTO t SELECT generate_series(11, 20)",
+    )
+    .await;
+    until("the rows to reach the replica through -ro", || async {
+        (psql(&ro, "s3cret", "SELECT count(*) FROM t").as_deref() == Some("20")).then_some(())
+    })
+    .await;
+    assert_eq!(
+        psql(&ro, "s3cret", "SELECT pg_is_in_recovery()").as_deref(),
+        Some("t")
+    );
+    assert_eq!(
+        psql(
+            &rw,
+            "s3cret",
+            "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'db-1'"
+        )
+        .as_deref(),
+        Some("1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_pod_serves_sql_through_its_service_and_survives_kill_9() {
+    let (sim, rt, client) = sim_at("proc-instance", 5).await;
+    let ns = "default";
+    let (pg, o) = instance_objects(&client, ns, &[0]).await;
+    let pp = PostParams::default();
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
+    let services = Api::<Service>::namespaced(client.clone(), ns);
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
     pods.create(&pp, &obj(build::pod(&o, &pg, 0, "primary", "initdb")))
         .await

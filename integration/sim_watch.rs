@@ -404,3 +404,59 @@ async fn dropped_watches_end_open_streams() {
     let mut again = watch(&api, &WatchParams::default(), &rv).await;
     assert_eq!(next_change(&mut again).await, ev("ADDED", "a"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_lists_gets_and_watches() {
+    use kube::core::PartialObjectMeta;
+    let s = start("metadata").await;
+    let client = s.client().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    api.create(&Default::default(), &cm("a", json!({"w": "1"})))
+        .await
+        .unwrap();
+    let meta: Api<PartialObjectMeta<ConfigMap>> = Api::default_namespaced(client.clone());
+
+    let list = meta.list(&Default::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let types = list.items[0].types.clone().unwrap();
+    assert_eq!(
+        (types.kind.as_str(), types.api_version.as_str()),
+        ("PartialObjectMetadata", "meta.k8s.io/v1")
+    );
+    let one = api.get_metadata("a").await.unwrap();
+    assert_eq!(one.types.unwrap().kind, "PartialObjectMetadata");
+    assert_eq!(one.metadata.labels.unwrap()["w"], "1");
+    // The raw answer carries no data, only metadata.
+    let req = axum::http::Request::get("/api/v1/namespaces/default/configmaps")
+        .header(
+            "Accept",
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        )
+        .body(vec![])
+        .unwrap();
+    let raw: serde_json::Value = client.request(req).await.unwrap();
+    assert_eq!(raw["kind"], "PartialObjectMetadataList");
+    assert!(raw["items"][0].get("data").is_none(), "{raw}");
+
+    // A metadata watcher sees changes as PartialObjectMetadata.
+    let mut w = watcher(meta, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut names = BTreeSet::new();
+    api.create(&Default::default(), &cm("b", json!({})))
+        .await
+        .unwrap();
+    tokio::time::timeout(PATIENCE, async {
+        while !names.contains("b") {
+            match w.try_next().await.unwrap().unwrap() {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                    assert_eq!(o.types.as_ref().unwrap().kind, "PartialObjectMetadata");
+                    names.insert(o.metadata.name.unwrap());
+                }
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("the metadata watcher to see b");
+}

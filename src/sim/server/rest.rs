@@ -194,6 +194,39 @@ pub fn object_response(code: StatusCode, o: &Arc<StoredObject>) -> Response<Body
     }
 }
 
+/// Whether the client asked for `meta.k8s.io/v1` `PartialObjectMetadata`
+/// (kube-rs `Api<PartialObjectMeta<K>>`, client-go metadata informers):
+/// objects reduced to their metadata, lists as `PartialObjectMetadataList`.
+pub fn wants_metadata(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|a| a.split(',').next())
+        .is_some_and(|first| first.contains("as=PartialObjectMetadata"))
+}
+
+/// An object as `PartialObjectMetadata`.
+pub fn metadata_only(v: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": v.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// The response for one object, honouring a metadata-only Accept header.
+fn object_response_for(
+    headers: &axum::http::HeaderMap,
+    code: StatusCode,
+    o: &Arc<StoredObject>,
+) -> Response<Body> {
+    if wants_metadata(headers) {
+        json_response(code, &metadata_only(&o.value))
+    } else {
+        object_response(code, o)
+    }
+}
+
 fn wants_table(headers: &axum::http::HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
@@ -294,6 +327,11 @@ fn list(
             chrono::Utc::now(),
         );
         return Ok(json_response(StatusCode::OK, &t));
+    }
+    if wants_metadata(headers) {
+        let items: Vec<Value> = selected.iter().map(|o| metadata_only(&o.value)).collect();
+        let l = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": items});
+        return Ok(json_response(StatusCode::OK, &l));
     }
     let mut buf =
         BytesMut::with_capacity(128 + selected.iter().map(|o| o.json.len() + 1).sum::<usize>());
@@ -453,7 +491,7 @@ async fn object(
                 );
                 return Ok(json_response(StatusCode::OK, &tb));
             }
-            Ok(object_response(StatusCode::OK, &o))
+            Ok(object_response_for(&headers, StatusCode::OK, &o))
         }
         Method::PUT => {
             let body = read_body(req).await?;
@@ -466,7 +504,7 @@ async fn object(
                 false,
                 |_| Ok(body),
             )?;
-            Ok(object_response(StatusCode::OK, &o))
+            Ok(object_response_for(&headers, StatusCode::OK, &o))
         }
         Method::PATCH => patch_object(ctx, t, name, Sub::Main, q, req).await,
         Method::DELETE => {
@@ -507,9 +545,11 @@ async fn patch_object(
         opts.is_apply = true;
         let rt = t.rt.clone();
         let now = crate::sim::cluster::now_rfc3339();
+        let created = std::cell::Cell::new(false);
         let o = ctx
             .cluster
             .write(&t.rt, &t.ns, name, sub, &opts, sub == Sub::Main, |cur| {
+                created.set(cur.is_none());
                 let mut applied = p.clone();
                 if applied.get("apiVersion").and_then(Value::as_str) != Some(&rt.api_version())
                     || applied.get("kind").and_then(Value::as_str) != Some(&rt.kind)
@@ -540,11 +580,13 @@ async fn patch_object(
                         other => ApiError::new(422, "Invalid", other.to_string()),
                     })
             })?;
-        let created = o.value.pointer("/metadata/managedFields").is_some()
-            && o.value.pointer("/metadata/generation") == Some(&json!(1))
-            && o.rv() == ctx.cluster.store.current_rv();
-        let _ = created;
-        return Ok(object_response(StatusCode::OK, &o));
+        // 201 when the apply created the object, as kube answers.
+        let code = if created.get() {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        return Ok(object_response_for(&headers, code, &o));
     }
     let rt = t.rt.clone();
     let o = ctx
@@ -553,7 +595,7 @@ async fn patch_object(
             let cur = cur.cloned().unwrap_or_default();
             apply_patch(&rt, &ct, &cur, &p)
         })?;
-    Ok(object_response(StatusCode::OK, &o))
+    Ok(object_response_for(&headers, StatusCode::OK, &o))
 }
 
 async fn status(

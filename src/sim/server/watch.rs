@@ -2,7 +2,8 @@
 //! resourceVersion, `410 Gone` (as an ERROR event) for versions older than the
 //! history, bookmarks, streaming lists (`sendInitialEvents`), selector
 //! transitions (an object leaving the selection is DELETED for this watcher),
-//! and Table-shaped objects for `kubectl get -w`.
+//! Table-shaped objects for `kubectl get -w` and `PartialObjectMetadata` for
+//! metadata-only watches.
 
 use super::rest::{Filter, columns};
 use super::{Ctx, Query};
@@ -25,6 +26,8 @@ struct Stream {
     ns: String,
     filter: Filter,
     table: Option<Vec<table::Column>>,
+    /// `PartialObjectMetadata` objects (kube-rs metadata watches).
+    metadata_only: bool,
     tx: mpsc::Sender<Result<Bytes, std::convert::Infallible>>,
 }
 
@@ -41,6 +44,10 @@ impl Stream {
                 );
                 Bytes::from(format!("{}\n", json!({"type": kind, "object": t})))
             }
+            None if self.metadata_only => Bytes::from(format!(
+                "{}\n",
+                json!({"type": kind, "object": super::rest::metadata_only(&obj.value)})
+            )),
             None => {
                 let mut b = Vec::with_capacity(obj.json.len() + 32);
                 b.extend_from_slice(b"{\"type\":\"");
@@ -114,6 +121,7 @@ pub fn watch(
         ns: ns.to_string(),
         filter,
         table: wants_table.then(|| columns(rt)),
+        metadata_only: super::rest::wants_metadata(headers),
         tx,
     };
     let rv: Option<u64> = q

@@ -19,6 +19,8 @@ pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const ANN_HASH: &str = "pgfleet.io/hash";
 pub const ANN_VERSION: &str = "pgfleet.io/version";
 pub const ANN_PARAMETERS: &str = "pgfleet.io/parameters";
+/// On instance pods: the configuration hash the instance last loaded.
+pub const ANN_CONFIG: &str = "pgfleet.io/config-hash";
 
 const DATA_MOUNT: &str = "/var/lib/postgresql/data";
 const CONFIG_MOUNT: &str = "/etc/pgfleet/config";
@@ -116,19 +118,30 @@ pub fn secret(o: &Owner, which: &str, username: &str, password: &str) -> Value {
     })
 }
 
+/// The configuration of every instance. Its hash is also written into
+/// postgresql.conf, so `pgfleet-instance reload <hash>` can wait until the
+/// kubelet has refreshed the mounted ConfigMap (which lags on real clusters).
 pub fn config_map(o: &Owner, params: &BTreeMap<String, String>, pg_hba: &[String]) -> Value {
-    let mut obj = json!({
+    let h = content_hash(
+        &json!({"params": params, "hba": pg_hba, "script": postgres::INSTANCE_SCRIPT}),
+    );
+    let conf = format!(
+        "{}# pgfleet-config-hash: {h}\n",
+        postgres::render_postgresql_conf(params)
+    );
+    json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": o.meta(&o.config_name(), &[], true),
+        "metadata": {
+            "name": o.config_name(), "namespace": o.namespace, "labels": o.labels(),
+            "ownerReferences": o.reference(),
+            "annotations": {ANN_HASH: h, ANN_PARAMETERS: serde_json::to_string(params).unwrap_or_default()},
+        },
         "data": {
-            "postgresql.conf": postgres::render_postgresql_conf(params),
+            "postgresql.conf": conf,
             "pg_hba.conf": postgres::render_pg_hba(pg_hba),
             "pgfleet-instance": postgres::INSTANCE_SCRIPT,
         },
-    });
-    obj["metadata"]["annotations"] =
-        json!({ANN_PARAMETERS: serde_json::to_string(params).unwrap_or_default()});
-    with_hash(obj)
+    })
 }
 
 pub fn pvc(o: &Owner, pg: &PostgresCluster, ordinal: u32) -> Value {

@@ -6,7 +6,8 @@
 //! keeps the manager small per managed PostgresCluster.
 
 use super::build::{
-    ANN_HASH, ANN_PARAMETERS, ANN_VERSION, LABEL_CLUSTER, LABEL_KIND, LABEL_MANAGED_BY, LABEL_ROLE,
+    ANN_CONFIG, ANN_HASH, ANN_PARAMETERS, ANN_VERSION, LABEL_CLUSTER, LABEL_KIND, LABEL_MANAGED_BY,
+    LABEL_ROLE,
 };
 use super::plan::{Observed, PodInfo};
 use crate::crd::PostgresCluster;
@@ -106,6 +107,7 @@ impl ChildIndex {
                         deleting: meta.deletion_timestamp.is_some(),
                         hash: ann(ANN_HASH),
                         version: ann(ANN_VERSION),
+                        config: ann(ANN_CONFIG),
                     },
                 );
             }

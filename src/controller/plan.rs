@@ -17,6 +17,8 @@ pub struct PodInfo {
     pub deleting: bool,
     pub hash: Option<String>,
     pub version: Option<String>,
+    /// The configuration hash the instance last loaded.
+    pub config: Option<String>,
 }
 
 /// Children of one PostgresCluster, as observed (from the watch caches).

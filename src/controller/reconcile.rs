@@ -228,13 +228,24 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
                 )
                 .await
             {
-                Ok(_) => {
+                Ok(_) if obs.pvcs.is_empty() => {
                     event(
                         &ctx,
                         &pg,
                         EventType::Normal,
                         "CreatedSecret",
                         format!("generated {which} credentials in Secret {sname}"),
+                    )
+                    .await
+                }
+                // Never silent: the instances still hold the old password.
+                Ok(_) => {
+                    event(
+                        &ctx,
+                        &pg,
+                        EventType::Warning,
+                        "CredentialsRegenerated",
+                        format!("Secret {sname} was deleted; new {which} credentials were generated, but existing instances keep the old password until it is changed in PostgreSQL (ALTER ROLE)"),
                     )
                     .await
                 }
@@ -280,33 +291,18 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
                     pending.push(p);
                 }
             }
-            let ready: Vec<&String> = obs
-                .pods
-                .values()
-                .filter(|p| p.ready)
-                .map(|p| &p.name)
-                .collect();
-            for pod in &ready {
-                postgres::exec::run_verb(
-                    &ctx.client,
-                    &ns,
-                    pod,
-                    &["reload"],
-                    Duration::from_secs(30),
-                )
-                .await?;
-            }
+            let ready = obs.pods.values().filter(|p| p.ready).count();
             // Restart-only changes are reloaded too (PostgreSQL then flags
             // them pending), but only reload-only ones make a Reloaded event.
-            if !ready.is_empty() && !reload.is_empty() {
+            if ready > 0 && !reload.is_empty() {
                 event(
                     &ctx,
                     &pg,
                     EventType::Normal,
                     "Reloaded",
                     format!(
-                        "configuration reloaded on {} instances (changed: {})",
-                        ready.len(),
+                        "configuration reloading on {} instances (changed: {})",
+                        ready,
                         reload.join(", ")
                     ),
                 )
@@ -332,6 +328,31 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             )
             .await;
         }
+    }
+    // Every ready instance loads the current configuration exactly once; a
+    // failed reload is retried on the next round (the pod's annotation says
+    // what it last loaded).
+    let cm_hash = cm["metadata"]["annotations"][ANN_HASH]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    for p in obs.pods.values().filter(|p| p.ready && !p.deleting) {
+        if p.config.as_deref() == Some(cm_hash.as_str()) {
+            continue;
+        }
+        postgres::exec::run_verb(
+            &ctx.client,
+            &ns,
+            &p.name,
+            &["reload", &cm_hash],
+            Duration::from_secs(120),
+        )
+        .await?;
+        let patch = json!({"metadata": {"annotations": {build::ANN_CONFIG: cm_hash}}});
+        Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+            .patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kerr("annotate", "Pod", &p.name))?;
     }
     for svc in build::services(&owner) {
         let sname = svc["metadata"]["name"]
@@ -382,7 +403,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             &ctx,
             &ns,
             "Pod",
-            &build::pod(&owner, &pg, *o, role_of(*o), init),
+            &with_config(build::pod(&owner, &pg, *o, role_of(*o), init), &cm_hash),
         )
         .await?;
         instance_event(
@@ -403,7 +424,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             &ctx,
             &ns,
             "Pod",
-            &build::pod(&owner, &pg, *o, role_of(*o), "clone"),
+            &with_config(build::pod(&owner, &pg, *o, role_of(*o), "clone"), &cm_hash),
         )
         .await?;
         instance_event(
@@ -474,6 +495,12 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     } else {
         Action::requeue(Duration::from_secs(10))
     })
+}
+
+/// A new instance starts with the current configuration.
+fn with_config(mut pod: Value, hash: &str) -> Value {
+    pod["metadata"]["annotations"][build::ANN_CONFIG] = json!(hash);
+    pod
 }
 
 fn status_input<'a>(

@@ -170,7 +170,16 @@ cmd_fence() {
 
 cmd_unfence() { rm -f "$FENCE"; echo "{\"contract\":$CONTRACT,\"fenced\":false}"; }
 
+# `reload [HASH]`: with a hash, first wait until the mounted ConfigMap
+# carries it (the kubelet refreshes ConfigMap volumes with a delay).
 cmd_reload() {
+  if [ -n "${2:-}" ]; then
+    n=0
+    until grep -q "pgfleet-config-hash: $2" "$CONFIG/postgresql.conf"; do
+      n=$((n + 1)); [ "$n" -le 110 ] || { log "configuration $2 not mounted yet"; exit 75; }
+      sleep 1
+    done
+  fi
   configure
   "$(bin pg_ctl)" -D "$PGDATA" reload >&2
   echo "{\"contract\":$CONTRACT,\"reloaded\":true}"
@@ -200,7 +209,7 @@ case "${1:-}" in
   demote) cmd_demote ;;
   fence) cmd_fence ;;
   unfence) cmd_unfence ;;
-  reload) cmd_reload ;;
+  reload) cmd_reload "$@" ;;
   checkpoint) cmd_checkpoint ;;
   slots) cmd_slots "$@" ;;
   version) echo "{\"contract\":$CONTRACT}" ;;

@@ -133,7 +133,7 @@ impl PodRun {
         self.changed.notify_one();
         let mut stop = self.stop.subscribe();
         let mut handles = vec![];
-        loop {
+        while !self.stopping() {
             let Some(c) = cluster.upgrade() else { return };
             match self.create_containers(&c) {
                 Ok(cs) => {
@@ -165,9 +165,6 @@ impl PodRun {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = stop.changed() => break,
-            }
-            if self.stopping() {
-                break;
             }
         }
         for h in handles {

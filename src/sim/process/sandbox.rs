@@ -5,22 +5,23 @@
 //!
 //! ```text
 //! setpriv --pdeathsig KILL --                  # dies with the runtime thread
-//!   unshare --mount --pid --fork --kill-child --mount-proc --propagation private --
+//!   unshare --mount --pid --uts --fork --kill-child --mount-proc --propagation private --
 //!     /bin/sh -c '<bind mounts>; mount --bind <hosts> /etc/hosts;
-//!                 mount --bind <tmp> /tmp; cd <workingDir>;
+//!                 mount --bind <tmp> /tmp; hostname <pod>; cd <workingDir>;
 //!                 exec setpriv --pdeathsig KILL --reuid=postgres --regid=postgres \
 //!                      --init-groups -- "$@"' sh <argv>
 //! ```
 //!
 //! The private mount namespace makes the Pod spec's absolute mount paths
 //! resolve to the volume directories, gives each Pod its own /tmp (where
-//! PostgreSQL puts its socket) and its own /etc/hosts (the runtime's DNS). The
+//! PostgreSQL puts its socket) and its own /etc/hosts (the runtime's DNS); the
+//! UTS namespace gives it the Pod's hostname. The
 //! PID namespace makes the container's main process PID 1 there: when it
 //! exits, the kernel kills everything else in the container, as it does in a
 //! real one, and `--pdeathsig` (outside, and again after the uid change,
 //! which clears the one `--kill-child` set) ties the container's life to the
 //! runtime: when the runtime's process or thread ends, so does the container. `pods/exec` and exec probes enter the same namespaces with
-//! `nsenter --mount --pid` and drop to the same user with `setpriv`.
+//! `nsenter --mount --pid --uts` and drop to the same user with `setpriv`.
 
 use super::spec::ContainerSpec;
 use super::volumes::{PodDirs, RunUser};
@@ -41,7 +42,7 @@ impl Entry {
     pub fn command(&self, argv: &[String]) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new("nsenter");
         cmd.arg(format!("--target={}", self.pid))
-            .args(["--mount", "--pid"])
+            .args(["--mount", "--pid", "--uts"])
             .arg(format!("--wd={}", self.working_dir))
             .args(["--", "setpriv", "--pdeathsig", "KILL"])
             .arg(format!("--reuid={}", self.user.uid))
@@ -139,6 +140,9 @@ pub fn script(spec: &ContainerSpec, user: &RunUser, dirs: &PodDirs) -> String {
             s.push_str(&format!("mount -o remount,bind,ro {tgt}\n"));
         }
     }
+    if let Some((_, h)) = spec.env.iter().find(|(k, _)| k == "HOSTNAME") {
+        s.push_str(&format!("hostname {} 2>/dev/null || true\n", q(h)));
+    }
     s.push_str(&format!(
         "cd {} 2>/dev/null || cd /\nexec setpriv --pdeathsig KILL --reuid={} --regid={} --init-groups -- \"$@\"\n",
         q(&spec.working_dir),
@@ -161,6 +165,7 @@ pub fn spawn(
         "unshare",
         "--mount",
         "--pid",
+        "--uts",
         "--fork",
     ])
     .args([

@@ -102,8 +102,7 @@ impl Container {
         let s = self.state();
         let state = if let Some(t) = &s.terminated {
             json!({"terminated": t})
-        } else if let (Some(pid), Some(at)) = (s.pid, &s.started_at) {
-            let _ = pid;
+        } else if let (Some(_), Some(at)) = (s.pid, &s.started_at) {
             json!({"running": {"startedAt": at}})
         } else {
             let (reason, message) = s.waiting.clone().unwrap_or_default();

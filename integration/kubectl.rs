@@ -547,3 +547,46 @@ fn explain_reads_the_crd_schema() {
     let out = k.ok(&["explain", "postgresclusters.spec"]);
     assert!(out.contains("failoverDelay"), "{out}");
 }
+
+#[test]
+fn create_generators_for_namespaces_configmaps_secrets_and_serviceaccounts() {
+    // These send protobuf bodies (client-go's default for built-in kinds).
+    let s = TestSim::start_blocking(options(&temp_dir("kubectl-create"), false));
+    let k = Kubectl::new(&s);
+    k.ok(&["create", "namespace", "team-a"]);
+    assert_eq!(
+        k.json(&["get", "ns", "team-a"])["status"]["phase"],
+        "Active"
+    );
+    k.ok(&[
+        "create",
+        "configmap",
+        "cfg",
+        "-n",
+        "team-a",
+        "--from-literal=a=1",
+        "--from-literal=b=two",
+    ]);
+    let cm = k.json(&["get", "cm", "cfg", "-n", "team-a"]);
+    assert_eq!(
+        (cm["data"]["a"].as_str(), cm["data"]["b"].as_str()),
+        (Some("1"), Some("two"))
+    );
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "pw",
+        "-n",
+        "team-a",
+        "--from-literal=password=hunter2",
+    ]);
+    let sec = k.json(&["get", "secret", "pw", "-n", "team-a"]);
+    assert_eq!(sec["data"]["password"], "aHVudGVyMg==");
+    assert_eq!(sec["type"], "Opaque");
+    k.ok(&["create", "serviceaccount", "bot", "-n", "team-a"]);
+    k.ok(&["get", "sa", "bot", "-n", "team-a"]);
+    // Kinds without a protobuf decoder are refused with a message naming the way out.
+    let (_, err) = k.fails(&["create", "deployment", "d", "--image=x"]);
+    assert!(err.contains("Deployment") && err.contains("apply"), "{err}");
+}

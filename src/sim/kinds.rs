@@ -95,9 +95,14 @@ fn service(cluster: &Cluster, old: Option<&Value>, v: &mut Value) -> Result<(), 
     Ok(())
 }
 
-/// `stringData` is write-only: merged into `data` (base64), as kube does.
+/// The type defaults to Opaque; `stringData` is write-only: merged into
+/// `data` (base64), as kube does.
 fn secret_string_data(v: &mut Value) {
     use base64::Engine;
+    // kube defaults the type of every Secret, with or without stringData.
+    if v.get("type").is_none_or(|t| t.as_str() == Some("")) {
+        v["type"] = json!("Opaque");
+    }
     let Some(sd) = v.as_object_mut().and_then(|o| o.remove("stringData")) else {
         return;
     };
@@ -109,9 +114,6 @@ fn secret_string_data(v: &mut Value) {
             let raw = val.as_str().unwrap_or_default();
             v["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(raw));
         }
-    }
-    if v.get("type").is_none() {
-        v["type"] = json!("Opaque");
     }
 }
 

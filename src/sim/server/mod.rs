@@ -5,6 +5,7 @@
 
 mod discovery;
 mod exec;
+mod protobuf;
 mod query;
 mod rest;
 mod watch;

@@ -159,10 +159,19 @@ async fn read_raw(req: Request<Body>) -> Result<(String, Bytes), ApiError> {
 }
 
 fn parse_body(ct: &str, b: &[u8]) -> Result<Value, ApiError> {
-    // client-go sends built-in kinds as protobuf (`kubectl create configmap`
-    // and the other generators do). There is no protobuf codec here; answer
-    // 415 as kube does for a media type it cannot decode, naming what works.
-    if ct.contains("protobuf") || ct.contains("cbor") {
+    // client-go sends built-in kinds as protobuf (`kubectl create namespace`,
+    // `configmap` and the other generators do). A few kinds are decoded; the
+    // rest get 415, as kube answers for a media type it cannot decode.
+    if ct.contains("protobuf") {
+        return super::protobuf::decode(b).map_err(|e| {
+            ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!("the body of the request was in an unknown format: {e}"),
+            )
+        });
+    }
+    if ct.contains("cbor") {
         return Err(ApiError::new(
             415,
             "UnsupportedMediaType",

@@ -9,16 +9,16 @@
 use crate::crd::{self, PostgresCluster, PostgresClusterSpec};
 use crate::sim::{self, RuntimeKind, SimOptions};
 use anyhow::{Context, Result};
-use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use futures::stream::{self, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, Resource};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+mod fanout;
 
 const NS: &str = "default";
 const STAMP: &str = "bench.pgfleet.io/stamp";
@@ -52,12 +52,15 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> Result<()> {
+    let positive = [
+        args.objects,
+        args.watchers,
+        args.writers,
+        args.concurrency,
+        args.repeat,
+    ];
     anyhow::ensure!(
-        args.objects > 0
-            && args.watchers > 0
-            && args.writers > 0
-            && args.concurrency > 0
-            && args.repeat > 0,
+        !positive.contains(&0),
         "--objects, --watchers, --writers, --concurrency and --repeat must be positive"
     );
     let dir = std::env::temp_dir().join(format!("pgfleet-bench-emulator-{}", std::process::id()));
@@ -66,37 +69,55 @@ pub async fn run(args: Args) -> Result<()> {
     out
 }
 
-/// One line of the result table; `ratio` is measured cost over floor cost.
-struct Row {
-    figure: String,
-    value: String,
-    floor: String,
-    ratio: Option<f64>,
-}
+/// The result: figure, value, floor, ratio (measured cost ÷ floor cost).
+#[derive(Default)]
+struct Table(Vec<[String; 4]>);
 
-fn row(figure: impl Into<String>, value: String, floor: Option<String>, ratio: Option<f64>) -> Row {
-    Row {
-        figure: figure.into(),
-        value,
-        floor: floor.unwrap_or_else(|| "-".into()),
-        ratio,
+impl Table {
+    fn add(&mut self, figure: impl Into<String>, value: String, floor: &str, ratio: Option<f64>) {
+        let ratio = ratio.map_or_else(|| "-".into(), |r| format!("{r:.1}x"));
+        self.0.push([figure.into(), value, floor.into(), ratio]);
     }
-}
 
-/// A rate row: `n` operations in `took`, against `n` in `floor`.
-fn rate(figure: impl Into<String>, n: usize, took: Duration, floor: Duration, unit: &str) -> Row {
-    let r = |d: Duration| format!("{} {unit}", thousands(n as f64 / d.as_secs_f64().max(1e-9)));
-    row(figure, r(took), Some(r(floor)), Some(ratio(took, floor)))
-}
+    /// `n` operations took `took`, against `floor` for the same `n` (if any);
+    /// shown as milliseconds and/or a rate.
+    fn timed(
+        &mut self,
+        fig: impl Into<String>,
+        n: usize,
+        took: Duration,
+        floor: Option<Duration>,
+        unit: &str,
+    ) {
+        let show = |d: Duration| {
+            let rate = thousands(n as f64 / d.as_secs_f64().max(1e-9));
+            match unit {
+                "ops/s" => format!("{rate} {unit}"),
+                _ => format!("{:.1} ms, {rate} {unit}", d.as_secs_f64() * 1e3),
+            }
+        };
+        let r = floor.map(|f| took.as_secs_f64() / f.as_secs_f64().max(1e-9));
+        self.add(fig, show(took), &floor.map_or("-".into(), show), r);
+    }
 
-/// A duration row in milliseconds.
-fn millis(figure: impl Into<String>, took: Duration, floor: Duration) -> Row {
-    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
-    row(figure, ms(took), Some(ms(floor)), Some(ratio(took, floor)))
-}
-
-fn ratio(took: Duration, floor: Duration) -> f64 {
-    took.as_secs_f64() / floor.as_secs_f64().max(1e-9)
+    fn print(&self) {
+        let width = |i: usize| {
+            self.0
+                .iter()
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        };
+        let (w, v, f) = (width(0), width(1).max(5), width(2).max(5));
+        println!(
+            "{:<w$}  {:>v$}  {:>f$}  {:>6}",
+            "figure", "value", "floor", "ratio"
+        );
+        println!("{}", "-".repeat(w + v + f + 12));
+        for [fig, val, floor, ratio] in &self.0 {
+            println!("{fig:<w$}  {val:>v$}  {floor:>f$}  {ratio:>6}");
+        }
+    }
 }
 
 fn thousands(x: f64) -> String {
@@ -111,50 +132,32 @@ fn thousands(x: f64) -> String {
     out
 }
 
-fn print_table(rows: &[Row]) {
-    let w = rows
-        .iter()
-        .map(|r| r.figure.len())
-        .max()
-        .unwrap_or(6)
-        .max(6);
-    let v = rows
-        .iter()
-        .map(|r| r.value.len().max(r.floor.len()))
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    println!(
-        "{:<w$}  {:>v$}  {:>v$}  {:>8}",
-        "figure", "value", "floor", "ratio"
-    );
-    println!("{}", "-".repeat(w + 2 * v + 14));
-    for r in rows {
-        let ratio = r
-            .ratio
-            .map(|x| format!("{x:.1}x"))
-            .unwrap_or_else(|| "-".into());
-        println!(
-            "{:<w$}  {:>v$}  {:>v$}  {:>8}",
-            r.figure, r.value, r.floor, ratio
-        );
-    }
-}
-
 /// Resident set size of this process, in bytes.
 fn rss() -> Result<u64> {
     let status =
         std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
-    let line = status
+    let kb = status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .context("no VmRSS in /proc/self/status")?;
-    let kb: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .context("unreadable VmRSS")?;
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .context("no readable VmRSS in /proc/self/status")?;
     Ok(kb * 1024)
+}
+
+/// CPU time of this process (all threads), in seconds.
+fn cpu_secs() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+    let after_comm = stat
+        .rsplit_once(')')
+        .context("unreadable /proc/self/stat")?
+        .1;
+    // utime and stime are fields 14 and 15 (the text after the command name
+    // starts at field 3), in USER_HZ = 100 ticks per second.
+    let mut ticks = 0;
+    for field in after_comm.split_whitespace().skip(11).take(2) {
+        ticks += field.parse::<u64>().context("unreadable /proc/self/stat")?;
+    }
+    Ok(ticks as f64 / 100.0)
 }
 
 fn mib(b: u64) -> String {
@@ -180,61 +183,92 @@ fn pgc_name(i: usize) -> String {
 }
 
 fn pgc(i: usize) -> Result<PostgresCluster> {
-    let spec: PostgresClusterSpec = serde_json::from_value(
-        json!({"clusterSize": 3, "version": "15", "storage": {"size": "10Gi"}}),
-    )
-    .context("building a PostgresCluster spec")?;
+    let spec = json!({"clusterSize": 3, "version": "15", "storage": {"size": "10Gi"}});
+    let spec: PostgresClusterSpec = serde_json::from_value(spec).context("building a spec")?;
     let mut o = PostgresCluster::new(&pgc_name(i), spec);
     o.metadata.namespace = Some(NS.into());
     o.metadata.labels = Some([("tier".to_string(), format!("t{}", i % 4))].into());
     Ok(o)
 }
 
-/// Creates `n` objects through the API, `conc` in flight; the time taken.
+/// Creates `n` objects through the API, `conc` in flight; the time taken, and
+/// the floor: the four JSON passes of any JSON API round trip per object
+/// (client encodes, server decodes, server encodes, client decodes).
 async fn create_all<K>(
     api: &Api<K>,
     n: usize,
     conc: usize,
     make: fn(usize) -> Result<K>,
-) -> Result<Duration>
+) -> Result<(Duration, Duration)>
 where
-    K: Clone + Serialize + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K: Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
     let t = Instant::now();
     stream::iter(0..n)
         .map(|i| async move {
             let obj = make(i)?;
+            let what = || format!("creating object {i}");
             api.create(&PostParams::default(), &obj)
                 .await
-                .with_context(|| format!("creating object {i}"))
+                .with_context(what)
         })
         .buffer_unordered(conc)
         .try_for_each(|_| async { Ok(()) })
         .await?;
-    Ok(t.elapsed())
+    let took = t.elapsed();
+    Ok((
+        took,
+        roundtrip_floor(&(0..n).map(make).collect::<Result<Vec<_>>>()?)?,
+    ))
 }
 
-/// Floor of a create or update: the four JSON passes of any JSON API round
-/// trip (client encodes, server decodes, server encodes, client decodes).
 fn roundtrip_floor<K: Serialize + DeserializeOwned>(objs: &[K]) -> Result<Duration> {
     let t = Instant::now();
     for o in objs {
-        let req = serde_json::to_vec(o)?;
-        let v: Value = serde_json::from_slice(&req)?;
-        let resp = serde_json::to_vec(&v)?;
-        let back: K = serde_json::from_slice(&resp)?;
+        let v: Value = serde_json::from_slice(&serde_json::to_vec(o)?)?;
+        let back: K = serde_json::from_slice(&serde_json::to_vec(&v)?)?;
         std::hint::black_box(back);
     }
     Ok(t.elapsed())
 }
 
-/// Floor of a LIST: encoding and decoding the same objects in process.
-fn list_floor<K: Serialize + DeserializeOwned>(items: &[K]) -> Result<Duration> {
-    let t = Instant::now();
+/// Floor of a LIST: decoding the same objects from JSON, which any client of
+/// any JSON API server pays (this server encodes each object once, on write,
+/// so encoding is not on the LIST path).
+fn decode_floor<K: Serialize + DeserializeOwned>(items: &[K]) -> Result<Duration> {
     let bytes = serde_json::to_vec(items)?;
-    let back: Vec<K> = serde_json::from_slice(&bytes)?;
-    std::hint::black_box(back);
-    Ok(t.elapsed())
+    let t = Instant::now();
+    let back = std::hint::black_box(serde_json::from_slice::<Vec<K>>(&bytes)?);
+    let took = t.elapsed();
+    drop(back);
+    Ok(took)
+}
+
+/// A full LIST of the pods as bytes, not decoded (server and transport
+/// only); the bytes and pages. The continue token is read from the list
+/// metadata, which this server writes before the items.
+async fn raw_list(client: &Client, page: Option<u32>) -> Result<(usize, usize)> {
+    let (mut bytes, mut pages, mut cont) = (0, 0, None::<String>);
+    loop {
+        let mut lp = ListParams::default();
+        if let Some(p) = page {
+            lp = lp.limit(p);
+        }
+        if let Some(c) = &cont {
+            lp = lp.continue_token(c);
+        }
+        let req = kube::core::Request::new(Pod::url_path(&(), Some(NS))).list(&lp)?;
+        let body = client.request_text(req).await.context("raw LIST")?;
+        (bytes, pages) = (bytes + body.len(), pages + 1);
+        let head = &body[..body.find("\"items\"").unwrap_or(0)];
+        cont = head
+            .split_once("\"continue\":\"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(token, _)| token.to_string());
+        if cont.is_none() {
+            return Ok((bytes, pages));
+        }
+    }
 }
 
 /// A full LIST (following `continue` when `page` is set); the items.
@@ -242,8 +276,7 @@ async fn list_all<K>(api: &Api<K>, page: Option<u32>) -> Result<Vec<K>>
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let mut out = vec![];
-    let mut cont: Option<String> = None;
+    let (mut out, mut cont) = (vec![], None::<String>);
     loop {
         let mut lp = ListParams::default();
         if let Some(p) = page {
@@ -266,163 +299,46 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
-/// Times `f` `reps` times; the median.
-async fn timed<T, F: std::future::Future<Output = Result<T>>>(
+/// Runs `f` `reps` times; the median time and the last result.
+async fn repeat<T, F: Future<Output = Result<T>>>(
     reps: usize,
     mut f: impl FnMut() -> F,
 ) -> Result<(Duration, T)> {
-    let mut times = vec![];
-    let mut last = None;
+    let (mut times, mut last) = (vec![], None);
     for _ in 0..reps {
+        drop(last.take());
         let t = Instant::now();
-        last = Some(f().await?);
-        times.push(t.elapsed());
+        let r = f().await?;
+        times.push(t.elapsed()); // freeing the result is not part of it
+        last = Some(r);
     }
     Ok((median(times), last.context("no repetition ran")?))
 }
 
-fn elapsed_us(t0: Instant) -> u64 {
-    t0.elapsed().as_micros() as u64
-}
-
-fn stamp_of(o: &PostgresCluster) -> Option<u64> {
-    let s = o.metadata.annotations.as_ref()?.get(STAMP)?;
-    s.split_once(':')?.1.parse().ok()
-}
-
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    let i = ((sorted.len().saturating_sub(1)) as f64 * p).round() as usize;
-    sorted.get(i).copied().unwrap_or_default()
-}
-
-type Events = BoxStream<'static, kube::Result<WatchEvent<PostgresCluster>>>;
-
-/// Reads one watch until it has seen `want` stamped updates (resuming from
-/// the last resourceVersion if the server ends the stream); the per-event
-/// latencies in µs and when it finished.
-async fn watcher(
-    api: Api<PostgresCluster>,
-    mut events: Events,
-    mut rv: String,
-    want: usize,
-    t0: Instant,
-) -> Result<(Vec<u64>, Duration)> {
-    let mut lat = Vec::with_capacity(want);
-    while lat.len() < want {
-        match events.next().await {
-            Some(Ok(WatchEvent::Modified(o))) => {
-                if let Some(s) = stamp_of(&o) {
-                    lat.push(elapsed_us(t0).saturating_sub(s));
-                }
-                if let Some(r) = o.metadata.resource_version {
-                    rv = r;
-                }
-            }
-            Some(Ok(WatchEvent::Error(e))) => anyhow::bail!("watch error: {e:?}"),
-            Some(Ok(_)) => {}
-            Some(Err(e)) => return Err(e).context("reading a watch"),
-            None => {
-                events = api
-                    .watch(&WatchParams::default(), &rv)
-                    .await
-                    .context("re-opening a watch")?
-                    .boxed()
-            }
-        }
-    }
-    Ok((lat, t0.elapsed()))
-}
-
-/// Applies updates `0..total` as merge patches, taking the next one from `next`
-/// one at a time; when this writer finished.
-async fn writer(
-    api: Api<PostgresCluster>,
-    next: Arc<AtomicUsize>,
-    total: usize,
-    objects: usize,
-    t0: Instant,
-) -> Result<Duration> {
-    let pp = PatchParams::default();
-    loop {
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        if i >= total {
-            return Ok(t0.elapsed());
-        }
-        let patch =
-            json!({"metadata": {"annotations": {STAMP: format!("{i}:{}", elapsed_us(t0))}}});
-        api.patch(&pgc_name(i % objects), &pp, &Patch::Merge(&patch))
-            .await
-            .with_context(|| format!("patching {}", pgc_name(i % objects)))?;
-    }
-}
-
-/// The watch floor: the same `k` updated objects, encoded once each, through
-/// an in-process broadcast to `watchers` receivers that decode them. With
-/// `pace`, event i leaves at i × pace (the offered load of the real run).
-async fn broadcast_floor(
-    objs: &[PostgresCluster],
-    k: usize,
-    watchers: usize,
-    pace: Option<Duration>,
-) -> Result<(Duration, Vec<u64>)> {
-    let (tx, _) = tokio::sync::broadcast::channel::<Arc<Vec<u8>>>(k.max(1));
-    let t0 = Instant::now();
-    let mut rx = vec![];
-    for _ in 0..watchers {
-        let mut r = tx.subscribe();
-        rx.push(tokio::spawn(async move {
-            let mut lat = Vec::with_capacity(k);
-            while lat.len() < k {
-                let b = r.recv().await?;
-                let o: PostgresCluster = serde_json::from_slice(&b)?;
-                lat.push(
-                    stamp_of(&o)
-                        .map(|s| elapsed_us(t0).saturating_sub(s))
-                        .unwrap_or_default(),
-                );
-            }
-            anyhow::Ok(lat)
-        }));
-    }
-    for i in 0..k {
-        if let Some(p) = pace {
-            tokio::time::sleep_until((t0 + p.mul_f64(i as f64)).into()).await;
-        }
-        let mut o = objs[i % objs.len()].clone();
-        o.meta_mut()
-            .annotations
-            .get_or_insert_default()
-            .insert(STAMP.into(), format!("{i}:{}", elapsed_us(t0)));
-        let _ = tx.send(Arc::new(serde_json::to_vec(&o)?));
-    }
-    let mut lat = vec![];
-    for h in rx {
-        lat.extend(h.await.context("a floor receiver panicked")??);
-    }
-    Ok((t0.elapsed(), lat))
+/// The median over `reps` runs of a synchronous floor.
+fn floor_of(reps: usize, f: impl Fn() -> Result<Duration>) -> Result<Duration> {
+    Ok(median((0..reps).map(|_| f()).collect::<Result<Vec<_>>>()?))
 }
 
 async fn bench(args: &Args, dir: &std::path::Path) -> Result<()> {
-    let mut rows = vec![];
+    let mut table = Table::default();
     let rss_start = rss()?;
-    let sim = sim::start(&SimOptions {
+    let opts = SimOptions {
         dir: dir.to_path_buf(),
         names: vec!["bench".into()],
         runtime: RuntimeKind::None,
         persist: false,
         history: 200_000,
         admin: false,
-    })
-    .await
-    .context("starting the emulated cluster")?;
+    };
+    let sim = sim::start(&opts)
+        .await
+        .context("starting the emulated cluster")?;
     let sc = sim.clusters.first().context("the sim started no cluster")?;
     let kc =
         kube::config::Kubeconfig::read_from(&sc.kubeconfig).context("reading the kubeconfig")?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .context("loading the kubeconfig")?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     let client = Client::try_from(config).context("building the client")?;
-
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for c in crd::all() {
         crds.create(&PostParams::default(), &c)
@@ -435,229 +351,99 @@ async fn bench(args: &Args, dir: &std::path::Path) -> Result<()> {
     while pgcs.list(&ListParams::default().limit(1)).await.is_err() {
         anyhow::ensure!(
             served.elapsed() < Duration::from_secs(10),
-            "the PostgresCluster CRD is not served after 10 s"
+            "the CRD is not served after 10 s"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
     // Load.
+    let (n_pods, n_objs, conc, reps) = (args.pods, args.objects, args.concurrency, args.repeat);
+    eprintln!("creating {n_pods} pods and {n_objs} PostgresClusters ({conc} in flight)…");
     let rss_before = rss()?;
-    let conc = args.concurrency;
-    eprintln!(
-        "creating {} pods and {} PostgresClusters ({conc} in flight)…",
-        args.pods, args.objects
-    );
-    let took = create_all(&pods, args.pods, conc, pod).await?;
-    let floor = roundtrip_floor(&(0..args.pods).map(pod).collect::<Result<Vec<_>>>()?)?;
-    rows.push(rate(
-        format!("create pods ({conc} in flight)"),
-        args.pods,
-        took,
-        floor,
-        "ops/s",
-    ));
-    let took = create_all(&pgcs, args.objects, conc, pgc).await?;
-    let floor = roundtrip_floor(&(0..args.objects).map(pgc).collect::<Result<Vec<_>>>()?)?;
-    rows.push(rate(
-        format!("create PostgresClusters ({conc} in flight)"),
-        args.objects,
-        took,
-        floor,
-        "ops/s",
-    ));
+    let (took, floor) = create_all(&pods, n_pods, conc, pod).await?;
+    let fig = format!("create pods ({conc} in flight; floor: 4 serde passes)");
+    table.timed(fig, n_pods, took, Some(floor), "ops/s");
+    let (took, floor) = create_all(&pgcs, n_objs, conc, pgc).await?;
+    let fig = format!("create PostgresClusters ({conc} in flight)");
+    table.timed(fig, n_objs, took, Some(floor), "ops/s");
     let rss_after = rss()?;
     let (_, stored) = sc.cluster.store.dump();
-    let json_bytes =
-        stored.iter().map(|(_, o)| o.json.len() as u64).sum::<u64>() / (stored.len().max(1) as u64);
+    let json = stored.iter().map(|(_, o)| o.json.len()).sum::<usize>() / stored.len().max(1);
     drop(stored);
-    let loaded = (args.pods + args.objects).max(1) as u64;
-    let per_obj = rss_after.saturating_sub(rss_before) / loaded;
-    rows.push(row(
-        "RSS at start / before load",
-        format!("{} / {}", mib(rss_start), mib(rss_before)),
-        None,
-        None,
-    ));
-    rows.push(row("RSS after load", mib(rss_after), None, None));
-    rows.push(row(
-        "RSS growth per stored object (floor: its JSON)",
+    let per_obj = rss_after.saturating_sub(rss_before) / (n_pods + n_objs).max(1) as u64;
+    let rss = format!(
+        "{} / {} / {}",
+        mib(rss_start),
+        mib(rss_before),
+        mib(rss_after)
+    );
+    table.add("RSS at start / before / after load", rss, "-", None);
+    let (fig, ratio) = (
+        "RSS growth per object (floor: its JSON)",
+        per_obj as f64 / json.max(1) as f64,
+    );
+    table.add(
+        fig,
         format!("{per_obj} B"),
-        Some(format!("{json_bytes} B")),
-        Some(per_obj as f64 / json_bytes.max(1) as f64),
-    ));
+        &format!("{json} B"),
+        Some(ratio),
+    );
+
+    let (cpu0, idle) = (cpu_secs()?, Duration::from_secs(3));
+    tokio::time::sleep(idle).await;
+    let busy = (cpu_secs()? - cpu0) / idle.as_secs_f64() * 100.0;
+    table.add(
+        "CPU while idle after load (background work)",
+        format!("{busy:.0}% of a core"),
+        "0%",
+        None,
+    );
 
     // LIST.
-    eprintln!("listing ({} repetitions each)…", args.repeat);
-    let reps = args.repeat;
-    let (took, items) = timed(reps, || list_all(&pods, None)).await?;
-    anyhow::ensure!(
-        items.len() == args.pods,
-        "LIST returned {} pods, want {}",
-        items.len(),
-        args.pods
-    );
-    let floors = (0..reps)
-        .map(|_| list_floor(&items))
-        .collect::<Result<Vec<_>>>()?;
-    let floor = median(floors);
-    rows.push(millis("LIST pods, one request", took, floor));
-    rows.push(rate(
-        "LIST pods, one request",
-        items.len(),
+    eprintln!("listing ({reps} repetitions each)…");
+    let (took, items) = repeat(reps, || list_all(&pods, None)).await?;
+    anyhow::ensure!(items.len() == n_pods, "LIST returned {} pods", items.len());
+    let floor = Some(floor_of(reps, || decode_floor(&items))?);
+    table.timed(
+        "LIST pods, one request (floor: decode)",
+        n_pods,
         took,
         floor,
         "obj/s",
-    ));
-    let (took_p, paged) = timed(reps, || list_all(&pods, Some(args.page))).await?;
-    anyhow::ensure!(
-        paged.len() == args.pods,
-        "paginated LIST returned {} pods, want {}",
-        paged.len(),
-        args.pods
     );
-    rows.push(millis(
-        format!("LIST pods, limit={}", args.page),
-        took_p,
-        floor,
-    ));
-    rows.push(rate(
-        format!("LIST pods, limit={}", args.page),
-        paged.len(),
-        took_p,
+    let (took, paged) = repeat(reps, || list_all(&pods, Some(args.page))).await?;
+    anyhow::ensure!(
+        paged.len() == n_pods,
+        "paged LIST returned {} pods",
+        paged.len()
+    );
+    let fig = format!("LIST pods, limit={}", args.page);
+    table.timed(fig, n_pods, took, floor, "obj/s");
+    drop((items, paged));
+    for page in [None, Some(args.page)] {
+        let (took, (bytes, pages)) = repeat(reps, || raw_list(&client, page)).await?;
+        let limit = page.map_or("one request".into(), |p| {
+            format!("limit={p}, {pages} pages")
+        });
+        let fig = format!("LIST pods, {limit}, bytes only ({} MiB)", bytes >> 20);
+        table.timed(fig, n_pods, took, None, "obj/s");
+    }
+    let (took, objs) = repeat(reps, || list_all(&pgcs, None)).await?;
+    let floor = Some(floor_of(reps, || decode_floor(&objs))?);
+    table.timed(
+        "LIST PostgresClusters, one request",
+        n_objs,
+        took,
         floor,
         "obj/s",
-    ));
-    drop(paged);
-    let raw = kube::core::Request::new(Pod::url_path(&(), Some(NS)));
-    let (took_raw, body) = timed(reps, || {
-        let (c, r) = (client.clone(), raw.list(&ListParams::default()));
-        async move { c.request_text(r?).await.context("raw LIST") }
-    })
-    .await?;
-    let enc = median(
-        (0..reps)
-            .map(|_| -> Result<Duration> {
-                let t = Instant::now();
-                std::hint::black_box(serde_json::to_vec(&items)?);
-                Ok(t.elapsed())
-            })
-            .collect::<Result<Vec<_>>>()?,
     );
-    rows.push(millis(
-        format!(
-            "LIST pods, bytes only ({} MiB; floor: encode)",
-            body.len() >> 20
-        ),
-        took_raw,
-        enc,
-    ));
-    drop((items, body));
-    let (took, objs) = timed(reps, || list_all(&pgcs, None)).await?;
-    let floor = median(
-        (0..reps)
-            .map(|_| list_floor(&objs))
-            .collect::<Result<Vec<_>>>()?,
-    );
-    rows.push(millis("LIST PostgresClusters, one request", took, floor));
 
-    // Watch fan-out.
-    let (k, nw) = (args.updates, args.watchers);
-    eprintln!(
-        "watch fan-out: {nw} watchers, {k} updates from {} writers…",
-        args.writers
-    );
-    let rv = pgcs
-        .list(&ListParams::default().limit(1))
-        .await?
-        .metadata
-        .resource_version
-        .context("a list without resourceVersion")?;
-    let t0 = Instant::now();
-    let mut watchers = vec![];
-    for _ in 0..nw {
-        let events = pgcs
-            .watch(&WatchParams::default(), &rv)
-            .await
-            .context("opening a watch")?
-            .boxed();
-        watchers.push(tokio::spawn(watcher(
-            pgcs.clone(),
-            events,
-            rv.clone(),
-            k,
-            t0,
-        )));
-    }
-    let start = t0.elapsed();
-    let next = Arc::new(AtomicUsize::new(0));
-    let writers: Vec<_> = (0..args.writers)
-        .map(|_| tokio::spawn(writer(pgcs.clone(), next.clone(), k, args.objects, t0)))
-        .collect();
-    let mut writes_done = start;
-    for w in writers {
-        writes_done = writes_done.max(w.await.context("a writer panicked")??);
-    }
-    let wait = Duration::from_secs(120);
-    let all = tokio::time::timeout(wait, futures::future::join_all(watchers))
-        .await
-        .with_context(|| {
-            format!("the watchers did not see all {k} updates within {wait:?} after the last one")
-        })?;
-    let (mut lat, mut seen_all) = (vec![], start);
-    for r in all {
-        let (l, done) = r.context("a watcher panicked")??;
-        lat.extend(l);
-        seen_all = seen_all.max(done);
-    }
-    lat.sort_unstable();
-    let update_time = writes_done - start;
-    let fanout_time = seen_all - start;
-    let (floor_time, _) = broadcast_floor(&objs, k, nw, None).await?;
-    let pace = update_time / u32::try_from(k.max(1)).context("too many updates")?;
-    let (_, mut floor_lat) = broadcast_floor(&objs, k, nw, Some(pace)).await?;
-    floor_lat.sort_unstable();
-    let upd_floor = roundtrip_floor(&objs.iter().cycle().take(k).cloned().collect::<Vec<_>>())?;
-    rows.push(rate(
-        format!("updates, merge patch ({} writers)", args.writers),
-        k,
-        update_time,
-        upd_floor,
-        "ops/s",
-    ));
-    rows.push(rate(
-        format!("watch events delivered ({nw} watchers)"),
-        k * nw,
-        fanout_time,
-        floor_time,
-        "ev/s",
-    ));
-    rows.push(millis(
-        "watch: first update to all watchers caught up",
-        fanout_time,
-        floor_time,
-    ));
-    let lag = seen_all.saturating_sub(writes_done);
-    rows.push(row(
-        "watch: last update ack to all caught up",
-        format!("{:.1} ms", lag.as_secs_f64() * 1e3),
-        None,
-        None,
-    ));
-    for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
-        let (a, f) = (percentile(&lat, p), percentile(&floor_lat, p));
-        let r = a as f64 / f.max(1) as f64;
-        rows.push(row(
-            format!("watch delivery latency {name}"),
-            format!("{a} µs"),
-            Some(format!("{f} µs")),
-            Some(r),
-        ));
-    }
-
+    fanout::fanout(args, &pgcs, &objs, &mut table).await?;
     println!(
-        "pgfleet bench emulator: {} pods, {} PostgresClusters, {nw} watchers, {k} updates (floors: in-process serde / tokio broadcast; ratio = cost ÷ floor cost)",
-        args.pods, args.objects
+        "pgfleet bench emulator: {n_pods} pods, {n_objs} PostgresClusters, {} watchers, {} updates; \
+         floors are in-process serde / tokio broadcast; ratio = cost ÷ floor cost",
+        args.watchers, args.updates
     );
-    print_table(&rows);
+    table.print();
     Ok(())
 }

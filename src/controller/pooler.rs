@@ -53,7 +53,7 @@ pub fn config_map(o: &Owner, pg: &PostgresCluster) -> Value {
 auth_type = scram-sha-256\nauth_file = /tmp/pgbouncer/userlist.txt\nadmin_users = postgres\npool_mode = {mode}\n\
 max_client_conn = 1000\ndefault_pool_size = 20\nserver_reset_query = DISCARD ALL\nserver_check_delay = 1\n\
 server_login_retry = 1\nquery_wait_timeout = 120\nignore_startup_parameters = extra_float_digits,options\n\
-logfile = /dev/stderr\npidfile = /tmp/pgbouncer/pgbouncer.pid\n",
+pidfile = /tmp/pgbouncer/pgbouncer.pid\n",
         name = o.name
     );
     let mut obj = json!({

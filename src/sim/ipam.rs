@@ -29,7 +29,13 @@ impl Ipam {
         Ipam {
             pod_net: [127, 10 + i],
             svc_net: [127, 120 + i],
-            state: Mutex::new(State::default()),
+            // Service addresses are listened on by the process runtime's
+            // proxy; a random start keeps clusters of different processes
+            // (parallel tests, two sims) from picking the same ones.
+            state: Mutex::new(State {
+                next_svc: rand::random_range(0..60_000),
+                ..State::default()
+            }),
         }
     }
 

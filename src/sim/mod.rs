@@ -99,6 +99,12 @@ impl Sim {
 pub async fn start(opts: &SimOptions) -> anyhow::Result<Sim> {
     std::fs::create_dir_all(&opts.dir)
         .with_context(|| format!("creating the sim directory {}", opts.dir.display()))?;
+    // Runtimes bind-mount volume directories from here inside containers
+    // that have another working directory: the path must be absolute.
+    let mut abs = opts.clone();
+    abs.dir = std::path::absolute(&opts.dir)
+        .with_context(|| format!("resolving {}", opts.dir.display()))?;
+    let opts = &abs;
     let tls = tls::load_or_create(&opts.dir)?;
     let mut clusters = vec![];
     for (i, name) in opts.names.iter().enumerate() {

@@ -122,10 +122,20 @@ async fn delete_pod(ctx: &Ctx, ns: &str, pod: &str) {
 
 /// Asks one instance for its status report (None when it does not answer).
 pub async fn report(ctx: &Ctx, ns: &str, pod: &str) -> Option<InstanceReport> {
-    let out = run_verb(&ctx.client, ns, pod, &["status"], EXEC_TIMEOUT)
-        .await
-        .ok()?;
-    let r = InstanceReport::parse(&out).ok()?;
+    let out = match run_verb(&ctx.client, ns, pod, &["status"], EXEC_TIMEOUT).await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::debug!(%pod, error = %e, "instance status");
+            return None;
+        }
+    };
+    let r = match InstanceReport::parse(&out) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(%pod, error = %e, "instance status");
+            return None;
+        }
+    };
     if r.contract != crate::postgres::CONTRACT_VERSION {
         // An instance speaking another contract is not trusted for decisions.
         tracing::warn!(%pod, contract = r.contract, "instance reports an unknown contract version");

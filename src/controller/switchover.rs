@@ -215,31 +215,40 @@ pub async fn resume(
         .is_some_and(|p| p.role.as_deref() == Some("primary"))
     {
         let _ = run_verb(&ctx.client, &ns, old, &["checkpoint"], EXEC_TIMEOUT).await;
-        label(ctx, &ns, old, "fenced").await?;
+        // Demote while still behind -rw: the replicas stream through it and
+        // must receive the shutdown checkpoint. Once stopped it takes no
+        // writes (it restarts as a standby), then it leaves -rw.
         let out = run_verb(&ctx.client, &ns, old, &["demote"], EXEC_TIMEOUT).await?;
+        label(ctx, &ns, old, "fenced").await?;
         final_lsn = serde_json::from_str::<serde_json::Value>(out.trim())
             .ok()
             .and_then(|v| v.get("lsn").and_then(|l| l.as_str()).and_then(parse_lsn));
     }
+    // `lsn` is where the old primary's shutdown checkpoint record starts; the
+    // target must have received past it (the whole record), or the new
+    // timeline would fork before the old primary's end and it could not
+    // follow as a standby.
     if let Some(lsn) = final_lsn {
         let deadline = Instant::now() + CATCH_UP;
         loop {
             let r = report(ctx, &ns, target).await;
-            let at = r
-                .as_ref()
-                .and_then(|r| r.received_lsn.as_deref().or(r.replayed_lsn.as_deref()))
-                .and_then(parse_lsn);
-            if at.is_some_and(|a| a >= lsn) || r.as_ref().is_some_and(|r| r.role == "primary") {
+            let at = r.as_ref().map(|r| {
+                // The receive position restarts at a segment boundary when
+                // the WAL receiver reconnects; what was replayed counts too.
+                let rx = r.received_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
+                let replay = r.replayed_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
+                rx.max(replay)
+            });
+            if at.is_some_and(|a| a > lsn) || r.as_ref().is_some_and(|r| r.role == "primary") {
                 break;
             }
             if Instant::now() > deadline {
                 // Do not promote a target that lacks commits: undo and say so.
+                // Back to primary: with its label restored, stopping it once
+                // more makes the run loop start it as primary again.
                 label(ctx, &ns, old, "primary").await?;
+                let _ = run_verb(&ctx.client, &ns, old, &["fence"], EXEC_TIMEOUT).await;
                 let _ = run_verb(&ctx.client, &ns, old, &["unfence"], EXEC_TIMEOUT).await;
-                Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-                    .delete(old, &DeleteParams::default())
-                    .await
-                    .ok();
                 patch_status(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await?;
                 pooler_admin(ctx, &ns, obs, "RESUME").await?;
                 publish(

@@ -216,9 +216,13 @@ impl VirtualRuntime {
                 inst.base_lsn = lsn;
                 inst.primary = false;
                 let cluster = inst.cluster.clone();
-                // A clean shutdown sends all WAL: every replica has it.
-                for other in data.values_mut().filter(|i| i.cluster == cluster) {
-                    other.base_lsn = other.base_lsn.max(lsn);
+                // A clean shutdown sends all WAL, the shutdown checkpoint
+                // record (120 bytes, starting at `lsn`) included.
+                for other in data
+                    .values_mut()
+                    .filter(|i| i.cluster == cluster && !i.primary)
+                {
+                    other.base_lsn = other.base_lsn.max(lsn + 120);
                 }
                 json!({"contract": 1, "demoted": true, "lsn": super::super::postgres::format_lsn(lsn)})
             }

@@ -35,8 +35,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
         opts.names = embedded;
         opts.runtime = match settings.manager.embedded.runtime.get() {
             EmbeddedRuntime::Virtual => crate::sim::RuntimeKind::Virtual,
-            // The process runtime is not built yet; the virtual one stands in.
-            EmbeddedRuntime::Process => crate::sim::RuntimeKind::Virtual,
+            EmbeddedRuntime::Process => crate::sim::RuntimeKind::Process,
         };
         Some(crate::sim::start(&opts).await?)
     };

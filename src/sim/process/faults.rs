@@ -55,13 +55,21 @@ impl ProcessRuntime {
 
     /// Fault: the Pod gets no Service traffic (open connections are closed)
     /// and `pods/exec` into it fails, until [`heal`](Self::heal).
+    /// Its Ready condition also turns False, as the node controller does
+    /// for pods on a node it cannot reach.
     pub fn partition(&self, ns: &str, pod: &str) {
         super::lock(&self.partitioned).insert(format!("{ns}/{pod}"));
+        if let Some(p) = self.pod(ns, pod) {
+            p.set_unreachable(true);
+        }
         self.proxy_wake.notify_one();
     }
 
     pub fn heal(&self, ns: &str, pod: &str) {
         super::lock(&self.partitioned).remove(&format!("{ns}/{pod}"));
+        if let Some(p) = self.pod(ns, pod) {
+            p.set_unreachable(false);
+        }
         self.proxy_wake.notify_one();
     }
 

@@ -41,6 +41,9 @@ pub struct PodRun {
     /// Why containers cannot be created yet.
     pending: Mutex<Option<(String, String)>>,
     start_time: String,
+    /// Cut off from the control plane (partition fault): like a partitioned
+    /// node, its Ready condition turns False while its processes run on.
+    unreachable: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -65,6 +68,7 @@ impl PodRun {
             conditions: Mutex::new(HashMap::new()),
             pending: Mutex::new(Some(("ContainerCreating".into(), String::new()))),
             start_time: now_rfc3339(),
+            unreachable: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -122,6 +126,13 @@ impl PodRun {
     }
 
     /// Re-reads ConfigMap/Secret-backed volumes.
+    /// Marks the pod partitioned (or healed) and republishes its status.
+    pub fn set_unreachable(&self, yes: bool) {
+        self.unreachable
+            .store(yes, std::sync::atomic::Ordering::Relaxed);
+        self.changed.notify_one();
+    }
+
     pub fn refresh(&self, c: &Cluster) {
         volumes::refresh(c, &self.view(), &self.dirs, &self.user);
     }
@@ -291,7 +302,7 @@ impl PodRun {
                 self.condition("PodScheduled", true),
                 self.condition("Initialized", true),
                 self.condition("ContainersReady", all_ready),
-                self.condition("Ready", all_ready),
+                self.condition("Ready", all_ready && !self.unreachable.load(std::sync::atomic::Ordering::Relaxed)),
             ],
             "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
             "podIP": self.ip, "podIPs": [{"ip": self.ip}],

@@ -1,0 +1,305 @@
+//! Failover edge cases with real PostgreSQL: a manager that is down when the
+//! primary dies and was killed between recording `targetPrimary` and
+//! promoting; and a partitioned primary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "failover_env.rs"]
+mod env;
+
+use env::{Env, NS, Writer, connect, rows};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use pgfleet::crd::PostgresCluster;
+use std::time::{Duration, Instant};
+
+/// A manager on its own runtime, so stopping it kills every task it spawned
+/// — as killing the process would.
+struct ManagerProcess {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ManagerProcess {
+    fn start(kubeconfig: &std::path::Path, dir: &std::path::Path) -> ManagerProcess {
+        let toml = format!(
+            "[manager]\nstate_dir = \"{}\"\nprobe_interval = \"500ms\"\nprobe_timeout = \"500ms\"\n[[clusters]]\nname = \"pg-a\"\nkubeconfig = \"{}\"\n",
+            dir.display(),
+            kubeconfig.display()
+        );
+        let settings = pgfleet::config::load_str(&toml, "test").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let _m = pgfleet::manager::start(&settings, false).await.unwrap();
+                let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
+            });
+            rt.shutdown_timeout(Duration::from_secs(1));
+        });
+        ManagerProcess {
+            stop: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn kill(mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ManagerProcess {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn wait_for<F, Fut>(what: &str, limit: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("timed out after {limit:?} waiting for: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline() {
+    let n: u64 = rand::random();
+    let dir = std::env::temp_dir().join(format!("pgfleet-resume-{n:x}"));
+    let mut opts = pgfleet::sim::SimOptions::new(dir.join("sim"), 1);
+    opts.runtime = pgfleet::sim::RuntimeKind::Process;
+    opts.persist = false;
+    opts.admin = false;
+    let sim = pgfleet::sim::start(&opts).await.unwrap();
+    let kc = sim.clusters[0].kubeconfig.clone();
+    let client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&kc).unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    let mgr = ManagerProcess::start(&kc, &dir.join("m1"));
+    let pgc: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);
+    wait_for("CRDs", Duration::from_secs(60), || async {
+        pgc.list(&Default::default()).await.is_ok()
+    })
+    .await;
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
+    Api::<Namespace>::all(client.clone())
+        .patch(NS, &PatchParams::apply("t"), &Patch::Apply(&ns))
+        .await
+        .unwrap();
+    let pg: PostgresCluster = serde_json::from_value(serde_json::json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
+        "metadata": {"name": "rs", "namespace": NS}, "spec": {"clusterSize": 3, "version": "15", "failoverDelay": "2s"}}))
+    .unwrap();
+    pgc.create(&PostParams::default(), &pg).await.unwrap();
+    let status = || async { pgc.get("rs").await.unwrap().status.unwrap_or_default() };
+    wait_for("healthy", Duration::from_secs(180), || async {
+        let s = status().await;
+        s.phase.as_deref() == Some("Healthy") && s.ready_instances == 3
+    })
+    .await;
+    let old = status().await.current_primary.unwrap();
+    let rw = Api::<Service>::namespaced(client.clone(), NS)
+        .get("rs-rw")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap();
+    let secret = Api::<Secret>::namespaced(client.clone(), NS)
+        .get("rs-superuser")
+        .await
+        .unwrap();
+    let pw = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
+    let c = connect(&rw, 5432, &pw).await.unwrap();
+    c.batch_execute("CREATE TABLE marks (id bigint PRIMARY KEY); INSERT INTO marks SELECT generate_series(1, 500)").await.unwrap();
+    // Let the replicas receive the rows, then the manager dies, then the primary.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    mgr.kill();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.delete(
+        &old,
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    // What a manager killed right after deciding leaves behind.
+    let target = (1..=3)
+        .map(|i| format!("rs-{i}"))
+        .find(|p| *p != old)
+        .unwrap();
+    let now = chrono::Utc::now().to_rfc3339();
+    pgc.patch_status("rs", &PatchParams::default(), &Patch::Merge(&serde_json::json!({"status": {
+        "targetPrimary": target, "lastFailover": {"from": old, "to": target, "detectedAt": now, "decidedAt": now}}})))
+        .await
+        .unwrap();
+    let _mgr = ManagerProcess::start(&kc, &dir.join("m2"));
+    wait_for(
+        "the recorded target promoted",
+        Duration::from_secs(120),
+        || async { status().await.current_primary.as_deref() == Some(target.as_str()) },
+    )
+    .await;
+    wait_for(
+        "all three instances ready again",
+        Duration::from_secs(180),
+        || async {
+            let s = status().await;
+            s.phase.as_deref() == Some("Healthy") && s.ready_instances == 3
+        },
+    )
+    .await;
+    let list = pods.list(&Default::default()).await.unwrap();
+    let primaries: Vec<String> = list
+        .items
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("pgfleet.io/role"))
+                .map(String::as_str)
+                == Some("primary")
+        })
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(
+        primaries,
+        vec![target.clone()],
+        "exactly the recorded target is primary"
+    );
+    // One timeline: every instance is on the new primary's timeline, and
+    // only one instance is out of recovery.
+    let mut timelines = std::collections::BTreeSet::new();
+    let mut writable = 0;
+    for p in &list.items {
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+        let c = connect(&ip, 5432, &pw).await.unwrap();
+        let rec: bool = c
+            .query_one("SELECT pg_is_in_recovery()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if !rec {
+            writable += 1;
+        }
+        let tl: i32 = c
+            .query_one("SELECT timeline_id FROM pg_control_checkpoint()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let rx: Option<i32> = c
+            .query_one("SELECT received_tli FROM pg_stat_wal_receiver", &[])
+            .await
+            .ok()
+            .and_then(|r| r.get(0));
+        timelines.insert(if rec { rx.unwrap_or(tl) } else { tl.max(2) });
+    }
+    assert_eq!(writable, 1, "exactly one instance accepts writes");
+    assert_eq!(
+        timelines.len(),
+        1,
+        "all instances on one timeline: {timelines:?}"
+    );
+    assert_eq!(rows(&rw, &pw).await.len(), 500);
+    drop(sim);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A partitioned primary (no Service traffic, no exec, Ready=False as on a
+/// partitioned node) is failed over; after healing, the cluster converges
+/// with its old primary back as a replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partitioned_primary_fails_over_then_heals_and_converges() {
+    let e = Env::start("fo-part").await;
+    e.create(
+        "pt",
+        serde_json::json!({"clusterSize": 3, "version": "15", "failoverDelay": "2s"}),
+    )
+    .await;
+    let old = e.wait_healthy("pt", 3).await;
+    let rw = e.service_ip("pt-rw").await;
+    let pw = e.password("pt").await;
+    let c = connect(&rw, 5432, &pw).await.unwrap();
+    c.batch_execute("CREATE TABLE marks (id bigint PRIMARY KEY)")
+        .await
+        .unwrap();
+    let w = Writer::start(rw.clone(), 5432, pw.clone());
+    e.wait("writes", Duration::from_secs(60), || async {
+        w.acked_count() >= 30
+    })
+    .await;
+    e.runtime().partition(NS, &old);
+    e.wait(
+        "failover away from the partitioned primary",
+        Duration::from_secs(90),
+        || async {
+            e.status("pt")
+                .await
+                .current_primary
+                .is_some_and(|p| p != old)
+        },
+    )
+    .await;
+    let before = w.acked_count();
+    e.wait(
+        "writes resume through -rw",
+        Duration::from_secs(60),
+        || async { w.acked_count() >= before + 30 },
+    )
+    .await;
+    e.runtime().heal(NS, &old);
+    e.wait_healthy("pt", 3).await;
+    e.wait(
+        "old primary back as a ready replica",
+        Duration::from_secs(120),
+        || async {
+            e.role_of(&old).await.as_deref() == Some("replica") && e.wait_ready(&old).await
+        },
+    )
+    .await;
+    let (acked, _) = w.stop().await;
+    let present = rows(&rw, &pw).await;
+    // Asynchronous replication: a partition may lose the newest commits, but
+    // everything written after the failover is there.
+    assert!(
+        acked
+            .iter()
+            .filter(|i| **i as usize > before)
+            .all(|i| present.contains(i))
+    );
+    let primaries = e
+        .pods()
+        .list(
+            &kube::api::ListParams::default()
+                .labels("pgfleet.io/cluster=pt,pgfleet.io/role=primary"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(primaries.items.len(), 1);
+}

@@ -252,7 +252,11 @@ async fn decide(
     status_patch(
         ctx,
         pg,
-        json!({"targetPrimary": target, "lastFailover": record}),
+        // Explicit nulls: a merge patch would otherwise keep the previous
+        // failover's promotion times next to this one's detection.
+        json!({"targetPrimary": target, "lastFailover": {
+            "from": record.from, "to": record.to, "detectedAt": record.detected_at,
+            "decidedAt": record.decided_at, "promotedAt": null, "rewiredAt": null, "durationMs": null}}),
     )
     .await?;
     publish(

@@ -206,15 +206,19 @@ pub async fn resume(
     target: &str,
 ) -> Result<Action, Error> {
     let ns = owner.namespace.clone();
+    let old_is_primary = obs
+        .pods
+        .get(old)
+        .is_some_and(|p| p.role.as_deref() == Some("primary"));
+    if old_is_primary {
+        // Before pausing: the shutdown checkpoint then has little left to
+        // write, which shortens the stall clients see.
+        let _ = run_verb(&ctx.client, &ns, old, &["checkpoint"], EXEC_TIMEOUT).await;
+    }
     let paused_at = Instant::now();
     pooler_admin(ctx, &ns, obs, "PAUSE").await?;
     let mut final_lsn = None;
-    if obs
-        .pods
-        .get(old)
-        .is_some_and(|p| p.role.as_deref() == Some("primary"))
-    {
-        let _ = run_verb(&ctx.client, &ns, old, &["checkpoint"], EXEC_TIMEOUT).await;
+    if old_is_primary {
         // Demote while still behind -rw: the replicas stream through it and
         // must receive the shutdown checkpoint. Once stopped it takes no
         // writes (it restarts as a standby), then it leaves -rw.
@@ -282,11 +286,11 @@ pub async fn resume(
         .map(String::as_str)
         .filter(|n| *n != target)
         .collect();
+    pooler_admin(ctx, &ns, obs, "RESUME").await?;
+    let stall = paused_at.elapsed();
     let mut args = vec!["slots"];
     args.extend(others);
     let _ = run_verb(&ctx.client, &ns, target, &args, EXEC_TIMEOUT).await;
-    pooler_admin(ctx, &ns, obs, "RESUME").await?;
-    let stall = paused_at.elapsed();
     patch_status(ctx, pg, json!({"currentPrimary": target, "targetPrimary": target, "switchover": null,
         "lastSwitchover": {"from": old, "to": target, "completedAt": now(), "stallMs": stall.as_millis() as i64}})).await?;
     ctx.stats

@@ -186,8 +186,13 @@ pub(super) async fn fanout(
     let (update_time, fanout_time) = (writes_done - start, seen_all - start);
     let (floor_time, _) = broadcast_floor(objs, k, nw, None).await?;
     let pace = update_time.div_f64(k.max(1) as f64);
-    let (_, mut floor_lat) = broadcast_floor(objs, k, nw, Some(pace)).await?;
-    floor_lat.sort_unstable();
+    // The paced floor's tail is at the mercy of the scheduler: median of 3.
+    let mut floor_p = vec![];
+    for _ in 0..3 {
+        let (_, mut l) = broadcast_floor(objs, k, nw, Some(pace)).await?;
+        l.sort_unstable();
+        floor_p.push([percentile(&l, 0.5), percentile(&l, 0.99)]);
+    }
     let upd_floor = roundtrip_floor(&objs.iter().cycle().take(k).cloned().collect::<Vec<_>>())?;
     let fig = format!("updates, merge patch ({nwr} writers)");
     table.timed(fig, k, update_time, Some(upd_floor), "ops/s");
@@ -200,8 +205,10 @@ pub(super) async fn fanout(
         "-",
         None,
     );
-    for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
-        let (a, f) = (percentile(&lat, p), percentile(&floor_lat, p));
+    for (i, (name, p)) in [("p50", 0.5), ("p99", 0.99)].into_iter().enumerate() {
+        let mut f: Vec<u64> = floor_p.iter().map(|x| x[i]).collect();
+        f.sort_unstable();
+        let (a, f) = (percentile(&lat, p), percentile(&f, 0.5));
         let r = Some(a as f64 / f.max(1) as f64);
         table.add(
             format!("watch delivery latency {name} (floor: same pace)"),

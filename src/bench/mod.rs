@@ -3,15 +3,19 @@
 //! mean little; none of them asserts a time.
 
 pub mod emulator;
+pub mod failover;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
     /// The embedded API server: full LIST and watch fan-out at scale.
     Emulator(emulator::Args),
+    /// Real PostgreSQL: failover unavailability and switchover write stall.
+    Failover(failover::Args),
 }
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Emulator(a) => emulator::run(a).await,
+        BenchCommand::Failover(a) => failover::run(a).await,
     }
 }

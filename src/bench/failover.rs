@@ -1,0 +1,413 @@
+//! `pgfleet bench failover`: unavailability of a real PostgreSQL cluster
+//! (process runtime) from the primary's death to the first successful write
+//! through `-rw`, split into detect / decide / promote / rewire from
+//! `status.lastFailover`, next to a floor measured in the same run on the
+//! same machine: a bare `pg_promote()` of a replica plus one proxy rewire
+//! (relabel), done by hand with the manager paused. Also the write stall of
+//! a switchover with and without the pooler. No assertions: figures only.
+
+use crate::crd::PostgresCluster;
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Failovers to measure (and as many floor runs).
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Where the embedded cluster keeps its state (a temp dir by default).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+}
+
+const NS: &str = "bench";
+
+struct Bench {
+    client: kube::Client,
+    _mgr: crate::manager::Manager,
+}
+
+impl Bench {
+    fn pgc(&self) -> Api<PostgresCluster> {
+        Api::namespaced(self.client.clone(), NS)
+    }
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), NS)
+    }
+
+    async fn wait_healthy(&self, name: &str, size: i32) -> anyhow::Result<String> {
+        let start = Instant::now();
+        loop {
+            let st = self.pgc().get(name).await?.status.unwrap_or_default();
+            if st.phase.as_deref() == Some("Healthy")
+                && st.ready_instances == size
+                && st.switchover.is_none()
+            {
+                return st.current_primary.context("no primary");
+            }
+            if start.elapsed() > Duration::from_secs(300) {
+                bail!("{name} not healthy after 300 s: phase {:?}", st.phase);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn ip(&self, svc: &str) -> anyhow::Result<String> {
+        let s = Api::<Service>::namespaced(self.client.clone(), NS)
+            .get(svc)
+            .await?;
+        s.spec
+            .and_then(|s| s.cluster_ip)
+            .context("service without ClusterIP")
+    }
+
+    async fn password(&self, name: &str) -> anyhow::Result<String> {
+        let s = Api::<Secret>::namespaced(self.client.clone(), NS)
+            .get(&format!("{name}-superuser"))
+            .await?;
+        let raw = s
+            .data
+            .and_then(|d| d.get("password").cloned())
+            .context("no password")?;
+        Ok(String::from_utf8(raw.0)?)
+    }
+
+    async fn create(&self, name: &str, spec: serde_json::Value) -> anyhow::Result<()> {
+        let pg: PostgresCluster = serde_json::from_value(
+            serde_json::json!({"apiVersion": "pgfleet.io/v1",
+            "kind": "PostgresCluster", "metadata": {"name": name, "namespace": NS}, "spec": spec}),
+        )?;
+        self.pgc().create(&PostParams::default(), &pg).await?;
+        Ok(())
+    }
+
+    async fn kill(&self, pod: &str) -> anyhow::Result<()> {
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        self.pods().delete(pod, &dp).await?;
+        Ok(())
+    }
+}
+
+async fn try_write(host: &str, port: u16, pw: &str) -> bool {
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host(host)
+        .port(port)
+        .user("postgres")
+        .password(pw)
+        .dbname("postgres")
+        .connect_timeout(Duration::from_millis(500));
+    let Ok(Ok((c, conn))) =
+        tokio::time::timeout(Duration::from_secs(1), cfg.connect(tokio_postgres::NoTls)).await
+    else {
+        return false;
+    };
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    matches!(
+        tokio::time::timeout(
+            Duration::from_secs(1),
+            c.batch_execute("INSERT INTO probe VALUES (now())")
+        )
+        .await,
+        Ok(Ok(()))
+    )
+}
+
+/// Time from `t0` until a write through `host` succeeds.
+async fn until_write(host: &str, port: u16, pw: &str, t0: Instant) -> Duration {
+    loop {
+        if try_write(host, port, pw).await {
+            return t0.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn ms_between(a: Option<&str>, b: Option<&str>) -> Option<f64> {
+    let p = |s: &str| chrono::DateTime::parse_from_rfc3339(s).ok();
+    Some((p(b?)? - p(a?)?).num_microseconds()? as f64 / 1000.0)
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("pgfleet-bench-failover-{}", std::process::id()))
+    });
+    let toml = format!(
+        "[manager]\nstate_dir = \"{}\"\nprobe_interval = \"500ms\"\nprobe_timeout = \"500ms\"\n[manager.embedded]\nruntime = \"process\"\n[[clusters]]\nname = \"bench\"\nembedded = true\n",
+        dir.display()
+    );
+    let settings = crate::config::load_str(&toml, "bench").map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mgr = crate::manager::start(&settings, false).await?;
+    let client = mgr.fleet.members.first().context("no member")?.client();
+    let b = Bench { client, _mgr: mgr };
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
+    for _ in 0..600 {
+        if Api::<PostgresCluster>::all(b.client.clone())
+            .list(&Default::default())
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Api::<Namespace>::all(b.client.clone())
+        .patch(NS, &PatchParams::apply("bench"), &Patch::Apply(&ns))
+        .await?;
+    b.create(
+        "fo",
+        serde_json::json!({"clusterSize": 3, "version": "15", "failoverDelay": "1s"}),
+    )
+    .await?;
+    b.create(
+        "floor",
+        serde_json::json!({"clusterSize": 3, "version": "15"}),
+    )
+    .await?;
+    b.create("so", serde_json::json!({"clusterSize": 2, "version": "15", "pooler": {"enabled": true, "instances": 1}})).await?;
+    for (name, size) in [("fo", 3), ("floor", 3), ("so", 2)] {
+        b.wait_healthy(name, size).await?;
+        let (ip, pw) = (b.ip(&format!("{name}-rw")).await?, b.password(name).await?);
+        let mut cfg = tokio_postgres::Config::new();
+        cfg.host(&ip)
+            .port(5432)
+            .user("postgres")
+            .password(&pw)
+            .dbname("postgres");
+        let (c, conn) = cfg.connect(tokio_postgres::NoTls).await?;
+        tokio::spawn(conn);
+        c.batch_execute("CREATE TABLE IF NOT EXISTS probe (at timestamptz)")
+            .await?;
+    }
+    let (mut total, mut detect, mut decide, mut promote, mut rewire, mut floor) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (fo_ip, fo_pw) = (b.ip("fo-rw").await?, b.password("fo").await?);
+    for i in 0..args.runs {
+        let primary = b.wait_healthy("fo", 3).await?;
+        let t0 = Instant::now();
+        let wall0 = chrono::Utc::now();
+        b.kill(&primary).await?;
+        let down = until_write(&fo_ip, 5432, &fo_pw, t0).await;
+        // The record is complete once the manager wrote the rewire time.
+        let mut lf = None;
+        for _ in 0..600 {
+            let cur = b
+                .pgc()
+                .get("fo")
+                .await?
+                .status
+                .and_then(|s| s.last_failover);
+            if cur
+                .as_ref()
+                .is_some_and(|r| r.from == primary && r.rewired_at.is_some())
+            {
+                lf = cur;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let lf = lf.context("no complete failover record")?;
+        let w0 = wall0.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let (d, dc, p, r) = (
+            ms_between(Some(&w0), lf.detected_at.as_deref()),
+            ms_between(lf.detected_at.as_deref(), lf.decided_at.as_deref()),
+            ms_between(lf.decided_at.as_deref(), lf.promoted_at.as_deref()),
+            ms_between(lf.promoted_at.as_deref(), lf.rewired_at.as_deref()),
+        );
+        println!(
+            "failover run {}: {} ms ({} → {})",
+            i + 1,
+            down.as_millis(),
+            lf.from,
+            lf.to
+        );
+        total.push(down.as_secs_f64() * 1000.0);
+        detect.extend(d);
+        decide.extend(dc);
+        promote.extend(p);
+        rewire.extend(r);
+        floor.push(floor_run(&b).await?);
+    }
+    let (fl50, fl99) = (pct(&mut floor.clone(), 0.5), pct(&mut floor.clone(), 0.99));
+    let (t50, t99) = (pct(&mut total.clone(), 0.5), pct(&mut total.clone(), 0.99));
+    println!(
+        "\n{:<44} {:>10} {:>10} {:>8}",
+        "figure (ms)", "value", "floor", "ratio"
+    );
+    println!(
+        "{:<44} {:>10.0} {:>10.0} {:>8.2}",
+        "kill → first write via -rw, p50",
+        t50,
+        fl50,
+        t50 / fl50
+    );
+    println!(
+        "{:<44} {:>10.0} {:>10.0} {:>8.2}",
+        "kill → first write via -rw, p99",
+        t99,
+        fl99,
+        t99 / fl99
+    );
+    for (name, v) in [
+        ("  detect (kill → detected)", &mut detect),
+        ("  decide", &mut decide),
+        ("  promote", &mut promote),
+        ("  rewire (relabel)", &mut rewire),
+    ] {
+        println!("{:<44} {:>10.1}", format!("{name}, p50"), pct(v, 0.5));
+    }
+    println!("targets (DESIGN §8): p50 ≤ 1500, p99 ≤ 3000, ≤ 3× the floor");
+    switchover_stall(&b).await?;
+    Ok(())
+}
+
+/// Floor: the same kill, then a bare `pg_promote()` on a replica and one
+/// relabel (the proxy rewires), with the manager paused.
+async fn floor_run(b: &Bench) -> anyhow::Result<f64> {
+    let primary = b.wait_healthy("floor", 3).await?;
+    let pause = serde_json::json!({"metadata": {"annotations": {"pgfleet.io/paused": "true"}}});
+    b.pgc()
+        .patch("floor", &PatchParams::default(), &Patch::Merge(&pause))
+        .await?;
+    let pods = b
+        .pods()
+        .list(
+            &kube::api::ListParams::default()
+                .labels("pgfleet.io/cluster=floor,pgfleet.io/role=replica"),
+        )
+        .await?;
+    let target = pods.items.first().context("no replica")?;
+    let tname = target.metadata.name.clone().unwrap_or_default();
+    let tip = target
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("no pod ip")?;
+    let (ip, pw) = (b.ip("floor-rw").await?, b.password("floor").await?);
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host(&tip)
+        .port(5432)
+        .user("postgres")
+        .password(&pw)
+        .dbname("postgres");
+    let (c, conn) = cfg.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let t0 = Instant::now();
+    b.kill(&primary).await?;
+    c.batch_execute("SELECT pg_promote(true, 60)").await?;
+    let relabel = serde_json::json!({"metadata": {"labels": {"pgfleet.io/role": "primary"}}});
+    b.pods()
+        .patch(&tname, &PatchParams::default(), &Patch::Merge(&relabel))
+        .await?;
+    let down = until_write(&ip, 5432, &pw, t0).await;
+    // Hand the cluster back: record the new primary first, then unpause.
+    let api = b.pgc();
+    api.patch_status(
+        "floor",
+        &PatchParams::default(),
+        &Patch::Merge(&serde_json::json!(
+        {"status": {"currentPrimary": tname, "targetPrimary": tname}})),
+    )
+    .await?;
+    let unpause = serde_json::json!({"metadata": {"annotations": {"pgfleet.io/paused": null}}});
+    api.patch("floor", &PatchParams::default(), &Patch::Merge(&unpause))
+        .await?;
+    println!("floor run: {} ms", down.as_millis());
+    Ok(down.as_secs_f64() * 1000.0)
+}
+
+/// Write stall of a switchover: through the pooler (PAUSE/RESUME) and
+/// directly on `-rw` (clients reconnect).
+async fn switchover_stall(b: &Bench) -> anyhow::Result<()> {
+    let pw = b.password("so").await?;
+    for (label, svc, port) in [
+        ("with pooler", "so-pooler", 6432u16),
+        ("without pooler", "so-rw", 5432),
+    ] {
+        b.wait_healthy("so", 2).await?;
+        let host = b.ip(svc).await?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s2, h2, pw2) = (stop.clone(), host.clone(), pw.clone());
+        // Like an application: one session, reconnecting only after an
+        // error, generous timeouts (a stall is not a failure).
+        let client = tokio::spawn(async move {
+            let (mut worst, mut failed) = (Duration::ZERO, 0u32);
+            let mut session: Option<tokio_postgres::Client> = None;
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                if session.as_ref().is_none_or(|c| c.is_closed()) {
+                    let mut cfg = tokio_postgres::Config::new();
+                    cfg.host(&h2)
+                        .port(port)
+                        .user("postgres")
+                        .password(&pw2)
+                        .dbname("postgres")
+                        .connect_timeout(Duration::from_secs(10));
+                    session = match cfg.connect(tokio_postgres::NoTls).await {
+                        Ok((c, conn)) => {
+                            tokio::spawn(conn);
+                            Some(c)
+                        }
+                        Err(_) => {
+                            failed += 1;
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            None
+                        }
+                    };
+                }
+                if let Some(c) = session.as_ref() {
+                    let r = tokio::time::timeout(
+                        Duration::from_secs(30),
+                        c.batch_execute("INSERT INTO probe VALUES (now())"),
+                    )
+                    .await;
+                    if !matches!(r, Ok(Ok(()))) {
+                        failed += 1;
+                        session = None;
+                    }
+                }
+                worst = worst.max(t.elapsed());
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            (worst, failed)
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let req =
+            serde_json::json!({"metadata": {"annotations": {"pgfleet.io/switchover-to": "auto"}}});
+        b.pgc()
+            .patch("so", &PatchParams::default(), &Patch::Merge(&req))
+            .await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        b.wait_healthy("so", 2).await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (worst, failed) = client.await?;
+        let stall = b
+            .pgc()
+            .get("so")
+            .await?
+            .status
+            .and_then(|s| s.last_switchover)
+            .and_then(|s| s.stall_ms);
+        println!(
+            "switchover {label:<15} longest write {} ms, failed writes {failed}, pooler stall {stall:?} ms (target: 0 failed, ≤ 1000 ms)",
+            worst.as_millis()
+        );
+    }
+    Ok(())
+}

@@ -4,11 +4,14 @@
 
 pub mod emulator;
 pub mod failover;
+pub mod fleet;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
     /// The embedded API server: full LIST and watch fan-out at scale.
     Emulator(emulator::Args),
+    /// The manager over many emulated clusters: cold converge, change rate, memory.
+    Fleet(fleet::Args),
     /// Real PostgreSQL: failover unavailability and switchover write stall.
     Failover(failover::Args),
 }
@@ -16,6 +19,7 @@ pub enum BenchCommand {
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Emulator(a) => emulator::run(a).await,
+        BenchCommand::Fleet(a) => fleet::run(a).await,
         BenchCommand::Failover(a) => failover::run(a).await,
     }
 }

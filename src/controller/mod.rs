@@ -6,6 +6,7 @@
 //! object twice at the same time, and an object lives in exactly one shard.
 
 pub mod build;
+pub mod events;
 pub mod failover;
 pub mod index;
 pub mod plan;
@@ -21,7 +22,8 @@ use build::LABEL_SHARD;
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use events::Recorder;
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};

@@ -1,0 +1,436 @@
+//! Fleet benchmark (`pgfleet bench fleet`): the manager against many emulated
+//! clusters with the virtual kubelet, measuring what DESIGN §8 sets targets
+//! for, each next to a floor measured in the same run:
+//!
+//! - **cold converge**: every PostgresCluster Healthy, from a cold start of
+//!   the controllers over freshly created objects;
+//! - **change rate**: spec changes that bump `metadata.generation` and create
+//!   no children, at increasing offered rates; change→status latency p50/p99
+//!   and the highest rate whose p99 stays ≤ 1 s;
+//! - **memory**: the manager's RSS growth per managed PostgresCluster.
+//!
+//! The emulated clusters run in a child process (`pgfleet sim`), so this
+//! process's RSS is the manager's. The floor is a no-op reconciler over the
+//! same watches that only writes `status.observedGeneration`; it runs after
+//! the manager has stopped, in a child process of its own, against the same
+//! objects (as the manager left them) and the same change watchers. Nothing
+//! here asserts a time.
+
+#[path = "fleet_env.rs"]
+mod env;
+#[path = "fleet_floor.rs"]
+mod floor;
+#[path = "fleet_load.rs"]
+mod load;
+
+use anyhow::Result;
+use kube::runtime::reflector::ObjectRef;
+use load::Step;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// The namespace the PostgresClusters live in, in every cluster.
+pub const NS: &str = "bench";
+const P99_LIMIT: Duration = Duration::from_secs(1);
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Emulated member clusters (sim-1 … sim-N, in a child process).
+    #[arg(long, default_value_t = 100)]
+    pub clusters: usize,
+    /// PostgresClusters per member cluster.
+    #[arg(long, default_value_t = 100)]
+    pub per_cluster: usize,
+    /// Instances per PostgresCluster (`spec.clusterSize`).
+    #[arg(long, default_value_t = 1)]
+    pub instances: i32,
+    /// Watch shards per member cluster (`manager.shards_per_cluster`).
+    #[arg(long, default_value_t = 4)]
+    pub shards: u32,
+    /// Reconcile workers per member cluster (`manager.workers_per_cluster`).
+    #[arg(long, default_value_t = 8)]
+    pub workers: u32,
+    /// Offered change rates (changes/s, spread over all clusters), in order.
+    #[arg(long, value_delimiter = ',', default_value = "50,100,200,400,800")]
+    pub rates: Vec<u32>,
+    /// Seconds each rate is offered.
+    #[arg(long, default_value_t = 10)]
+    pub step_secs: u64,
+    /// Client QPS per member cluster (default: the manager's default).
+    #[arg(long)]
+    pub qps: Option<f64>,
+    /// Client burst per member cluster (default: the manager's default).
+    #[arg(long)]
+    pub burst: Option<u32>,
+    /// Creates in flight during setup.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// Give up waiting for a cold converge after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_secs: u64,
+    /// Internal: run as the floor's child process over the clusters in DIR.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub floor_child: Option<PathBuf>,
+}
+
+pub async fn run(args: Args) -> Result<()> {
+    if let Some(dir) = &args.floor_child {
+        return floor::child_main(&args, dir).await;
+    }
+    anyhow::ensure!(
+        args.clusters > 0 && args.per_cluster > 0 && !args.rates.is_empty(),
+        "--clusters, --per-cluster and --rates must not be empty or zero"
+    );
+    anyhow::ensure!(
+        (1..=16).contains(&args.instances),
+        "--instances must be 1..16"
+    );
+    let dir = std::env::temp_dir().join(format!("pgfleet-bench-fleet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let out = bench(&args, &dir).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+async fn bench(args: &Args, dir: &Path) -> Result<()> {
+    let defaults = crate::config::Manager::default();
+    println!(
+        "fleet benchmark: {} clusters × {} PostgresClusters, {} instance(s) each; \
+         {} shards and {} workers per cluster; client qps {} burst {} per cluster; \
+         rates {:?} changes/s, {} s each",
+        args.clusters,
+        args.per_cluster,
+        args.instances,
+        args.shards,
+        args.workers,
+        args.qps.unwrap_or(defaults.qps),
+        args.burst.unwrap_or(defaults.burst),
+        args.rates,
+        args.step_secs
+    );
+    let t = Instant::now();
+    let sim = env::SimChild::start(dir, args.clusters).await?;
+    println!(
+        "emulated clusters (child process, virtual runtime) up in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let out = measure(args, dir, &sim.kubeconfigs).await;
+    sim.stop().await;
+    out
+}
+
+async fn measure(args: &Args, dir: &Path, kubeconfigs: &[(String, PathBuf)]) -> Result<()> {
+    let total = args.clusters * args.per_cluster;
+    let clients = env::clients(kubeconfigs).await?;
+    let t = Instant::now();
+    env::setup(args, &clients).await?;
+    println!(
+        "setup: CRDs and namespace in every cluster, {total} PostgresClusters created in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let tracker = load::Tracker::start(&clients).await?;
+    let mut driver = load::Driver::new(clients, args.per_cluster, tracker);
+
+    println!("pgfleet: the manager's controllers (this process) …");
+    let settings = env::settings(args, &dir.join("state"), kubeconfigs)?;
+    let rss_before = env::rss()?;
+    // A runtime of its own, so that all of the manager's tasks stop with it
+    // before the floor starts.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("manager")
+        .build()?;
+    let out = manager_phase(args, &rt, settings, &mut driver).await;
+    rt.shutdown_background();
+    let m = out?;
+    driver.set_probe(None);
+
+    // The floor runs over the clusters as the manager left them (children,
+    // events and all), so both face the same API servers; every object gets
+    // a new generation first, for the floor's cold start to catch up on.
+    let t = Instant::now();
+    driver.bump_all(args.concurrency).await?;
+    println!(
+        "floor: no-op reconciler over the same watches (child process), after a change to \
+         all {total} PostgresClusters ({:.1} s) …",
+        t.elapsed().as_secs_f64()
+    );
+    let (child, fcold) = floor::FloorChild::start(args, dir).await?;
+    println!(
+        "  cold: {}/{total} caught up in {:.2} s ({} reconciles, {} status writes)",
+        fcold.converged,
+        fcold.took.as_secs_f64(),
+        fcold.reconciles,
+        fcold.writes
+    );
+    let mut fsteps = vec![];
+    for &rate in &args.rates {
+        let s = driver.step(rate, args.step_secs).await;
+        print_step("  ", &s);
+        fsteps.push(s);
+    }
+    child.stop().await;
+
+    let report = Report {
+        total,
+        cold: (m.cold, m.healthy),
+        fcold: (fcold.took, fcold.converged),
+        mem: (rss_before, m.rss_after),
+        fmem: (fcold.rss_before, fcold.rss_after),
+        steps: &m.steps,
+        fsteps: &fsteps,
+    };
+    report.print(args);
+    Ok(())
+}
+
+struct ManagerRun {
+    cold: Duration,
+    healthy: usize,
+    rss_after: u64,
+    steps: Vec<Step>,
+}
+
+/// Starts the manager on `rt`, waits for every PostgresCluster to be
+/// Healthy (polling the controllers' caches), then offers the rates.
+async fn manager_phase(
+    args: &Args,
+    rt: &tokio::runtime::Runtime,
+    settings: crate::config::Settings,
+    driver: &mut load::Driver,
+) -> Result<ManagerRun> {
+    let total = args.clusters * args.per_cluster;
+    let start = Instant::now();
+    let mgr = rt
+        .spawn(async move { crate::manager::start(&settings, false).await })
+        .await??;
+    let deadline = start + Duration::from_secs(args.timeout_secs);
+    let mut last_print = Instant::now();
+    let mut healthy = 0;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        healthy = mgr.controllers.iter().map(|h| h.health().0).sum::<usize>();
+        if healthy >= total {
+            break;
+        }
+        if last_print.elapsed() >= Duration::from_secs(5) {
+            last_print = Instant::now();
+            println!(
+                "  … {:.0} s: healthy {healthy}/{total} · {}",
+                start.elapsed().as_secs_f64(),
+                counters(&mgr)
+            );
+        }
+    }
+    let cold = start.elapsed();
+    let rss_after = env::rss()?;
+    println!(
+        "  cold: {healthy}/{total} Healthy in {:.2} s · {}",
+        cold.as_secs_f64(),
+        counters(&mgr)
+    );
+    let stores: Vec<_> = mgr.controllers.iter().map(|h| h.stores.clone()).collect();
+    let shards = args.shards;
+    driver.set_probe(Some(Arc::new(move |ci: usize, name: &str| {
+        let shard = crate::controller::shard_of(NS, name, shards) as usize;
+        let oref = ObjectRef::new(name).within(NS);
+        stores.get(ci)?.get(shard)?.get(&oref)?.metadata.generation
+    })));
+    let mut steps = vec![];
+    for &rate in &args.rates {
+        let s = driver.step(rate, args.step_secs).await;
+        print_step("  ", &s);
+        steps.push(s);
+    }
+    println!("  after the changes: {}", counters(&mgr));
+    Ok(ManagerRun {
+        cold,
+        healthy,
+        rss_after,
+        steps,
+    })
+}
+
+fn counters(mgr: &crate::manager::Manager) -> String {
+    let sum = |f: fn(&crate::controller::Stats) -> u64| -> u64 {
+        mgr.controllers.iter().map(|h| f(&h.stats)).sum()
+    };
+    format!(
+        "reconciles {} · errors {} · status writes {}",
+        sum(|s| s.reconciles.load(Ordering::Relaxed)),
+        sum(|s| s.errors.load(Ordering::Relaxed)),
+        sum(|s| s.status_writes.load(Ordering::Relaxed)),
+    )
+}
+
+/// A latency; `None` is a quantile that fell on changes never observed.
+fn ms(d: Option<Duration>) -> String {
+    match d {
+        Some(d) => format!("{:.0} ms", d.as_secs_f64() * 1e3),
+        None => "lost".into(),
+    }
+}
+
+/// A latency that may not have been measured at all.
+fn ms_or_dash(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".into(), |d| ms(Some(d)))
+}
+
+fn print_step(indent: &str, s: &Step) {
+    println!(
+        "{indent}{:>5}/s offered: {:>7.1}/s achieved, p50 {:>7}, p99 {:>7} \
+         (the change reaches a bench watcher p50 {} p99 {}, the controller's cache p50 {} p99 {}; \
+         {} changes, {} errors, {} not observed)",
+        s.offered,
+        s.achieved,
+        ms(s.p50),
+        ms(s.p99),
+        ms_or_dash(s.delivery_p50),
+        ms_or_dash(s.delivery_p99),
+        ms_or_dash(s.cached_p50),
+        ms_or_dash(s.cached_p99),
+        s.changes,
+        s.errors,
+        s.missed
+    );
+}
+
+struct Report<'a> {
+    total: usize,
+    cold: (Duration, usize),
+    fcold: (Duration, usize),
+    mem: (u64, u64),
+    fmem: (u64, u64),
+    steps: &'a [Step],
+    fsteps: &'a [Step],
+}
+
+/// The highest step meeting p99 ≤ 1 s, as its achieved rate.
+fn sustained(steps: &[Step]) -> Option<&Step> {
+    steps
+        .iter()
+        .filter(|s| s.within(P99_LIMIT))
+        .max_by(|a, b| a.achieved.total_cmp(&b.achieved))
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 && a.is_finite() {
+        format!("{:.2}×", a / b)
+    } else {
+        "-".into()
+    }
+}
+
+impl Report<'_> {
+    fn print(&self, args: &Args) {
+        let mut rows: Vec<[String; 5]> = vec![];
+        let secs = |(d, n): (Duration, usize)| {
+            let s = format!("{:.2} s", d.as_secs_f64());
+            if n < self.total {
+                format!("{s} ({n}/{} only)", self.total)
+            } else {
+                s
+            }
+        };
+        rows.push([
+            format!("cold converge ({}×{})", args.clusters, args.per_cluster),
+            secs(self.cold),
+            secs(self.fcold),
+            ratio(self.cold.0.as_secs_f64(), self.fcold.0.as_secs_f64()),
+            "≤ 60 s at 100×100".into(),
+        ]);
+        let per = |(b, a): (u64, u64)| a.saturating_sub(b) as f64 / self.total as f64;
+        rows.push([
+            "memory per PostgresCluster".into(),
+            format!("{:.2} KiB", per(self.mem) / 1024.0),
+            format!("{:.2} KiB", per(self.fmem) / 1024.0),
+            ratio(per(self.mem), per(self.fmem)),
+            "≤ 4 KiB at 10,000".into(),
+        ]);
+        let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
+        rows.push([
+            "  RSS before → after cold".into(),
+            format!("{} → {}", mib(self.mem.0), mib(self.mem.1)),
+            format!("{} → {}", mib(self.fmem.0), mib(self.fmem.1)),
+            String::new(),
+            String::new(),
+        ]);
+        for (s, f) in self.steps.iter().zip(self.fsteps) {
+            rows.push([
+                format!("{}/s offered: achieved", s.offered),
+                format!("{:.1}/s", s.achieved),
+                format!("{:.1}/s", f.achieved),
+                ratio(s.achieved, f.achieved),
+                String::new(),
+            ]);
+            let d = |d: Option<Duration>| d.map_or(f64::INFINITY, |d| d.as_secs_f64());
+            for (what, a, b) in [("p50", s.p50, f.p50), ("p99", s.p99, f.p99)] {
+                rows.push([
+                    format!("  change→status {what}"),
+                    ms(a),
+                    ms(b),
+                    ratio(d(a), d(b)),
+                    if what == "p99" {
+                        "≤ 1 s".into()
+                    } else {
+                        String::new()
+                    },
+                ]);
+            }
+            rows.push([
+                "  p99 of the watch delivery alone".into(),
+                ms_or_dash(s.delivery_p99),
+                ms_or_dash(f.delivery_p99),
+                ratio(d(s.delivery_p99), d(f.delivery_p99)),
+                String::new(),
+            ]);
+        }
+        let best = |steps: &[Step]| sustained(steps).map_or(0.0, |s| s.achieved);
+        let (m, f) = (best(self.steps), best(self.fsteps));
+        rows.push([
+            "changes/s sustained, p99 ≤ 1 s".into(),
+            format!("{m:.1}/s"),
+            format!("{f:.1}/s"),
+            ratio(m, f),
+            "≥ 200/s".into(),
+        ]);
+        let header = [
+            "figure".to_string(),
+            "pgfleet".into(),
+            "floor".into(),
+            "ratio".into(),
+            "target".into(),
+        ];
+        let w: Vec<usize> = (0..5)
+            .map(|i| {
+                rows.iter()
+                    .chain(std::iter::once(&header))
+                    .map(|r| r[i].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        println!();
+        for r in std::iter::once(&header).chain(rows.iter()) {
+            println!(
+                "{:<a$}  {:>b$}  {:>c$}  {:>d$}  {}",
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                a = w[0],
+                b = w[1],
+                c = w[2],
+                d = w[3]
+            );
+        }
+        if self.steps.iter().all(|s| s.within(P99_LIMIT)) {
+            println!(
+                "(every offered rate stayed within p99 ≤ 1 s: the sustained rate is a lower bound)"
+            );
+        }
+    }
+}

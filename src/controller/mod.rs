@@ -7,6 +7,7 @@
 
 pub mod build;
 pub mod events;
+pub mod expect;
 pub mod failover;
 pub mod index;
 pub mod plan;
@@ -19,10 +20,10 @@ pub mod validate;
 use crate::crd::PostgresCluster;
 use crate::fleet::Member;
 use build::LABEL_SHARD;
+use events::Recorder;
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use events::Recorder;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -46,6 +47,8 @@ pub struct Ctx {
     pub member: String,
     pub client: kube::Client,
     pub index: Arc<index::ChildIndex>,
+    /// Our own recent creations/removals the caches may not show yet.
+    pub expect: expect::Expectations,
     pub pool: Arc<Semaphore>,
     pub recorder: Recorder,
     pub shards: u32,
@@ -103,6 +106,7 @@ pub fn start(member: Arc<Member>, shards: u32, workers: u32) -> Handle {
         member: member.name.clone(),
         client: client.clone(),
         index: idx.clone(),
+        expect: expect::Expectations::default(),
         pool: Arc::new(Semaphore::new(workers.max(1) as usize)),
         recorder: Recorder::new(client.clone(), reporter),
         shards,

@@ -172,7 +172,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let owner = Owner::of(&pg, super::shard_of(&ns, &name, ctx.shards));
     let prev = pg.status.clone();
     let now = crate::sim::cluster::now_rfc3339();
-    let obs = ctx.index.get(&ns, &name);
+    let obs = ctx.expect.adjust(&ns, &name, ctx.index.get(&ns, &name));
     if let Err(errs) = validate(&pg.spec) {
         // Touch nothing that runs; only say why.
         let reason = errs.join("; ");
@@ -406,6 +406,8 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             &with_config(build::pod(&owner, &pg, *o, role_of(*o), init), &cm_hash),
         )
         .await?;
+        ctx.expect
+            .created(&ns, &name, &owner.instance_name(*o), role_of(*o));
         instance_event(
             &ctx,
             &pg,
@@ -427,6 +429,8 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             &with_config(build::pod(&owner, &pg, *o, role_of(*o), "clone"), &cm_hash),
         )
         .await?;
+        ctx.expect
+            .created(&ns, &name, &owner.instance_name(*o), role_of(*o));
         instance_event(
             &ctx,
             &pg,
@@ -472,6 +476,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             &iname,
         )
         .await?;
+        ctx.expect.removed(&ns, &name, &iname);
         instance_event(
             &ctx,
             &pg,
@@ -602,5 +607,6 @@ async fn cleanup(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         .await;
     }
     ctx.index.remove_owner(&ns, &name);
+    ctx.expect.forget(&ns, &name);
     Ok(Action::await_change())
 }

@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Runs until the cluster is dropped; wakes on deletions and every second.
+/// Runs until the cluster is dropped; wakes on deletions (every write that
+/// deletes or marks for deletion notifies it) and otherwise every 5 s, as a
+/// safety net for dependents created after their owner was already gone.
 pub async fn run(cluster: std::sync::Weak<Cluster>) {
     loop {
         let Some(c) = cluster.upgrade() else { return };
@@ -18,22 +20,38 @@ pub async fn run(cluster: std::sync::Weak<Cluster>) {
         let wake = c.gc_wake.notified();
         tokio::select! {
             _ = wake => {}
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
         drop(c);
     }
 }
 
+fn meta<'a>(v: &'a Value, k: &str) -> Option<&'a Value> {
+    v.get("metadata")?.get(k)
+}
+
 /// One pass over everything marked for deletion or left without its owner.
+/// Objects with neither owner references nor a deletion mark — nearly all
+/// of them — cost two map lookups.
 pub fn sweep(c: &Arc<Cluster>) {
     let (_, all) = c.store.dump();
-    let mut uids = std::collections::HashSet::new();
+    let mut uids = std::collections::HashSet::with_capacity(all.len());
     for (_, o) in &all {
-        uids.insert(o.uid().to_string());
+        uids.insert(o.uid());
     }
+    let mut types: std::collections::HashMap<&ResKey, Option<super::resources::ResourceType>> =
+        std::collections::HashMap::new();
     for (key, o) in &all {
         let v = &o.value;
-        let Some(rt) = c.type_of(key) else { continue };
+        let owned = meta(v, "ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
+        if !owned && meta(v, "deletionTimestamp").is_none() {
+            continue;
+        }
+        let Some(rt) = types.entry(key).or_insert_with(|| c.type_of(key)).as_ref() else {
+            continue;
+        };
         let ns = str_at(v, "/metadata/namespace");
         let name = str_at(v, "/metadata/name");
         // Dependents whose owners are all gone are deleted (background policy).

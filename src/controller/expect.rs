@@ -1,0 +1,118 @@
+//! Expectations, as kube-controller-manager's ReplicaSet controller keeps
+//! them: instances this manager just created or removed are taken as done
+//! until the watch caches catch up, so a reconcile that runs on a cache
+//! older than our own last writes neither creates nor removes twice.
+
+use super::plan::{Observed, PodInfo};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long an unobserved expectation is trusted before the cache wins.
+const TTL: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+struct Entry {
+    /// instance → (role it was created with, when)
+    created: HashMap<String, (String, Instant)>,
+    removed: HashMap<String, Instant>,
+}
+
+#[derive(Default)]
+pub struct Expectations {
+    inner: Mutex<HashMap<(String, String), Entry>>,
+}
+
+impl Expectations {
+    fn with<R>(&self, ns: &str, cluster: &str, f: impl FnOnce(&mut Entry) -> R) -> R {
+        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        f(m.entry((ns.to_string(), cluster.to_string())).or_default())
+    }
+
+    pub fn created(&self, ns: &str, cluster: &str, instance: &str, role: &str) {
+        self.with(ns, cluster, |e| {
+            e.removed.remove(instance);
+            e.created
+                .insert(instance.to_string(), (role.to_string(), Instant::now()));
+        });
+    }
+
+    pub fn removed(&self, ns: &str, cluster: &str, instance: &str) {
+        self.with(ns, cluster, |e| {
+            e.created.remove(instance);
+            e.removed.insert(instance.to_string(), Instant::now());
+        });
+    }
+
+    /// The observation with pending expectations applied; fulfilled or
+    /// expired ones are dropped.
+    pub fn adjust(&self, ns: &str, cluster: &str, mut obs: Observed) -> Observed {
+        self.with(ns, cluster, |e| {
+            e.created
+                .retain(|name, (_, at)| at.elapsed() < TTL && !obs.pods.contains_key(name));
+            e.removed.retain(|name, at| {
+                at.elapsed() < TTL
+                    && (obs.pods.get(name).is_some_and(|p| !p.deleting) || obs.pvcs.contains(name))
+            });
+            for (name, (role, _)) in &e.created {
+                obs.pvcs.insert(name.clone());
+                obs.pods.insert(
+                    name.clone(),
+                    PodInfo {
+                        name: name.clone(),
+                        role: Some(role.clone()),
+                        ..Default::default()
+                    },
+                );
+            }
+            for name in e.removed.keys() {
+                obs.pods.remove(name);
+                obs.pvcs.remove(name);
+            }
+        });
+        obs
+    }
+
+    /// Forgets a deleted PostgresCluster.
+    pub fn forget(&self, ns: &str, cluster: &str) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(ns.to_string(), cluster.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_writes_shape_the_observation_until_seen() {
+        let x = Expectations::default();
+        let mut obs = Observed::default();
+        obs.pods.insert(
+            "pg-3".into(),
+            PodInfo {
+                name: "pg-3".into(),
+                ..Default::default()
+            },
+        );
+        obs.pvcs.insert("pg-3".into());
+        x.created("ns", "pg", "pg-2", "replica");
+        x.removed("ns", "pg", "pg-3");
+        let seen = x.adjust("ns", "pg", obs.clone());
+        assert!(seen.pods.contains_key("pg-2") && seen.pvcs.contains("pg-2"));
+        assert!(!seen.pods.contains_key("pg-3") && !seen.pvcs.contains("pg-3"));
+        // Once the cache shows both, the expectations are gone.
+        let mut caught_up = Observed::default();
+        caught_up.pods.insert(
+            "pg-2".into(),
+            PodInfo {
+                name: "pg-2".into(),
+                ..Default::default()
+            },
+        );
+        let seen = x.adjust("ns", "pg", caught_up);
+        assert!(seen.pods.contains_key("pg-2") && !seen.pvcs.contains("pg-2"));
+    }
+}

@@ -64,7 +64,7 @@ pub fn sweep(c: &Arc<Cluster>) {
                 .all(|r| !uids.contains(r.get("uid").and_then(Value::as_str).unwrap_or_default()))
             && v.pointer("/metadata/deletionTimestamp").is_none()
         {
-            let _ = c.delete(&rt, ns, name, &DeleteOpts::default());
+            let _ = c.delete(rt, ns, name, &DeleteOpts::default());
             continue;
         }
         if v.pointer("/metadata/deletionTimestamp").is_none() {
@@ -76,10 +76,10 @@ pub fn sweep(c: &Arc<Cluster>) {
             for (dk, dns, dname) in &deps {
                 strip_owner(c, dk, dns, dname, o.uid());
             }
-            c.remove_finalizer(&rt, ns, name, "orphan");
+            c.remove_finalizer(rt, ns, name, "orphan");
         } else if fins.iter().any(|f| f == "foregroundDeletion") {
             if deps.is_empty() {
-                c.remove_finalizer(&rt, ns, name, "foregroundDeletion");
+                c.remove_finalizer(rt, ns, name, "foregroundDeletion");
             } else {
                 delete_all(c, &deps);
             }
@@ -110,7 +110,7 @@ pub fn sweep(c: &Arc<Cluster>) {
                 }
             }
             if left == 0 {
-                c.remove_finalizer(&rt, "", name, "kubernetes");
+                c.remove_finalizer(rt, "", name, "kubernetes");
             }
         }
     }

@@ -98,7 +98,14 @@ pub fn error_policy(_pg: Arc<PostgresCluster>, err: &Error, ctx: Arc<Ctx>) -> Ac
     Action::requeue(Duration::from_secs(5))
 }
 
-async fn event(ctx: &Ctx, pg: &PostgresCluster, type_: EventType, reason: &str, note: String) {
+/// An Event on the PostgresCluster.
+pub(super) async fn event(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     publish(ctx, pg, type_, reason, note, None).await;
 }
 

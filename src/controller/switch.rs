@@ -15,6 +15,7 @@ use super::Ctx;
 use super::build::{LABEL_ROLE, Owner};
 use super::failover::{self, Candidate, PrimaryState, SyncRule, Verdict};
 use super::plan::{Observed, ordinal};
+pub(super) use super::reconcile::event as publish;
 use super::reconcile::{Error, FIELD_MANAGER};
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::FailoverRecord;
@@ -22,8 +23,8 @@ use crate::postgres::{InstanceReport, exec::run_verb};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Api, Resource, ResourceExt};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use std::time::Duration;
 
@@ -54,20 +55,8 @@ fn elapsed_since(ts: Option<&str>) -> Duration {
         .unwrap_or_default()
 }
 
-async fn publish(ctx: &Ctx, pg: &PostgresCluster, type_: EventType, reason: &str, note: String) {
-    let ev = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &pg.object_ref(&())).await {
-        tracing::debug!(error = %e, "could not publish event");
-    }
-}
-
-async fn status_patch(
+/// A merge patch of the status: intent records and their progress.
+pub(super) async fn status_patch(
     ctx: &Ctx,
     pg: &PostgresCluster,
     status: serde_json::Value,
@@ -90,7 +79,8 @@ async fn status_patch(
     Ok(())
 }
 
-async fn label(ctx: &Ctx, ns: &str, pod: &str, role: &str) -> Result<(), Error> {
+/// Sets a pod's role label (the Services follow); a gone pod is fine.
+pub(super) async fn label(ctx: &Ctx, ns: &str, pod: &str, role: &str) -> Result<(), Error> {
     let patch = json!({"metadata": {"labels": {LABEL_ROLE: role}}});
     match Api::<Pod>::namespaced(ctx.client.clone(), ns)
         .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))

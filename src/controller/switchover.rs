@@ -13,18 +13,18 @@
 //! middle resumes the same switchover and never promotes twice.
 
 use super::Ctx;
-use super::build::{LABEL_ROLE, Owner};
+use super::build::Owner;
 use super::plan::Observed;
 use super::pooler;
 use super::reconcile::{Error, FIELD_MANAGER};
-use super::switch::report;
+use super::switch::{label, publish, report, status_patch};
 use crate::crd::PostgresCluster;
 use crate::postgres::{exec::run_verb, parse_lsn};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::{AttachParams, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Api, Resource, ResourceExt};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -35,19 +35,6 @@ const CATCH_UP: Duration = Duration::from_secs(30);
 
 fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-async fn publish(ctx: &Ctx, pg: &PostgresCluster, type_: EventType, reason: &str, note: String) {
-    let ev = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &pg.object_ref(&())).await {
-        tracing::debug!(error = %e, "could not publish event");
-    }
 }
 
 fn kube_err(
@@ -62,32 +49,6 @@ fn kube_err(
         name,
         source,
     }
-}
-
-async fn patch_status(
-    ctx: &Ctx,
-    pg: &PostgresCluster,
-    status: serde_json::Value,
-) -> Result<(), Error> {
-    let name = pg.name_any();
-    let pp = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    Api::<PostgresCluster>::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default())
-        .patch_status(&name, &pp, &Patch::Merge(&json!({ "status": status })))
-        .await
-        .map_err(kube_err("record", "PostgresCluster", &name))?;
-    Ok(())
-}
-
-async fn label(ctx: &Ctx, ns: &str, pod: &str, role: &str) -> Result<(), Error> {
-    let patch = json!({"metadata": {"labels": {LABEL_ROLE: role}}});
-    Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(kube_err("relabel", "Pod", pod))?;
-    Ok(())
 }
 
 /// Runs a PgBouncer admin command in every pooler pod.
@@ -177,7 +138,7 @@ pub async fn take_request(
     }
     let target = target.unwrap_or_default();
     // Intent first, then consume the request.
-    patch_status(ctx, pg, json!({"targetPrimary": target, "switchover": {"from": current, "to": target, "requestedAt": now()}})).await?;
+    status_patch(ctx, pg, json!({"targetPrimary": target, "switchover": {"from": current, "to": target, "requestedAt": now()}})).await?;
     api.patch(
         &pg.name_any(),
         &PatchParams::default(),
@@ -253,7 +214,7 @@ pub async fn resume(
                 label(ctx, &ns, old, "primary").await?;
                 let _ = run_verb(&ctx.client, &ns, old, &["fence"], EXEC_TIMEOUT).await;
                 let _ = run_verb(&ctx.client, &ns, old, &["unfence"], EXEC_TIMEOUT).await;
-                patch_status(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await?;
+                status_patch(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await?;
                 pooler_admin(ctx, &ns, obs, "RESUME").await?;
                 publish(
                     ctx,
@@ -291,7 +252,7 @@ pub async fn resume(
     let mut args = vec!["slots"];
     args.extend(others);
     let _ = run_verb(&ctx.client, &ns, target, &args, EXEC_TIMEOUT).await;
-    patch_status(ctx, pg, json!({"currentPrimary": target, "targetPrimary": target, "switchover": null,
+    status_patch(ctx, pg, json!({"currentPrimary": target, "targetPrimary": target, "switchover": null,
         "lastSwitchover": {"from": old, "to": target, "completedAt": now(), "stallMs": stall.as_millis() as i64}})).await?;
     ctx.stats
         .switchovers

@@ -283,7 +283,9 @@ async fn switchover_through_the_pooler_fails_no_transaction() {
         .and_then(|s| s.stall_ms);
     eprintln!("pooled switchover: 0 failed transactions, write stall {stall:?} ms");
 
-    // Without the pooler: same switchover, clients on -rw.
+    // Without the pooler: same switchover, clients on -rw (once the old
+    // primary is back as a ready standby).
+    e.wait_healthy("so", 2).await;
     let w = Writer::start(rw.clone(), 5432, pw.clone());
     wait_acked(&e, &w, 50).await;
     let before = *w.failed.lock().unwrap();

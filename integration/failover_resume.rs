@@ -193,38 +193,58 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
         vec![target.clone()],
         "exactly the recorded target is primary"
     );
-    // One timeline: every instance is on the new primary's timeline, and
-    // only one instance is out of recovery.
-    let mut timelines = std::collections::BTreeSet::new();
-    let mut writable = 0;
-    for p in &list.items {
-        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
-        let c = connect(&ip, 5432, &pw).await.unwrap();
-        let rec: bool = c
-            .query_one("SELECT pg_is_in_recovery()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        if !rec {
-            writable += 1;
+    // One timeline: exactly one instance accepts writes, and every standby
+    // streams the new primary's timeline (polled: standbys reconnect after
+    // the promotion at their own pace).
+    let mut last;
+    let start = Instant::now();
+    loop {
+        let mut writable = 0;
+        let mut primary_tl = None;
+        let mut standby_tls = vec![];
+        for p in &list.items {
+            let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+            let Ok(c) = connect(&ip, 5432, &pw).await else {
+                continue;
+            };
+            let rec: bool = c
+                .query_one("SELECT pg_is_in_recovery()", &[])
+                .await
+                .unwrap()
+                .get(0);
+            if rec {
+                let rx: Option<i32> = c
+                    .query_opt("SELECT received_tli FROM pg_stat_wal_receiver", &[])
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|r| r.get(0));
+                standby_tls.push(rx);
+            } else {
+                writable += 1;
+                let tl: i64 = c
+                    .query_one("SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int::bigint", &[])
+                    .await
+                    .unwrap()
+                    .get(0);
+                primary_tl = Some(tl as i32);
+            }
         }
-        let tl: i32 = c
-            .query_one("SELECT timeline_id FROM pg_control_checkpoint()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        let rx: Option<i32> = c
-            .query_one("SELECT received_tli FROM pg_stat_wal_receiver", &[])
-            .await
-            .ok()
-            .and_then(|r| r.get(0));
-        timelines.insert(if rec { rx.unwrap_or(tl) } else { tl.max(2) });
+        last = format!(
+            "writable {writable}, primary timeline {primary_tl:?}, standbys {standby_tls:?}"
+        );
+        if writable == 1 && standby_tls.len() == 2 && standby_tls.iter().all(|t| *t == primary_tl) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "not one primary on one timeline: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    assert_eq!(writable, 1, "exactly one instance accepts writes");
-    assert_eq!(
-        timelines.len(),
-        1,
-        "all instances on one timeline: {timelines:?}"
+    assert!(
+        last.contains("Some(2)"),
+        "the promotion makes timeline 2: {last}"
     );
     assert_eq!(rows(&rw, &pw).await.len(), 500);
     drop(sim);

@@ -36,7 +36,12 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
         println!("admin (faults) http://{a}  — see docs/embedded-kubernetes.md");
     }
     println!("state in {} — Ctrl-C to stop", sim.dir.display());
-    tokio::signal::ctrl_c().await?;
+    // Ctrl-C or SIGTERM (a service manager, `kill`): save the state either way.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
     // Give the persister one more chance to write the latest state.
     for c in &sim.clusters {
         let _ = crate::sim::persist::save_now(&c.cluster, &sim.dir, c.addr.port(), &c.token);

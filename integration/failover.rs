@@ -183,6 +183,7 @@ async fn a_frozen_primary_is_replaced_and_rejoins_as_replica() {
     .await;
     let old = e.wait_healthy("fz", 2).await;
     let (rw, pw) = setup_table(&e, "fz").await;
+    e.wait_replicated("fz", &pw).await;
     e.runtime().freeze(NS, &old).unwrap();
     e.wait(
         "failover away from the frozen primary",

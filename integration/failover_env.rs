@@ -277,3 +277,40 @@ impl Env {
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
     }
 }
+
+impl Env {
+    /// Waits until every replica of `cluster` has the table `marks` (async
+    /// replication: a failover right after creating it could lose it).
+    pub async fn wait_replicated(&self, cluster: &str, password: &str) {
+        let lp = kube::api::ListParams::default().labels(&format!(
+            "pgfleet.io/cluster={cluster},pgfleet.io/role=replica"
+        ));
+        self.wait(
+            "the table replicated to every replica",
+            Duration::from_secs(60),
+            || async {
+                let Ok(pods) = self.pods().list(&lp).await else {
+                    return false;
+                };
+                for p in pods.items {
+                    let Some(ip) = p.status.and_then(|s| s.pod_ip) else {
+                        return false;
+                    };
+                    let Ok(c) = connect(&ip, 5432, password).await else {
+                        return false;
+                    };
+                    let ok = c
+                        .query_one("SELECT to_regclass('marks') IS NOT NULL", &[])
+                        .await
+                        .ok()
+                        .is_some_and(|r| r.get::<_, bool>(0));
+                    if !ok {
+                        return false;
+                    }
+                }
+                true
+            },
+        )
+        .await;
+    }
+}

@@ -269,6 +269,7 @@ async fn a_partitioned_primary_fails_over_then_heals_and_converges() {
     c.batch_execute("CREATE TABLE marks (id bigint PRIMARY KEY)")
         .await
         .unwrap();
+    e.wait_replicated("pt", &pw).await;
     let w = Writer::start(rw.clone(), 5432, pw.clone());
     e.wait("writes", Duration::from_secs(60), || async {
         w.acked_count() >= 30

@@ -32,7 +32,12 @@ bin() { if [ -n "$PGBIN" ]; then echo "$PGBIN/$1"; else echo "$1"; fi; }
 log() { echo "pgfleet-instance: $*" >&2; }
 sql() { "$(bin psql)" -h "$SOCKDIR" -U postgres -d postgres -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
 
+# Set by `demote` until `promote`/`unfence`: the run loop must restart a
+# demoted primary as a standby even before its label changes.
+DEMOTED="${SOCKDIR}/pgfleet.demoted"
+
 wanted_role() {
+  if [ -e "$DEMOTED" ]; then echo replica; return; fi
   if grep -q 'pgfleet.io/role="primary"' "$PODINFO/labels" 2>/dev/null; then echo primary; else echo replica; fi
 }
 
@@ -144,6 +149,7 @@ cmd_status() {
 }
 
 cmd_promote() {
+  rm -f "$DEMOTED"
   if [ "$(sql "SELECT pg_is_in_recovery()")" = t ]; then
     "$(bin pg_ctl)" -D "$PGDATA" -w -t 60 promote >&2
   fi
@@ -154,6 +160,7 @@ cmd_promote() {
 # shutdown (walsenders send all WAL up to the shutdown checkpoint first); the
 # run loop starts it again as a standby. Prints the final WAL position.
 cmd_demote() {
+  touch "$DEMOTED"
   touch "$PGDATA/standby.signal"
   "$(bin pg_ctl)" -D "$PGDATA" -w -m fast stop >&2 || true
   lsn=$("$(bin pg_controldata)" -D "$PGDATA" | sed -n 's/^Latest checkpoint location: *//p')
@@ -168,7 +175,7 @@ cmd_fence() {
   echo "{\"contract\":$CONTRACT,\"fenced\":true}"
 }
 
-cmd_unfence() { rm -f "$FENCE"; echo "{\"contract\":$CONTRACT,\"fenced\":false}"; }
+cmd_unfence() { rm -f "$FENCE" "$DEMOTED"; echo "{\"contract\":$CONTRACT,\"fenced\":false}"; }
 
 # `reload [HASH]`: with a hash, first wait until the mounted ConfigMap
 # carries it (the kubelet refreshes ConfigMap volumes with a delay).

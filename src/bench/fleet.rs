@@ -281,12 +281,14 @@ fn ms_or_dash(d: Option<Duration>) -> String {
 fn print_step(indent: &str, s: &Step) {
     println!(
         "{indent}{:>5}/s offered: {:>7.1}/s achieved, p50 {:>7}, p99 {:>7} \
-         (the change reaches a bench watcher p50 {} p99 {}, the controller's cache p50 {} p99 {}; \
-         {} changes, {} errors, {} not observed)",
+         (patch round trip p50 {} p99 {}; the change reaches a bench watcher p50 {} p99 {}, \
+         the controller's cache p50 {} p99 {}; {} changes, {} errors, {} not observed)",
         s.offered,
         s.achieved,
         ms(s.p50),
         ms(s.p99),
+        ms_or_dash(s.rtt_p50),
+        ms_or_dash(s.rtt_p99),
         ms_or_dash(s.delivery_p50),
         ms_or_dash(s.delivery_p99),
         ms_or_dash(s.cached_p50),

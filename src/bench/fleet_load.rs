@@ -189,6 +189,9 @@ pub struct Step {
     /// The spec change's delivery to an idle watcher (part of the latency).
     pub delivery_p50: Option<Duration>,
     pub delivery_p99: Option<Duration>,
+    /// The patches' own round trips (the API server's response time).
+    pub rtt_p50: Option<Duration>,
+    pub rtt_p99: Option<Duration>,
     /// A sample's arrival in the controller's own cache (when probed).
     pub cached_p50: Option<Duration>,
     pub cached_p99: Option<Duration>,
@@ -324,6 +327,7 @@ impl Driver {
         let sem = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
         let errors = Arc::new(AtomicUsize::new(0));
         let answered = Arc::new(Mutex::new((0usize, Duration::ZERO)));
+        let rtts = Arc::new(Mutex::new(Vec::with_capacity(total)));
         let mut tasks = tokio::task::JoinSet::new();
         let start = Instant::now();
         let mut sent = 0;
@@ -350,16 +354,22 @@ impl Driver {
                 self.seq[slot] += 1;
                 let body = json!({"spec": {"backupSchedule": cron(self.seq[slot])}});
                 let api: Api<PostgresCluster> = Api::namespaced(self.clients[ci].clone(), NS);
-                let (tracker, errors, answered) =
-                    (self.tracker.clone(), errors.clone(), answered.clone());
+                let (tracker, errors, answered, rtts) = (
+                    self.tracker.clone(),
+                    errors.clone(),
+                    answered.clone(),
+                    rtts.clone(),
+                );
                 let probed =
                     (self.probe.is_some() && sent % PROBE_EVERY == 0).then(|| probed.clone());
                 tasks.spawn(async move {
                     let name = pg_name(i);
+                    let sent_at = Instant::now();
                     let res = api
                         .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
                         .await;
                     let at = Instant::now();
+                    lock(&rtts).push(at - sent_at);
                     match res.map(|pg| pg.metadata.generation) {
                         Ok(Some(g)) => {
                             if let Some(p) = probed {
@@ -389,6 +399,8 @@ impl Driver {
         if let Some(p) = poller {
             p.abort();
         }
+        let mut rtt = std::mem::take(&mut *lock(&rtts));
+        rtt.sort_unstable();
         let mut cached = std::mem::take(&mut *lock(&cached));
         cached.sort_unstable();
         let (samples, missed) = self.tracker.take();
@@ -404,6 +416,8 @@ impl Driver {
             p99: quantile(&lat, missed, 0.99),
             delivery_p50: quantile(&del, 0, 0.50),
             delivery_p99: quantile(&del, 0, 0.99),
+            rtt_p50: quantile(&rtt, 0, 0.50),
+            rtt_p99: quantile(&rtt, 0, 0.99),
             cached_p50: quantile(&cached, 0, 0.50),
             cached_p99: quantile(&cached, 0, 0.99),
             changes,

@@ -341,6 +341,25 @@ async fn switchover_through_the_pooler_fails_no_transaction() {
         one_primary(&e, "so").await,
         e.status("so").await.current_primary.unwrap()
     );
+    if outcome != "completed" {
+        let evs =
+            kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(e.client.clone(), NS)
+                .list(&Default::default())
+                .await
+                .unwrap();
+        let notes: Vec<String> = evs.items.iter().filter_map(|ev| ev.note.clone()).collect();
+        eprintln!("events: {notes:#?}");
+        for pod in ["so-1", "so-2"] {
+            let lp = kube::api::LogParams {
+                tail_lines: Some(15),
+                ..Default::default()
+            };
+            eprintln!(
+                "--- {pod}\n{}",
+                e.pods().logs(pod, &lp).await.unwrap_or_default()
+            );
+        }
+    }
     eprintln!(
         "switchover without the pooler: {outcome}, {} failed transactions",
         failed - before

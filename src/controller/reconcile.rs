@@ -109,9 +109,8 @@ pub(super) async fn event(
     publish(ctx, pg, type_, reason, note, None).await;
 }
 
-/// An Event about one instance: the Pod is its `related` object, so events
-/// of the same reason for different instances stay separate (the recorder
-/// folds events with equal keys into one series that keeps the first note).
+/// An Event about one instance: the Pod is its `related` object, so tools
+/// that group events (kubectl describe, aggregators) keep instances apart.
 async fn instance_event(ctx: &Ctx, pg: &PostgresCluster, reason: &str, pod: &str, note: String) {
     let related = k8s_openapi::api::core::v1::ObjectReference {
         api_version: Some("v1".into()),

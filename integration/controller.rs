@@ -815,7 +815,8 @@ async fn parameter_changes_are_reloaded_or_recorded_as_pending_restart() {
     );
     assert!(condition(&pg, "PendingRestart").is_none_or(|c| c.status != "True"));
 
-    // Restart-requiring: recorded as pending for the rolling update.
+    // Restart-requiring: recorded as pending, then a rolling restart applies
+    // it to every instance and the pending list empties.
     f.patch(
         M,
         "shop",
@@ -823,31 +824,26 @@ async fn parameter_changes_are_reloaded_or_recorded_as_pending_restart() {
         json!({"spec": {"postgresql": {"parameters": {"max_connections": "200"}}}}),
     )
     .await;
-    let pg = eventually("status.pendingRestart to name max_connections", || {
-        let api = f.pgc(M, "shop");
+    let restarted = eventually("every instance restarted, nothing pending", || {
+        let (api, pods) = (f.pgc(M, "shop"), pods.clone());
+        let before = before.clone();
         async move {
             let pg = api.get("orders").await.map_err(|e| e.to_string())?;
             let st = pg.status.clone().unwrap_or_default();
-            let cond = condition(&pg, "PendingRestart").map(|c| c.status.clone());
-            if st.pending_restart.iter().any(|p| p == "max_connections")
-                && cond.as_deref() == Some("True")
+            let now = uids(&instance_pods(&pods, "orders").await);
+            let all_new = now.len() == 2 && now.values().all(|u| !before.values().any(|b| b == u));
+            if st.pending_restart.is_empty()
+                && all_new
+                && st.phase.as_deref() == Some("Healthy")
                 && st.observed_generation == pg.metadata.generation
             {
-                Ok(pg)
+                Ok(now)
             } else {
                 Err(serde_json::to_string(&st).unwrap_or_default())
             }
         }
     })
     .await;
-    let st = pg.status.clone().unwrap();
-    assert_eq!(st.pending_restart, ["max_connections"]);
-    assert!(
-        condition(&pg, "PendingRestart")
-            .unwrap()
-            .message
-            .contains("max_connections")
-    );
     let evs = events_about(&client, "shop", "orders").await;
     assert!(
         evs.iter()
@@ -860,6 +856,12 @@ async fn parameter_changes_are_reloaded_or_recorded_as_pending_restart() {
             .any(|l| l.starts_with("max_connections") && l.contains("200")),
         "{conf}"
     );
-    // Nothing was restarted by this controller.
-    assert_eq!(uids(&instance_pods(&pods, "orders").await), before);
+    assert!(
+        evs.iter()
+            .filter(|(r, _)| r == "RestartingInstance")
+            .count()
+            >= 2,
+        "{evs:?}"
+    );
+    assert_eq!(uids(&instance_pods(&pods, "orders").await), restarted);
 }

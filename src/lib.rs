@@ -9,5 +9,6 @@ pub mod crd;
 pub mod fleet;
 pub mod manager;
 pub mod postgres;
+pub mod rollout;
 pub mod sim;
 pub mod telemetry;

@@ -235,9 +235,22 @@ pub fn pod(o: &Owner, pg: &PostgresCluster, ordinal: u32, role: &str, init: &str
     });
     // The hash leaves out the role label (relabelled in place on failover)
     // and the init mode (only meaningful for an empty volume).
-    let h = content_hash(
-        &json!({"spec": obj["spec"]["containers"][0]["image"], "res": obj["spec"]["containers"][0]["resources"]}),
-    );
+    // Parameters that only take effect at a restart are part of it too: a
+    // change to them makes every instance outdated, so the rolling update
+    // restarts them (left out when there are none, so the hash of existing
+    // pods does not change).
+    let mut basis = json!({"spec": obj["spec"]["containers"][0]["image"], "res": obj["spec"]["containers"][0]["resources"]});
+    let restart: BTreeMap<&String, &String> = pg
+        .spec
+        .postgresql
+        .parameters
+        .iter()
+        .filter(|(k, _)| crate::postgres::needs_restart(k))
+        .collect();
+    if !restart.is_empty() {
+        basis["restart"] = json!(restart);
+    }
+    let h = content_hash(&basis);
     obj["metadata"]["labels"][LABEL_ROLE] = json!(role);
     obj["metadata"]["annotations"] = json!({ANN_HASH: h, ANN_VERSION: pg.spec.version});
     obj

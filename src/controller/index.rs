@@ -62,12 +62,7 @@ impl ChildIndex {
     }
 
     /// Records a child from its metadata (and, for pods, readiness).
-    fn record(
-        &self,
-        kind: Kind,
-        meta: &ObjectMeta,
-        pod: Option<(bool, Option<String>)>,
-    ) -> Option<Key> {
+    fn record(&self, kind: Kind, meta: &ObjectMeta, pod: Option<PodLive>) -> Option<Key> {
         let key = owner_key(meta)?;
         let name = meta.name.clone().unwrap_or_default();
         let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
@@ -84,7 +79,7 @@ impl ChildIndex {
                     name.clone(),
                     PodInfo {
                         name,
-                        ready: pod.as_ref().is_some_and(|p| p.0),
+                        ready: pod.as_ref().is_some_and(|p| p.ready),
                         deleting: meta.deletion_timestamp.is_some(),
                         hash: ann(ANN_HASH),
                         ..Default::default()
@@ -102,8 +97,9 @@ impl ChildIndex {
                             .as_ref()
                             .and_then(|l| l.get(LABEL_ROLE))
                             .cloned(),
-                        ready: pod.as_ref().is_some_and(|p| p.0),
-                        ready_changed: pod.and_then(|p| p.1),
+                        ready: pod.as_ref().is_some_and(|p| p.ready),
+                        ready_changed: pod.as_ref().and_then(|p| p.since.clone()),
+                        waiting: pod.and_then(|p| p.waiting),
                         deleting: meta.deletion_timestamp.is_some(),
                         hash: ann(ANN_HASH),
                         version: ann(ANN_VERSION),
@@ -182,18 +178,45 @@ fn owner_key(meta: &ObjectMeta) -> Option<Key> {
     Some((meta.namespace.clone().unwrap_or_default(), cluster))
 }
 
-/// Whether the pod is Ready, and since when its Ready condition has that value.
-fn pod_ready(p: &Pod) -> (bool, Option<String>) {
-    let cond = p
-        .status
-        .as_ref()
+/// The few facts of a pod's status that reconcile reads.
+#[derive(Debug, Clone, Default)]
+pub(super) struct PodLive {
+    ready: bool,
+    /// Since when the Ready condition has that value.
+    since: Option<String>,
+    /// Why a container waits instead of running (image pull, crash loop).
+    waiting: Option<String>,
+}
+
+fn pod_ready(p: &Pod) -> PodLive {
+    let status = p.status.as_ref();
+    let cond = status
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
-    (
-        cond.is_some_and(|c| c.status == "True"),
-        cond.and_then(|c| c.last_transition_time.as_ref())
+    let waiting = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
+        .find(|w| {
+            w.reason
+                .as_deref()
+                .is_some_and(|r| r != "ContainerCreating")
+        })
+        .map(|w| {
+            format!(
+                "{}: {}",
+                w.reason.as_deref().unwrap_or_default(),
+                w.message.as_deref().unwrap_or_default()
+            )
+        });
+    PodLive {
+        ready: cond.is_some_and(|c| c.status == "True"),
+        since: cond
+            .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0.to_string()),
-    )
+        waiting,
+    }
 }
 
 /// Where child changes are sent: the owner's reference (the controller mod
@@ -245,7 +268,7 @@ async fn feed<S, T>(
     index: std::sync::Arc<ChildIndex>,
     trigger: Trigger,
     kind: Kind,
-    meta_of: impl Fn(&T) -> (ObjectMeta, Option<(bool, Option<String>)>),
+    meta_of: impl Fn(&T) -> (ObjectMeta, Option<PodLive>),
 ) where
     S: futures::Stream<Item = Result<Event<T>, watcher::Error>>,
 {
@@ -321,7 +344,14 @@ mod tests {
     #[test]
     fn owners_without_children_cost_no_entry() {
         let idx = ChildIndex::default();
-        idx.record(Kind::Pod, &meta("pg-1", "pg"), Some((true, None)));
+        idx.record(
+            Kind::Pod,
+            &meta("pg-1", "pg"),
+            Some(PodLive {
+                ready: true,
+                ..Default::default()
+            }),
+        );
         idx.record(Kind::Pvc, &meta("pg-1", "pg"), None);
         assert_eq!(idx.len(), 1);
         assert!(idx.get("shop", "pg").pods.contains_key("pg-1"));

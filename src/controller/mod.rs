@@ -13,8 +13,10 @@ pub mod index;
 pub mod plan;
 pub mod pooler;
 pub mod reconcile;
+pub mod rolling;
 pub mod switch;
 pub mod switchover;
+pub mod update;
 pub mod validate;
 
 use crate::crd::PostgresCluster;

@@ -3,7 +3,7 @@
 //! create or update, and what the status says. No I/O here; everything is
 //! unit-tested with fixtures.
 
-use crate::crd::cluster::{Condition, InstanceStatus, PostgresClusterStatus};
+use crate::crd::cluster::{Condition, InstanceStatus, PostgresClusterStatus, RollingUpdateStatus};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One instance Pod as observed.
@@ -19,6 +19,8 @@ pub struct PodInfo {
     pub version: Option<String>,
     /// The configuration hash the instance last loaded.
     pub config: Option<String>,
+    /// Why the container is not running ("ImagePullBackOff: …"), if it waits.
+    pub waiting: Option<String>,
 }
 
 /// Children of one PostgresCluster, as observed (from the watch caches).
@@ -157,6 +159,8 @@ pub struct StatusInput<'a> {
     pub pending_restart: Vec<String>,
     pub previous: Option<&'a PostgresClusterStatus>,
     pub now: String,
+    /// A rolling update in progress (it shows as phase `Updating`).
+    pub rolling: Option<RollingUpdateStatus>,
 }
 
 /// Phase, conditions and instance list. Conditions keep their transition
@@ -192,6 +196,8 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         "Creating"
     } else if count != inp.size {
         "Scaling"
+    } else if inp.rolling.as_ref().is_some_and(|r| r.failure.is_none()) {
+        "Updating"
     } else if ready as u32 == inp.size && primary_ready {
         "Healthy"
     } else {
@@ -239,9 +245,22 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         ),
         cond(
             "Progressing",
-            matches!(phase, "Creating" | "Scaling"),
+            matches!(phase, "Creating" | "Scaling" | "Updating"),
             phase,
-            format!("phase {phase}"),
+            match &inp.rolling {
+                Some(r) if phase == "Updating" => format!(
+                    "rolling update to {}: {}/{} instances updated, {}{}",
+                    r.target_version,
+                    r.updated,
+                    r.total,
+                    r.step,
+                    r.instance
+                        .as_deref()
+                        .map(|i| format!(" {i}"))
+                        .unwrap_or_default()
+                ),
+                _ => format!("phase {phase}"),
+            },
         ),
         cond(
             "Degraded",
@@ -264,6 +283,9 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
             inp.invalid.clone().unwrap_or_default(),
         ),
     ];
+    if let Some(f) = inp.rolling.as_ref().and_then(|r| r.failure.clone()) {
+        conditions.push(cond("UpdateFailed", true, "InstanceNotStarting", f));
+    }
     if !inp.pending_restart.is_empty() {
         conditions.push(cond(
             "PendingRestart",
@@ -290,6 +312,7 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         last_failover: prev.last_failover.clone(),
         switchover: prev.switchover.clone(),
         last_switchover: prev.last_switchover.clone(),
+        rolling_update: inp.rolling.clone(),
     }
 }
 

@@ -81,6 +81,7 @@ fn status_reports_health_and_keeps_transition_times() {
         invalid: None,
         pending_restart: vec![],
         previous: None,
+        rolling: None,
         now: "t1".into(),
     };
     let s = status(&inp, &obs);
@@ -91,6 +92,7 @@ fn status_reports_health_and_keeps_transition_times() {
     let again = status(
         &StatusInput {
             previous: Some(&s),
+            rolling: None,
             now: "t2".into(),
             ..inp
         },
@@ -122,6 +124,7 @@ fn status_is_degraded_when_an_instance_is_not_ready() {
         invalid: None,
         pending_restart: vec!["max_connections".into()],
         previous: Some(&prev),
+        rolling: None,
         now: "t".into(),
     };
     let s = status(&inp, &obs);

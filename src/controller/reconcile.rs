@@ -492,13 +492,26 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         )
         .await;
     }
-    let st = plan::status(
-        &status_input(&pg, primary_name, None, pending, prev.as_ref(), &now),
-        &obs,
-    );
+    let desired = build::pod(&owner, &pg, 1, "replica", "clone")["metadata"]["annotations"]
+        [ANN_HASH]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let update = super::update::step(&pg, &ctx, &obs, &owner, &desired).await?;
+    if let Some(action) = update.done {
+        return Ok(action);
+    }
+    if update.status.is_none() {
+        // Every instance was started from the current spec, restart-only
+        // parameters included.
+        pending.clear();
+    }
+    let mut inp = status_input(&pg, primary_name, None, pending, prev.as_ref(), &now);
+    inp.rolling = update.status;
+    let st = plan::status(&inp, &obs);
     let healthy = st.phase.as_deref() == Some("Healthy");
     write_status(&ctx, &pg, prev.as_ref(), st).await?;
-    if let Some(d) = within {
+    if let Some(d) = within.into_iter().chain(update.requeue).min() {
         return Ok(Action::requeue(d));
     }
     Ok(if healthy {
@@ -532,6 +545,7 @@ fn status_input<'a>(
         pending_restart,
         previous,
         now: now.to_string(),
+        rolling: None,
     }
 }
 

@@ -152,6 +152,17 @@ pub async fn check_primary(
             .await
             .map(Flow::Done);
     }
+    if let Some(r) = st.rolling_update.as_ref()
+        && r.step == "RestartingPrimary"
+        && r.instance.as_deref() == Some(current.as_str())
+        && elapsed_since(r.step_since.as_deref()) < super::update::PRIMARY_RESTART_GRACE
+        && !obs.pods.get(&current).is_some_and(|p| p.ready)
+    {
+        // Restarted on purpose by the rolling update: it comes back by
+        // itself (plan recreates the Pod); promoting a replica would be a
+        // needless failover.
+        return Ok(Flow::ContinueWithin(Duration::from_secs(1)));
+    }
     let state = match obs.pods.get(&current) {
         None => PrimaryState::PodGone,
         Some(p) if p.deleting => PrimaryState::PodGone,

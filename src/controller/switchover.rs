@@ -138,7 +138,7 @@ pub async fn take_request(
     }
     let target = target.unwrap_or_default();
     // Intent first, then consume the request.
-    status_patch(ctx, pg, json!({"targetPrimary": target, "switchover": {"from": current, "to": target, "requestedAt": now()}})).await?;
+    let action = begin(pg, ctx, &current, &target, json!({}), "requested").await?;
     api.patch(
         &pg.name_any(),
         &PatchParams::default(),
@@ -146,15 +146,31 @@ pub async fn take_request(
     )
     .await
     .map_err(kube_err("clear", "PostgresCluster", &pg.name_any()))?;
+    Ok(Some(action))
+}
+
+/// Records the intent of a switchover (plus `extra` status fields in the
+/// same write) and announces it; `resume` carries it out from the next round.
+pub async fn begin(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    current: &str,
+    target: &str,
+    mut extra: serde_json::Value,
+    why: &str,
+) -> Result<Action, Error> {
+    extra["targetPrimary"] = json!(target);
+    extra["switchover"] = json!({"from": current, "to": target, "requestedAt": now()});
+    status_patch(ctx, pg, extra).await?;
     publish(
         ctx,
         pg,
         EventType::Normal,
         "SwitchoverStarted",
-        format!("{current} → {target}"),
+        format!("{current} → {target} ({why})"),
     )
     .await;
-    Ok(Some(Action::requeue(Duration::from_millis(10))))
+    Ok(Action::requeue(Duration::from_millis(10)))
 }
 
 /// Carries out (or resumes) a recorded switchover. Every step is idempotent.

@@ -83,6 +83,32 @@ pub struct PostgresClusterSpec {
     /// How long a primary may be unhealthy before failover ("10s").
     #[serde(default = "default_failover_delay")]
     pub failover_delay: String,
+    /// How a rolling update replaces the primary once every replica runs the
+    /// new version: `switchover` (default; through the pooler's PAUSE/RESUME
+    /// when enabled) or `restart` (in place, with downtime).
+    #[serde(default)]
+    pub primary_update_method: PrimaryUpdateMethod,
+    /// `unsupervised` (default) switches over by itself; `supervised` waits
+    /// for an operator's switchover (`pgfleet switchover`) before the old
+    /// primary is updated.
+    #[serde(default)]
+    pub primary_update_strategy: PrimaryUpdateStrategy,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PrimaryUpdateMethod {
+    #[default]
+    Switchover,
+    Restart,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PrimaryUpdateStrategy {
+    #[default]
+    Unsupervised,
+    Supervised,
 }
 
 fn default_size() -> i32 {
@@ -260,6 +286,39 @@ pub struct PostgresClusterStatus {
     pub switchover: Option<SwitchoverRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_switchover: Option<SwitchoverRecord>,
+    /// The rolling update in progress (absent when every instance runs the
+    /// spec): which step it is at, so a restarted manager carries on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_update: Option<RollingUpdateStatus>,
+}
+
+/// Progress of a rolling update: replicas one at a time, then the primary.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollingUpdateStatus {
+    /// The version being rolled out (`spec.version`).
+    pub target_version: String,
+    /// The pod template hash the instances are moving to.
+    pub target_hash: String,
+    /// `RestartingReplica`, `WaitingForReplica`, `Switchover`,
+    /// `AwaitingSwitchover` (supervised), `RestartingPrimary` or `Failed`.
+    pub step: String,
+    /// The instance the step is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// Instances already running the target.
+    pub updated: i32,
+    pub total: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// When the current step began (restart of the primary is waited for,
+    /// not failed over, for a bounded time after this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_since: Option<String>,
+    /// Why the update cannot continue (an instance on the new version does
+    /// not start); cleared when the spec changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]

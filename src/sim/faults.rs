@@ -19,6 +19,10 @@ pub struct FaultSpec {
     pub error_code: u16,
     /// Close the listener and every open connection until cleared.
     pub refuse_connections: bool,
+    /// Container images this cluster cannot pull (a registry mirror that
+    /// lacks a new version): pods using one stay Pending in
+    /// `ImagePullBackOff`. Honoured by the virtual runtime.
+    pub failing_images: Vec<String>,
 }
 
 pub struct Faults {

@@ -83,6 +83,41 @@ pub fn settle_pod(c: &Cluster, v: &Value, node: &str) {
     });
 }
 
+/// Leaves a pod Pending the way a kubelet does when its image cannot be
+/// pulled (written once; later events for the pod change nothing).
+pub fn hold_image_pull(c: &Cluster, v: &Value) {
+    if str_at(v, "/status/phase") == "Pending"
+        && v.pointer("/status/containerStatuses/0/state/waiting")
+            .is_some()
+    {
+        return;
+    }
+    let Some(rt) = c.type_of(&pods()) else { return };
+    let ns = str_at(v, "/metadata/namespace").to_string();
+    let name = str_at(v, "/metadata/name").to_string();
+    let image = str_at(v, "/spec/containers/0/image").to_string();
+    let now = super::cluster::now_rfc3339();
+    let opts = WriteOpts {
+        field_manager: "kubelet".into(),
+        ..Default::default()
+    };
+    let _ = c.write(&rt, &ns, &name, Sub::Status, &opts, false, |cur| {
+        let mut v = cur.cloned().unwrap_or_default();
+        v["status"] = json!({
+            "phase": "Pending", "hostIP": "127.0.0.1", "startTime": now,
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now},
+            ],
+            "containerStatuses": [{"name": str_at(&v, "/spec/containers/0/name"), "image": image, "ready": false,
+                "started": false, "restartCount": 0, "imageID": "",
+                "state": {"waiting": {"reason": "ImagePullBackOff",
+                    "message": format!("Back-off pulling image \"{image}\": not found in the registry")}}}],
+        });
+        Ok(v)
+    });
+}
+
 impl Runtime for HostRuntime {
     fn start(self: Arc<Self>, cluster: Arc<Cluster>) {
         let weak = Arc::downgrade(&cluster);

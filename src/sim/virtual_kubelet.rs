@@ -296,6 +296,13 @@ impl VirtualRuntime {
             Self::lock(&self.pods).remove(&pod_id);
             return;
         }
+        let image = str_at(v, "/spec/containers/0/image");
+        if v.pointer("/metadata/deletionTimestamp").is_none()
+            && c.faults.get().failing_images.iter().any(|i| i == image)
+        {
+            super::hostexec::hold_image_pull(c, v);
+            return;
+        }
         if str_at(v, "/status/phase") != "Running"
             && v.pointer("/metadata/deletionTimestamp").is_none()
         {

@@ -1,0 +1,8 @@
+//! Fleet-wide version rollouts (DESIGN §6): stages of member clusters, each
+//! moving its PostgresClusters to a target version with bounded concurrency,
+//! soak times, approvals and a failure budget. `plan` holds every decision as
+//! a pure function over observed state; the engine around it only observes
+//! and applies.
+
+pub mod plan;
+pub mod status;

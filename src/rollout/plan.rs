@@ -1,0 +1,603 @@
+//! Every rollout decision, as pure functions over what the engine observed.
+//!
+//! The engine lists the live PostgresClusters (PGCs) and member clusters,
+//! calls [`decide`], applies the [`Decision`] and repeats. Nothing here
+//! remembers anything between calls: progress is read back from the marks
+//! (annotations) the rollout wrote on each PGC, so a restarted engine makes
+//! the same decision its predecessor would have. Time is an argument, so
+//! tests drive a fake clock, and every list comes out in a fixed order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use crate::config::values::Concurrency;
+
+pub use super::status::{
+    DryRun, Estimate, PlannedPgc, PlannedStage, RolloutState, RolloutStatus, StageState,
+    StageStatus, format_duration, plan,
+};
+
+/// What happens once failures exceed the rollout's `max_failures`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnFailure {
+    /// Start nothing new and wait for an operator.
+    Pause,
+    /// Stop for good and move in-flight PGCs back to their previous version.
+    Abort,
+    /// Move every PGC this rollout touched back to its previous version.
+    Rollback,
+}
+
+/// What to do with PGCs on a member cluster that cannot be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unreachable {
+    /// Fail them, spending the failure budget.
+    CountAsFailure,
+    /// Leave them for later; the stage goes on without them.
+    SkipAndRequeue,
+}
+
+/// One stage of a rollout, as configured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StageSpec {
+    pub name: String,
+    pub max_concurrency: Concurrency,
+    /// Wait after the stage's last finish before the next stage starts.
+    pub soak: Duration,
+    pub requires_approval: bool,
+}
+
+/// A rollout, as configured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RolloutSpec {
+    pub name: String,
+    /// `"MAJOR.MINOR"`, e.g. `"15.20"`.
+    pub target_version: String,
+    pub stages: Vec<StageSpec>,
+    pub max_failures: u32,
+    pub progress_deadline: Duration,
+    pub on_failure: OnFailure,
+    pub unreachable: Unreachable,
+}
+
+/// A member cluster as the engine sees it right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub name: String,
+    pub reachable: bool,
+    /// Inside its maintenance window now (true when it has none).
+    pub in_window: bool,
+}
+
+/// What a rollout wrote on a PGC (annotations); the rollout's only memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mark {
+    pub rollout: String,
+    /// `spec.version` before the rollout changed it; reverts go back here.
+    pub previous_version: String,
+    pub started: SystemTime,
+    pub finished: Option<SystemTime>,
+    pub failed: Option<String>,
+    pub reverted: bool,
+}
+
+/// A PostgresCluster as observed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pgc {
+    pub member: String,
+    pub namespace: String,
+    pub name: String,
+    /// Index of the first stage that selects it; `None` = not in the rollout.
+    pub stage: Option<usize>,
+    pub spec_version: String,
+    /// `status.currentVersion`.
+    pub current_version: Option<String>,
+    /// `status.phase` is Healthy.
+    pub healthy: bool,
+    /// The PGC's own rolling update reported this failure.
+    pub update_failure: Option<String>,
+    /// Marks of other rollouts are ignored (see [`RolloutSpec::name`]).
+    pub mark: Option<Mark>,
+}
+
+/// The operator's standing command, stored durably by the engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ControlState {
+    #[default]
+    Active,
+    Paused,
+    Aborted,
+    RollingBack,
+}
+
+/// Operator commands: pause/resume/abort/rollback and stage approvals.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Control {
+    pub state: ControlState,
+    /// Names of approved stages.
+    pub approved: BTreeSet<String>,
+    pub reason: Option<String>,
+}
+
+/// Identifies a PGC; ordered by member, namespace, name (the start order).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PgcRef {
+    pub member: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl PgcRef {
+    pub fn of(pgc: &Pgc) -> Self {
+        Self {
+            member: pgc.member.clone(),
+            namespace: pgc.namespace.clone(),
+            name: pgc.name.clone(),
+        }
+    }
+}
+
+impl fmt::Display for PgcRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.member, self.namespace, self.name)
+    }
+}
+
+/// Where one PGC stands in a rollout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PgcState {
+    Pending,
+    InFlight {
+        started: SystemTime,
+    },
+    /// `finished` is `None` when it was already at the target (no cost) or
+    /// has just arrived and the finish is not recorded yet.
+    Done {
+        finished: Option<SystemTime>,
+    },
+    Failed {
+        reason: String,
+    },
+    Reverted,
+    /// Never started, reported, and does not hold up its stage.
+    Ineligible {
+        reason: String,
+    },
+}
+
+/// Stop the rollout; the engine stores the matching control state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Halt {
+    pub on_failure: OnFailure,
+    pub reason: String,
+}
+
+/// What the engine should do now. Applying it twice is harmless.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// Write a mark (previous version = current `spec.version`, started =
+    /// now) and set `spec.version` to the target, in one patch: a mark
+    /// without the patch, or the reverse, would lose the previous version.
+    pub start: Vec<PgcRef>,
+    /// Record `finished` on the mark; the next stage's soak counts from it.
+    pub finish: Vec<(PgcRef, SystemTime)>,
+    /// Record `failed` on the mark.
+    pub fail: Vec<(PgcRef, String)>,
+    /// Set `spec.version` back to the mark's previous version and set `reverted`.
+    pub revert: Vec<PgcRef>,
+    pub halt: Option<Halt>,
+    pub status: RolloutStatus,
+    /// When to decide again at the latest: the earliest soak end or progress
+    /// deadline still ahead. `None` = only a change in the objects matters.
+    pub wake_after: Option<Duration>,
+}
+
+/// The state of one PGC in `spec`'s rollout.
+///
+/// Time plays no part: deadlines are decisions ([`decide`] fails the PGC),
+/// so the state can be shown without a clock.
+pub fn pgc_state(spec: &RolloutSpec, pgc: &Pgc) -> PgcState {
+    let mark = own_mark(spec, pgc);
+    if let Some(m) = mark {
+        if m.reverted {
+            return PgcState::Reverted;
+        }
+        if let Some(reason) = &m.failed {
+            return PgcState::Failed {
+                reason: reason.clone(),
+            };
+        }
+    }
+    let target = spec.target_version.as_str();
+    if pgc.spec_version == target && pgc.current_version.as_deref() == Some(target) && pgc.healthy {
+        return PgcState::Done {
+            finished: mark.and_then(|m| m.finished),
+        };
+    }
+    // A recorded finish stays: later health changes are the PGC's own
+    // business, and re-opening it would move the next stage's soak.
+    if let Some(finished) = mark.and_then(|m| m.finished) {
+        return PgcState::Done {
+            finished: Some(finished),
+        };
+    }
+    let (from, to) = (major(&pgc.spec_version), major(target));
+    if from != to {
+        return PgcState::Ineligible {
+            reason: format!("major upgrade {from}→{to} needs pg_upgrade; not done by a rollout"),
+        };
+    }
+    match mark {
+        Some(m) => PgcState::InFlight { started: m.started },
+        None => PgcState::Pending,
+    }
+}
+
+fn major(version: &str) -> &str {
+    version.split('.').next().unwrap_or(version).trim()
+}
+
+fn own_mark<'a>(spec: &RolloutSpec, pgc: &'a Pgc) -> Option<&'a Mark> {
+    pgc.mark.as_ref().filter(|m| m.rollout == spec.name)
+}
+
+/// A selected PGC with its member's condition, and its state as the
+/// decision being built changes it.
+pub(super) struct Entry<'a> {
+    pub(super) pgc: &'a Pgc,
+    pub(super) r: PgcRef,
+    pub(super) stage: usize,
+    /// Carries a mark of this rollout.
+    pub(super) marked: bool,
+    pub(super) state: PgcState,
+    pub(super) reachable: bool,
+    pub(super) in_window: bool,
+    /// Pending or in flight on an unreachable member under `SkipAndRequeue`:
+    /// neither started nor failed, and it does not hold up its stage.
+    pub(super) deferred: bool,
+}
+
+impl Entry<'_> {
+    fn fail(&mut self, reason: String, fail: &mut Vec<(PgcRef, String)>) {
+        fail.push((self.r.clone(), reason.clone()));
+        self.state = PgcState::Failed { reason };
+    }
+
+    fn in_flight(&self) -> bool {
+        matches!(self.state, PgcState::InFlight { .. })
+    }
+
+    /// Nothing left to wait for before the next stage.
+    pub(super) fn settled(&self) -> bool {
+        self.deferred
+            || matches!(
+                self.state,
+                PgcState::Done { .. }
+                    | PgcState::Failed { .. }
+                    | PgcState::Reverted
+                    | PgcState::Ineligible { .. }
+            )
+    }
+}
+
+/// Selected PGCs in start order. A member the engine did not report counts
+/// as unreachable: nothing can be done there.
+pub(super) fn entries<'a>(
+    spec: &RolloutSpec,
+    members: &[Member],
+    pgcs: &'a [Pgc],
+) -> Vec<Entry<'a>> {
+    let by_name: BTreeMap<&str, &Member> = members.iter().map(|m| (m.name.as_str(), m)).collect();
+    let skip = spec.unreachable == Unreachable::SkipAndRequeue;
+    let mut all: Vec<Entry<'a>> = pgcs
+        .iter()
+        .filter_map(|pgc| {
+            let stage = pgc.stage.filter(|&s| s < spec.stages.len())?;
+            let member = by_name.get(pgc.member.as_str());
+            let state = pgc_state(spec, pgc);
+            let reachable = member.is_some_and(|m| m.reachable);
+            let open = matches!(state, PgcState::Pending | PgcState::InFlight { .. });
+            Some(Entry {
+                pgc,
+                r: PgcRef::of(pgc),
+                stage,
+                marked: own_mark(spec, pgc).is_some(),
+                state,
+                reachable,
+                in_window: member.is_some_and(|m| m.in_window),
+                deferred: open && !reachable && skip,
+            })
+        })
+        .collect();
+    all.sort_by(|a, b| a.r.cmp(&b.r));
+    all
+}
+
+/// Whether the current stage may start PGCs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Gate {
+    Open,
+    /// Earlier stage `stage` soaks until `until`.
+    Soak {
+        stage: usize,
+        until: SystemTime,
+    },
+    Approval,
+}
+
+/// Where the rollout stands among its stages.
+pub(super) struct Position {
+    /// The first stage neither complete nor overtaken; `None` when all are.
+    pub(super) current: Option<usize>,
+    /// `Open` when there is no current stage.
+    pub(super) gate: Gate,
+}
+
+impl Position {
+    /// Stages before the current one take late (requeued) starts; the
+    /// current one only once its gate is open.
+    fn startable(&self, stage: usize) -> bool {
+        self.current
+            .is_none_or(|c| stage < c || (stage == c && self.gate == Gate::Open))
+    }
+}
+
+/// Decide what the engine does now; see the module docs and [`Decision`].
+pub fn decide(
+    spec: &RolloutSpec,
+    members: &[Member],
+    pgcs: &[Pgc],
+    control: &Control,
+    now: SystemTime,
+) -> Decision {
+    let mut all = entries(spec, members, pgcs);
+    let active = control.state == ControlState::Active;
+    // Under rollback, PGCs that just arrived are reverted instead.
+    let mut finish = Vec::new();
+    if control.state != ControlState::RollingBack {
+        for e in all
+            .iter_mut()
+            .filter(|e| e.marked && e.state == PgcState::Done { finished: None })
+        {
+            e.state = PgcState::Done {
+                finished: Some(now),
+            };
+            finish.push((e.r.clone(), now));
+        }
+    }
+    // After an abort or rollback everything in flight is reverted anyway.
+    let judging = matches!(control.state, ControlState::Active | ControlState::Paused);
+    let mut fail = Vec::new();
+    for e in all
+        .iter_mut()
+        .filter(|e| judging && e.in_flight() && !e.deferred)
+    {
+        if let Some(reason) = in_flight_failure(spec, e, now) {
+            e.fail(reason, &mut fail);
+        }
+    }
+    let position = locate(spec, &all, control, now);
+    if active && spec.unreachable == Unreachable::CountAsFailure {
+        let lost =
+            |e: &Entry| e.state == PgcState::Pending && !e.reachable && position.startable(e.stage);
+        for e in all.iter_mut().filter(|e| lost(e)) {
+            e.fail(
+                format!("member cluster {} unreachable", e.r.member),
+                &mut fail,
+            );
+        }
+    }
+    fail.sort();
+
+    let failed: Vec<&Entry> = all
+        .iter()
+        .filter(|e| matches!(e.state, PgcState::Failed { .. }))
+        .collect();
+    let halt = (active && failed.len() > spec.max_failures as usize).then(|| Halt {
+        on_failure: spec.on_failure,
+        reason: budget_reason(spec, &failed),
+    });
+    let revert = revert(spec, &mut all, control, halt.as_ref());
+    finish.retain(|(r, _)| !revert.contains(r));
+    let start = match (active, &halt) {
+        (true, None) => start(spec, &mut all, &position, now),
+        _ => Vec::new(),
+    };
+
+    let soak_end = match position.gate {
+        Gate::Soak { until, .. } if active && halt.is_none() => Some(until),
+        _ => None,
+    };
+    let deadlines = all
+        .iter()
+        .filter(|e| judging && e.reachable)
+        .filter_map(|e| match e.state {
+            PgcState::InFlight { started } => Some(started + spec.progress_deadline),
+            _ => None,
+        });
+    let wake_after = soak_end
+        .into_iter()
+        .chain(deadlines)
+        .filter_map(|at| at.duration_since(now).ok().filter(|d| !d.is_zero()))
+        .min();
+    let status = super::status::summarize(spec, &all, control, halt.as_ref(), &position);
+    Decision {
+        start,
+        finish,
+        fail,
+        revert,
+        halt,
+        status,
+        wake_after,
+    }
+}
+
+/// Unreachable (under `CountAsFailure`), a failure the PGC reported, or the
+/// progress deadline passed.
+fn in_flight_failure(spec: &RolloutSpec, e: &Entry, now: SystemTime) -> Option<String> {
+    let PgcState::InFlight { started } = e.state else {
+        return None;
+    };
+    if !e.reachable {
+        return Some(format!("member cluster {} unreachable", e.r.member));
+    }
+    if let Some(reason) = &e.pgc.update_failure {
+        return Some(reason.clone());
+    }
+    // A start in the future (clock skew between engines) counts as just now.
+    let elapsed = now.duration_since(started).unwrap_or_default();
+    (elapsed >= spec.progress_deadline).then(|| {
+        format!(
+            "did not reach {} within {} (phase {}/currentVersion {})",
+            spec.target_version,
+            format_duration(spec.progress_deadline),
+            if e.pgc.healthy {
+                "Healthy"
+            } else {
+                "not Healthy"
+            },
+            e.pgc.current_version.as_deref().unwrap_or("unknown"),
+        )
+    })
+}
+
+fn budget_reason(spec: &RolloutSpec, failed: &[&Entry]) -> String {
+    let list: Vec<String> = failed
+        .iter()
+        .filter_map(|e| match &e.state {
+            PgcState::Failed { reason } => Some(format!(
+                "{}/{} on {}: {reason}",
+                e.r.namespace, e.r.name, e.r.member
+            )),
+            _ => None,
+        })
+        .collect();
+    format!(
+        "{} failed (max_failures {}): {}",
+        failed.len(),
+        spec.max_failures,
+        list.join("; ")
+    )
+}
+
+/// The first stage neither complete nor overtaken, and whether it may start.
+///
+/// Stages before the furthest one entered (holding a mark) were passed, even
+/// if a deferred PGC has since come back there: it is started late without
+/// holding anything up. For the same reason an entered stage is not gated
+/// again, or a late finish in an earlier stage would stall it halfway.
+fn locate(spec: &RolloutSpec, all: &[Entry], control: &Control, now: SystemTime) -> Position {
+    let frontier = all.iter().filter(|e| e.marked).map(|e| e.stage).max();
+    let complete = |i: usize| all.iter().filter(|e| e.stage == i).all(Entry::settled);
+    let current = (0..spec.stages.len()).find(|&i| !complete(i) && frontier.is_none_or(|f| i >= f));
+    let gate = match current {
+        Some(c) if frontier.is_none_or(|f| f < c) => entry_gate(spec, all, control, c, now),
+        _ => Gate::Open,
+    };
+    Position { current, gate }
+}
+
+/// The gate of stage `c` before it starts. Every earlier stage's soak counts
+/// (normally only the previous one's is still running), so an empty or
+/// already-current stage in between does not cut a canary's soak short; a
+/// stage that finished nothing imposes none.
+fn entry_gate(
+    spec: &RolloutSpec,
+    all: &[Entry],
+    control: &Control,
+    c: usize,
+    now: SystemTime,
+) -> Gate {
+    let soak = all
+        .iter()
+        .filter(|e| e.stage < c)
+        .filter_map(|e| match e.state {
+            PgcState::Done { finished: Some(at) } => {
+                Some((at + spec.stages[e.stage].soak, e.stage))
+            }
+            _ => None,
+        })
+        .max();
+    if let Some((until, stage)) = soak.filter(|(until, _)| *until > now) {
+        return Gate::Soak { stage, until };
+    }
+    let stage = &spec.stages[c];
+    if stage.requires_approval && !control.approved.contains(&stage.name) {
+        return Gate::Approval;
+    }
+    Gate::Open
+}
+
+/// What an abort (in-flight PGCs) or rollback (every PGC this rollout moved
+/// to the target) sends back, by operator command or by this decision's halt.
+fn revert(
+    spec: &RolloutSpec,
+    all: &mut [Entry],
+    control: &Control,
+    halt: Option<&Halt>,
+) -> Vec<PgcRef> {
+    let undo = match (control.state, halt) {
+        (ControlState::Aborted, _) => OnFailure::Abort,
+        (ControlState::RollingBack, _) => OnFailure::Rollback,
+        (_, Some(h)) => h.on_failure,
+        _ => return Vec::new(),
+    };
+    let mut revert = Vec::new();
+    for e in all.iter_mut() {
+        let back = match undo {
+            OnFailure::Pause => false,
+            OnFailure::Abort => e.in_flight(),
+            OnFailure::Rollback => {
+                e.marked
+                    && e.state != PgcState::Reverted
+                    && e.pgc.spec_version == spec.target_version
+            }
+        };
+        if back {
+            e.state = PgcState::Reverted;
+            e.deferred = false;
+            revert.push(e.r.clone());
+        }
+    }
+    revert
+}
+
+/// Fills each startable stage up to its own limit, in start order. PGCs
+/// outside their member's maintenance window wait without blocking others.
+fn start(
+    spec: &RolloutSpec,
+    all: &mut [Entry],
+    position: &Position,
+    now: SystemTime,
+) -> Vec<PgcRef> {
+    let mut start = Vec::new();
+    for (i, stage) in spec
+        .stages
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| position.startable(*i))
+    {
+        let in_stage = || all.iter().filter(move |e| e.stage == i);
+        let eligible = in_stage()
+            .filter(|e| !matches!(e.state, PgcState::Ineligible { .. }))
+            .count();
+        let limit = stage.max_concurrency.limit(eligible);
+        let mut in_flight = in_stage().filter(|e| e.in_flight()).count();
+        for e in all.iter_mut().filter(|e| e.stage == i) {
+            if in_flight >= limit {
+                break;
+            }
+            if e.state == PgcState::Pending && e.reachable && e.in_window {
+                e.state = PgcState::InFlight { started: now };
+                start.push(e.r.clone());
+                in_flight += 1;
+            }
+        }
+    }
+    start
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+pub(super) mod tests;

@@ -58,7 +58,8 @@ pub struct Stage {
     /// Narrows the PostgresClusters within those member clusters by their
     /// own labels; all of them when unset.
     pub postgresclusters: Option<Selector>,
-    /// How many member clusters update at once: a count or a percentage.
+    /// How many PostgresClusters of the stage update at once: a count or a
+    /// percentage of the stage's PostgresClusters.
     pub max_concurrency: Checked<Concurrency>,
     /// Wait this long after the stage's last cluster is healthy before the
     /// next stage starts; problems that appear only under load show up here.

@@ -17,7 +17,18 @@ use std::time::Duration;
 pub struct Manager {
     pub fleet: Arc<Fleet>,
     pub controllers: Vec<controller::Handle>,
+    /// One engine per `[rollouts.<name>]`; aborted with the manager.
+    pub rollouts: Vec<AbortOnDrop>,
     pub sim: Option<crate::sim::Sim>,
+}
+
+/// A background task that ends when its owner is dropped.
+pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Starts everything the settings describe.
@@ -68,9 +79,20 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
             m.workers_per_cluster,
         ));
     }
+    let mut rollouts = vec![];
+    for name in settings.rollouts.keys() {
+        let engine = crate::rollout::engine::Engine::new(
+            name,
+            settings,
+            fleet.clone(),
+            Arc::new(crate::rollout::engine::SystemClock),
+        )?;
+        rollouts.push(AbortOnDrop(tokio::spawn(Arc::new(engine).run())));
+    }
     Ok(Manager {
         fleet,
         controllers,
+        rollouts,
         sim,
     })
 }

@@ -4,5 +4,8 @@
 //! a pure function over observed state; the engine around it only observes
 //! and applies.
 
+pub mod control;
+pub mod engine;
+pub mod marks;
 pub mod plan;
 pub mod status;

@@ -18,25 +18,10 @@ pub use super::status::{
     StageStatus, format_duration, plan,
 };
 
-/// What happens once failures exceed the rollout's `max_failures`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnFailure {
-    /// Start nothing new and wait for an operator.
-    Pause,
-    /// Stop for good and move in-flight PGCs back to their previous version.
-    Abort,
-    /// Move every PGC this rollout touched back to its previous version.
-    Rollback,
-}
-
-/// What to do with PGCs on a member cluster that cannot be reached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unreachable {
-    /// Fail them, spending the failure budget.
-    CountAsFailure,
-    /// Leave them for later; the stage goes on without them.
-    SkipAndRequeue,
-}
+/// `on_failure` and `unreachable` are the config's own choices: what
+/// happens once failures exceed `max_failures`, and what an unreachable
+/// member cluster means.
+pub use crate::config::choices::{OnFailure, UnreachablePolicy as Unreachable};
 
 /// One stage of a rollout, as configured.
 #[derive(Clone, Debug, PartialEq)]
@@ -529,7 +514,7 @@ fn entry_gate(
     Gate::Open
 }
 
-/// What an abort (in-flight PGCs) or rollback (every PGC this rollout moved
+/// What an abort (in-flight and failed PGCs) or rollback (every PGC this rollout moved
 /// to the target) sends back, by operator command or by this decision's halt.
 fn revert(
     spec: &RolloutSpec,
@@ -547,7 +532,12 @@ fn revert(
     for e in all.iter_mut() {
         let back = match undo {
             OnFailure::Pause => false,
-            OnFailure::Abort => e.in_flight(),
+            // In flight or failed on the way: back to what worked. Finished
+            // ones stay updated.
+            OnFailure::Abort => {
+                (e.in_flight() || matches!(e.state, PgcState::Failed { .. }))
+                    && e.pgc.spec_version == spec.target_version
+            }
             OnFailure::Rollback => {
                 e.marked
                     && e.state != PgcState::Reverted

@@ -389,14 +389,14 @@ fn touched() -> Vec<Pgc> {
 }
 
 #[test]
-fn abort_reverts_only_in_flight() {
+fn abort_reverts_in_flight_and_failed_but_keeps_finished() {
     let d = run(
         &two_stages(),
         &touched(),
         &control(ControlState::Aborted),
         t0() + 20 * MIN,
     );
-    assert_eq!(names(&d.revert), ["w1"]);
+    assert_eq!(names(&d.revert), ["w1", "w2"]);
     assert!(d.start.is_empty() && d.fail.is_empty() && d.halt.is_none());
     assert!(matches!(d.status.state, RolloutState::Aborted { .. }));
 }

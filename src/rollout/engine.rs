@@ -1,0 +1,379 @@
+//! The rollout engine: observe every member cluster, ask the planner, apply
+//! its decision, repeat. It only changes `spec.version` (and its marks) on
+//! PostgresClusters; each cluster's controller carries out the rolling
+//! update. Nothing lives only in memory: marks are on the PostgresClusters,
+//! operator commands and halts in the control ConfigMaps, so a restarted
+//! engine decides exactly what the stopped one would have.
+
+use super::control::{self, Stored};
+use super::marks;
+use super::plan::{self, ControlState, Decision, Member, Pgc, PgcRef, RolloutSpec, StageSpec};
+use crate::config::{Rollout, Settings};
+use crate::controller::events::Recorder;
+use crate::crd::PostgresCluster;
+use crate::fleet::{ConnState, Fleet};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Reporter};
+use kube::{Api, Resource};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// Where the engine's "now" comes from; tests and benchmarks drive a
+/// [`ManualClock`] so soak times need no waiting.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> SystemTime;
+}
+
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// A clock that moves only when told to.
+pub struct ManualClock(Mutex<SystemTime>);
+
+impl ManualClock {
+    pub fn new(start: SystemTime) -> Self {
+        ManualClock(Mutex::new(start))
+    }
+
+    pub fn advance(&self, by: Duration) {
+        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *t += by;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> SystemTime {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Everything the engine saw in one round.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    pub members: Vec<Member>,
+    pub pgcs: Vec<Pgc>,
+    pub stored: Stored,
+}
+
+pub struct Engine {
+    pub spec: RolloutSpec,
+    config: Rollout,
+    fleet: Arc<Fleet>,
+    windows: BTreeMap<String, Option<crate::config::window::Window>>,
+    clock: Arc<dyn Clock>,
+    /// The longest pause between rounds.
+    pub tick: Duration,
+}
+
+/// The planner's form of a configured rollout.
+pub fn spec_of(name: &str, r: &Rollout) -> RolloutSpec {
+    RolloutSpec {
+        name: name.to_string(),
+        target_version: r.version().to_string(),
+        stages: r
+            .stages
+            .iter()
+            .map(|s| StageSpec {
+                name: s.name.clone(),
+                max_concurrency: s.max_concurrency.get(),
+                soak: s.soak.get(),
+                requires_approval: s.requires_approval,
+            })
+            .collect(),
+        max_failures: r.max_failures,
+        progress_deadline: r.progress_deadline.get(),
+        on_failure: r.on_failure.get(),
+        unreachable: r.unreachable.get(),
+    }
+}
+
+impl Engine {
+    pub fn new(
+        name: &str,
+        settings: &Settings,
+        fleet: Arc<Fleet>,
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Engine> {
+        let config = settings
+            .rollouts
+            .get(name)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no rollout named {name:?} in [rollouts]"))?;
+        Ok(Engine {
+            spec: spec_of(name, &config),
+            config,
+            windows: settings
+                .clusters
+                .iter()
+                .map(|c| (c.name.clone(), c.maintenance_window.clone()))
+                .collect(),
+            fleet,
+            clock,
+            tick: Duration::from_secs(2),
+        })
+    }
+
+    pub fn now(&self) -> SystemTime {
+        self.clock.now()
+    }
+
+    /// Reads members, PostgresClusters and the stored control.
+    pub async fn observe(&self) -> Observation {
+        let now = self.now();
+        let mut members = vec![];
+        let mut pgcs = vec![];
+        let mut reachable = vec![];
+        for m in &self.fleet.members {
+            let in_window = self
+                .windows
+                .get(&m.name)
+                .and_then(|w| w.as_ref())
+                .and_then(|w| w.parsed())
+                .is_none_or(|w| w.contains(now));
+            let listed = if matches!(m.state(), ConnState::Unreachable { .. }) {
+                None
+            } else {
+                Api::<PostgresCluster>::all(m.client())
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| tracing::debug!(cluster = %m.name, error = %e, "listing for the rollout"))
+                    .ok()
+            };
+            members.push(Member {
+                name: m.name.clone(),
+                reachable: listed.is_some(),
+                in_window,
+            });
+            let Some(list) = listed else { continue };
+            reachable.push(m.clone());
+            for pg in list.items {
+                let labels = pg.metadata.labels.clone().unwrap_or_default();
+                let stage = self
+                    .config
+                    .stages
+                    .iter()
+                    .position(|s| s.selects(&m.labels) && s.selects_postgrescluster(&labels));
+                pgcs.push(marks::observe(&m.name, &pg, stage));
+            }
+        }
+        let stored = control::read(&reachable, &self.spec.name).await;
+        Observation {
+            members,
+            pgcs,
+            stored,
+        }
+    }
+
+    /// The spec the planner sees: failures an operator acknowledged by
+    /// resuming do not count against the budget again.
+    fn effective_spec(&self, stored: &Stored) -> RolloutSpec {
+        let mut spec = self.spec.clone();
+        spec.max_failures = spec.max_failures.saturating_add(stored.acknowledged);
+        spec
+    }
+
+    /// What the planner decides now, without applying it (status, dry runs).
+    pub fn decide(&self, obs: &Observation) -> Decision {
+        plan::decide(
+            &self.effective_spec(&obs.stored),
+            &obs.members,
+            &obs.pgcs,
+            &obs.stored.control,
+            self.now(),
+        )
+    }
+
+    /// One round: observe, decide, apply. Returns the decision.
+    pub async fn round(&self) -> anyhow::Result<Decision> {
+        let obs = self.observe().await;
+        let d = self.decide(&obs);
+        self.apply(&obs, &d).await?;
+        Ok(d)
+    }
+
+    /// Runs rounds until the task is dropped; never gives up on errors.
+    pub async fn run(self: Arc<Self>) {
+        let mut last = String::new();
+        loop {
+            let wait = match self.round().await {
+                Ok(d) => {
+                    let line = d.status.to_string();
+                    if line != last {
+                        tracing::info!(rollout = %self.spec.name, status = %line, "rollout progress");
+                        last = line;
+                    }
+                    d.wake_after.map_or(self.tick, |w| w.min(self.tick))
+                }
+                Err(e) => {
+                    tracing::warn!(rollout = %self.spec.name, error = %e, "rollout round failed; retrying");
+                    self.tick
+                }
+            };
+            tokio::time::sleep(wait.max(Duration::from_millis(50))).await;
+        }
+    }
+
+    async fn apply(&self, obs: &Observation, d: &Decision) -> anyhow::Result<()> {
+        let find = |r: &PgcRef| {
+            obs.pgcs
+                .iter()
+                .find(|p| p.member == r.member && p.namespace == r.namespace && p.name == r.name)
+        };
+        let stage_name = |p: &Pgc| {
+            p.stage
+                .and_then(|i| self.spec.stages.get(i))
+                .map(|s| s.name.clone())
+                .unwrap_or_default()
+        };
+        let name = &self.spec.name;
+        let target = &self.spec.target_version;
+        for (r, at) in &d.finish {
+            if let Err(e) = self.patch(r, marks::finish_patch(*at)).await {
+                tracing::warn!(rollout = %name, error = %e, "could not record a finish");
+                continue;
+            }
+            self.event(
+                r,
+                EventType::Normal,
+                "RolloutSucceeded",
+                format!("rollout {name}: runs {target}"),
+            )
+            .await;
+        }
+        for (r, reason) in &d.fail {
+            if self.patch(r, marks::fail_patch(reason)).await.is_ok() {
+                self.event(
+                    r,
+                    EventType::Warning,
+                    "RolloutFailed",
+                    format!("rollout {name}: {reason}"),
+                )
+                .await;
+            }
+        }
+        if let Some(h) = &d.halt
+            && obs.stored.control.state == ControlState::Active
+        {
+            let mut next = obs.stored.clone();
+            next.control.state = match h.on_failure {
+                crate::config::choices::OnFailure::Pause => ControlState::Paused,
+                crate::config::choices::OnFailure::Abort => ControlState::Aborted,
+                crate::config::choices::OnFailure::Rollback => ControlState::RollingBack,
+            };
+            next.control.reason = Some(h.reason.clone());
+            tracing::warn!(rollout = %name, reason = %h.reason, "rollout halted");
+            control::write(&self.reachable(obs), name, next).await?;
+        }
+        for r in &d.revert {
+            let Some(prev) = find(r)
+                .and_then(|p| p.mark.as_ref())
+                .map(|m| m.previous_version.clone())
+            else {
+                continue;
+            };
+            if let Err(e) = self.patch(r, marks::revert_patch(&prev)).await {
+                // Retried next round (the decision is made again).
+                tracing::warn!(rollout = %name, error = %e, "could not revert");
+                continue;
+            }
+            self.event(
+                r,
+                EventType::Normal,
+                "RolloutReverted",
+                format!("rollout {name}: back to {prev}"),
+            )
+            .await;
+        }
+        for r in &d.start {
+            let Some(p) = find(r) else { continue };
+            if let Err(e) = self
+                .patch(
+                    r,
+                    marks::start_patch(name, &p.spec_version, target, self.now()),
+                )
+                .await
+            {
+                tracing::warn!(rollout = %name, error = %e, "could not start");
+                continue;
+            }
+            self.event(
+                r,
+                EventType::Normal,
+                "RolloutStarted",
+                format!(
+                    "rollout {name} stage {}: {} → {target}",
+                    stage_name(p),
+                    p.spec_version
+                ),
+            )
+            .await;
+        }
+        Ok(())
+    }
+
+    fn reachable(&self, obs: &Observation) -> Vec<Arc<crate::fleet::Member>> {
+        self.fleet
+            .members
+            .iter()
+            .filter(|m| obs.members.iter().any(|o| o.name == m.name && o.reachable))
+            .cloned()
+            .collect()
+    }
+
+    fn member(&self, name: &str) -> anyhow::Result<&Arc<crate::fleet::Member>> {
+        self.fleet
+            .get(name)
+            .ok_or_else(|| anyhow::anyhow!("no member cluster {name}"))
+    }
+
+    async fn patch(&self, r: &PgcRef, patch: Value) -> anyhow::Result<()> {
+        let api: Api<PostgresCluster> =
+            Api::namespaced(self.member(&r.member)?.client(), &r.namespace);
+        api.patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| anyhow::anyhow!("updating {r}: {e}"))?;
+        Ok(())
+    }
+
+    async fn event(&self, r: &PgcRef, type_: EventType, reason: &str, note: String) {
+        let Ok(m) = self.member(&r.member) else {
+            return;
+        };
+        let recorder = Recorder::new(
+            m.client(),
+            Reporter {
+                controller: "pgfleet-rollout".into(),
+                instance: None,
+            },
+        );
+        let reference = pgc_reference(&r.namespace, &r.name);
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&ev, &reference).await {
+            tracing::debug!(error = %e, "could not publish rollout event");
+        }
+    }
+}
+
+/// An object reference without fetching the object.
+fn pgc_reference(ns: &str, name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(PostgresCluster::api_version(&()).to_string()),
+        kind: Some(PostgresCluster::kind(&()).to_string()),
+        name: Some(name.to_string()),
+        namespace: Some(ns.to_string()),
+        ..Default::default()
+    }
+}

@@ -251,7 +251,7 @@ async fn a_failure_in_the_second_stage_halts_the_rollout_and_names_the_cluster()
     let RolloutState::Paused { reason } = &d.status.state else {
         unreachable!()
     };
-    assert!(reason.contains("member-2/db/pg0"), "{reason}");
+    assert!(reason.contains("db/pg00 on member-2"), "{reason}");
     assert!(reason.contains("ImagePullBackOff"), "{reason}");
     // The halt is stored (a restarted manager sees it) and nothing new starts.
     let stored = control::read(&f.mgr.fleet.members, "r").await;
@@ -443,8 +443,10 @@ max_concurrency = "100%"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_and_requeue_defers_an_unreachable_cluster_until_it_is_back() {
     let f = fleet("rollout-skip").await;
-    cut_off(&f, "member-2", true);
     let (e, _) = engine(&f, &UNREACHABLE.replace("POLICY", "skip_and_requeue"));
+    // The engine has seen member-2's PostgresClusters before it goes away.
+    assert_eq!(e.observe().await.pgcs.len(), 3 * PER_MEMBER);
+    cut_off(&f, "member-2", true);
     let d = rounds_until(&e, "the reachable clusters done, member-2 deferred", |d| {
         d.status.stages[0].deferred == PER_MEMBER && d.status.stages[0].done == 2 * PER_MEMBER
     })
@@ -467,6 +469,7 @@ async fn skip_and_requeue_defers_an_unreachable_cluster_until_it_is_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn count_as_failure_halts_on_an_unreachable_cluster() {
     let f = fleet("rollout-count").await;
+    // Unreachable before this engine ever listed it: its clusters are unknown.
     cut_off(&f, "member-2", true);
     let (e, _) = engine(&f, &UNREACHABLE.replace("POLICY", "count_as_failure"));
     let d = rounds_until(&e, "the rollout to halt", |d| {

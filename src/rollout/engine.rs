@@ -7,7 +7,10 @@
 
 use super::control::{self, Stored};
 use super::marks;
-use super::plan::{self, ControlState, Decision, Member, Pgc, PgcRef, RolloutSpec, StageSpec};
+use super::plan::{
+    self, ControlState, Decision, Halt, Member, Pgc, PgcRef, RolloutSpec, RolloutState, StageSpec,
+    Unreachable,
+};
 use crate::config::{Rollout, Settings};
 use crate::controller::events::Recorder;
 use crate::crd::PostgresCluster;
@@ -60,6 +63,9 @@ pub struct Observation {
     pub members: Vec<Member>,
     pub pgcs: Vec<Pgc>,
     pub stored: Stored,
+    /// Unreachable members this engine never listed: their PostgresClusters
+    /// are unknown, so the rollout can neither count them nor finish.
+    pub unknown: Vec<String>,
 }
 
 pub struct Engine {
@@ -68,6 +74,9 @@ pub struct Engine {
     fleet: Arc<Fleet>,
     windows: BTreeMap<String, Option<crate::config::window::Window>>,
     clock: Arc<dyn Clock>,
+    /// The last listing of each member: while one is unreachable its
+    /// PostgresClusters are still known (and deferred or failed by policy).
+    seen: Mutex<BTreeMap<String, Vec<Pgc>>>,
     /// The longest pause between rounds.
     pub tick: Duration,
 }
@@ -116,6 +125,7 @@ impl Engine {
                 .collect(),
             fleet,
             clock,
+            seen: Mutex::default(),
             tick: Duration::from_secs(2),
         })
     }
@@ -130,6 +140,7 @@ impl Engine {
         let mut members = vec![];
         let mut pgcs = vec![];
         let mut reachable = vec![];
+        let mut unknown = vec![];
         for m in &self.fleet.members {
             let in_window = self
                 .windows
@@ -151,23 +162,38 @@ impl Engine {
                 reachable: listed.is_some(),
                 in_window,
             });
-            let Some(list) = listed else { continue };
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(list) = listed else {
+                match seen.get(&m.name) {
+                    Some(last) => pgcs.extend(last.iter().cloned()),
+                    None if self.config.stages.iter().any(|s| s.selects(&m.labels)) => {
+                        unknown.push(m.name.clone())
+                    }
+                    None => {}
+                }
+                continue;
+            };
             reachable.push(m.clone());
-            for pg in list.items {
-                let labels = pg.metadata.labels.clone().unwrap_or_default();
-                let stage = self
-                    .config
-                    .stages
+            let mine: Vec<Pgc> =
+                list.items
                     .iter()
-                    .position(|s| s.selects(&m.labels) && s.selects_postgrescluster(&labels));
-                pgcs.push(marks::observe(&m.name, &pg, stage));
-            }
+                    .map(|pg| {
+                        let labels = pg.metadata.labels.clone().unwrap_or_default();
+                        let stage = self.config.stages.iter().position(|s| {
+                            s.selects(&m.labels) && s.selects_postgrescluster(&labels)
+                        });
+                        marks::observe(&m.name, pg, stage)
+                    })
+                    .collect();
+            pgcs.extend(mine.iter().cloned());
+            seen.insert(m.name.clone(), mine);
         }
         let stored = control::read(&reachable, &self.spec.name).await;
         Observation {
             members,
             pgcs,
             stored,
+            unknown,
         }
     }
 
@@ -181,13 +207,30 @@ impl Engine {
 
     /// What the planner decides now, without applying it (status, dry runs).
     pub fn decide(&self, obs: &Observation) -> Decision {
-        plan::decide(
+        let mut d = plan::decide(
             &self.effective_spec(&obs.stored),
             &obs.members,
             &obs.pgcs,
             &obs.stored.control,
             self.now(),
-        )
+        );
+        if let Some(m) = obs.unknown.first() {
+            let active = obs.stored.control.state == ControlState::Active;
+            if self.spec.unreachable == Unreachable::CountAsFailure && active && d.halt.is_none() {
+                d.halt = Some(Halt {
+                    on_failure: self.spec.on_failure,
+                    reason: format!(
+                        "member cluster {m} unreachable (unreachable = count_as_failure); its PostgresClusters could not be listed"
+                    ),
+                });
+                d.start.clear();
+            }
+            if d.status.state == RolloutState::Completed {
+                // Not done while a member's PostgresClusters are unknown.
+                d.status.state = RolloutState::Running;
+            }
+        }
+        d
     }
 
     /// One round: observe, decide, apply. Returns the decision.

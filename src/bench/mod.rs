@@ -5,6 +5,7 @@
 pub mod emulator;
 pub mod failover;
 pub mod fleet;
+pub mod rollout;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
@@ -14,6 +15,8 @@ pub enum BenchCommand {
     Fleet(fleet::Args),
     /// Real PostgreSQL: failover unavailability and switchover write stall.
     Failover(failover::Args),
+    /// Fleet rollout pacing against the ideal for its stages, and failure → halt.
+    Rollout(rollout::Args),
 }
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -21,5 +24,6 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Emulator(a) => emulator::run(a).await,
         BenchCommand::Fleet(a) => fleet::run(a).await,
         BenchCommand::Failover(a) => failover::run(a).await,
+        BenchCommand::Rollout(a) => rollout::run(a).await,
     }
 }

@@ -1,6 +1,7 @@
 //! The command line: argument definitions and dispatch to the library.
 
 mod ops;
+mod rollout;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -44,6 +45,14 @@ pub enum Command {
         #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         wait: std::time::Duration,
     },
+    /// Fleet rollouts declared in the TOML: dry run, status and controls.
+    Rollout {
+        #[command(subcommand)]
+        command: rollout::RolloutCommand,
+        /// Fleet TOML (to find the member clusters).
+        #[arg(long, short, env = "PGFLEET_CONFIG", global = true)]
+        config: Option<PathBuf>,
+    },
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
     /// Benchmarks that print figures and ratios to a floor from the same run.
@@ -78,6 +87,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             config,
             wait,
         } => ops::switchover(config.as_deref(), &target, to.as_deref(), wait).await,
+        Command::Rollout { command, config } => rollout::run(config.as_deref(), command).await,
         Command::Crd => {
             print!("{}", crate::crd::yaml()?);
             Ok(0)

@@ -55,6 +55,7 @@ pub fn observe(member: &str, pg: &PostgresCluster, stage: Option<usize>) -> Pgc 
         healthy: st.phase.as_deref() == Some("Healthy"),
         update_failure: st.rolling_update.and_then(|r| r.failure),
         mark: read(pg.annotations()),
+        instances: pg.spec.cluster_size.max(1) as u32,
     }
 }
 

@@ -84,6 +84,8 @@ pub struct Pgc {
     pub update_failure: Option<String>,
     /// Marks of other rollouts are ignored (see [`RolloutSpec::name`]).
     pub mark: Option<Mark>,
+    /// `spec.clusterSize`, for duration estimates only.
+    pub instances: u32,
 }
 
 /// The operator's standing command, stored durably by the engine.

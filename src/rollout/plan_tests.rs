@@ -54,6 +54,7 @@ pub(crate) fn pgc(member: &str, name: &str, stage: usize) -> Pgc {
         current_version: Some("15.18".to_owned()),
         healthy: true,
         update_failure: None,
+        instances: 2,
         mark: None,
     }
 }

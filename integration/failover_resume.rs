@@ -6,63 +6,15 @@
 
 #[path = "failover_env.rs"]
 mod env;
+#[path = "common/manager_process.rs"]
+mod manager_process;
 
 use env::{Env, NS, Writer, connect, rows};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use manager_process::ManagerProcess;
 use pgfleet::crd::PostgresCluster;
 use std::time::{Duration, Instant};
-
-/// A manager on its own runtime, so stopping it kills every task it spawned
-/// — as killing the process would.
-struct ManagerProcess {
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl ManagerProcess {
-    fn start(kubeconfig: &std::path::Path, dir: &std::path::Path) -> ManagerProcess {
-        let toml = format!(
-            "[manager]\nstate_dir = \"{}\"\nprobe_interval = \"500ms\"\nprobe_timeout = \"500ms\"\n[[clusters]]\nname = \"pg-a\"\nkubeconfig = \"{}\"\n",
-            dir.display(),
-            kubeconfig.display()
-        );
-        let settings = pgfleet::config::load_str(&toml, "test").unwrap();
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let _m = pgfleet::manager::start(&settings, false).await.unwrap();
-                let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
-            });
-            rt.shutdown_timeout(Duration::from_secs(1));
-        });
-        ManagerProcess {
-            stop: Some(tx),
-            thread: Some(thread),
-        }
-    }
-
-    fn kill(mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for ManagerProcess {
-    fn drop(&mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 async fn wait_for<F, Fut>(what: &str, limit: Duration, mut f: F)
 where
@@ -98,7 +50,7 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
         .unwrap(),
     )
     .unwrap();
-    let mgr = ManagerProcess::start(&kc, &dir.join("m1"));
+    let mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m1"));
     let pgc: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);
     wait_for("CRDs", Duration::from_secs(60), || async {
         pgc.list(&Default::default()).await.is_ok()
@@ -158,7 +110,7 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
         "targetPrimary": target, "lastFailover": {"from": old, "to": target, "detectedAt": now, "decidedAt": now}}})))
         .await
         .unwrap();
-    let _mgr = ManagerProcess::start(&kc, &dir.join("m2"));
+    let _mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m2"));
     wait_for(
         "the recorded target promoted",
         Duration::from_secs(120),

@@ -7,12 +7,15 @@
 
 #[path = "common/controller.rs"]
 mod fleet;
+#[path = "common/manager_process.rs"]
+mod manager_process;
 
 use fleet::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use pgfleet::crd::PostgresCluster;
 use serde_json::json;
+use std::time::Duration;
 
 const M: &str = "member-1";
 
@@ -219,4 +222,140 @@ async fn an_image_that_cannot_start_stops_the_update_and_reverting_heals_it() {
         pg.status.unwrap().current_primary.as_deref(),
         Some(primary.as_str())
     );
+}
+
+/// The manager is killed again and again during a rolling update (each time
+/// the update's recorded step changes) and restarted: the update completes
+/// with exactly one switchover and no failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_killed_during_the_update_resumes_without_a_second_switchover() {
+    use manager_process::ManagerProcess;
+    let dir = temp_dir("roll-kill");
+    let mut opts = pgfleet::sim::SimOptions::new(dir.join("sim"), 1);
+    opts.runtime = pgfleet::sim::RuntimeKind::Virtual;
+    opts.persist = false;
+    opts.admin = false;
+    let sim = pgfleet::sim::start(&opts).await.unwrap();
+    let kc = sim.clusters[0].kubeconfig.clone();
+    let client = client_from(&kc).await;
+    let mut mgr = ManagerProcess::start(&kc, "a", &dir.join("m0"));
+    let api: Api<PostgresCluster> = Api::namespaced(client.clone(), "shop");
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    eventually("namespace created", || {
+        let ns = ns.clone();
+        async move {
+            let obj = serde_json::from_value(json!({"metadata": {"name": "shop"}})).unwrap();
+            match ns.create(&Default::default(), &obj).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    })
+    .await;
+    eventually("the PostgresCluster created (CRD installed)", || {
+        let api = api.clone();
+        async move {
+            api.create(&Default::default(), &pgc_object("orders", spec(3, "15.18")))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await;
+    let healthy = |want: &'static str| {
+        let api = api.clone();
+        move || {
+            let api = api.clone();
+            async move {
+                let pg = api.get("orders").await.map_err(|e| e.to_string())?;
+                let st = pg.status.clone().unwrap_or_default();
+                let ok = st.phase.as_deref() == Some("Healthy")
+                    && st.ready_instances == 3
+                    && st.rolling_update.is_none()
+                    && st
+                        .instances
+                        .iter()
+                        .all(|i| i.version.as_deref() == Some(want));
+                if ok {
+                    Ok(pg)
+                } else {
+                    Err(serde_json::to_string(&st).unwrap())
+                }
+            }
+        }
+    };
+    let before = eventually("Healthy on 15.18", healthy("15.18")).await;
+    let old_primary = before.status.unwrap().current_primary.unwrap();
+    api.patch(
+        "orders",
+        &Default::default(),
+        &kube::api::Patch::Merge(&json!({"spec": {"version": "15.20"}})),
+    )
+    .await
+    .unwrap();
+    let mut kills = 0;
+    let mut last = String::new();
+    let start = std::time::Instant::now();
+    loop {
+        let st = api.get("orders").await.unwrap().status.unwrap_or_default();
+        if st.rolling_update.is_none()
+            && st.phase.as_deref() == Some("Healthy")
+            && st
+                .instances
+                .iter()
+                .all(|i| i.version.as_deref() == Some("15.20"))
+        {
+            break;
+        }
+        let now = format!(
+            "{:?} {:?}",
+            st.rolling_update.as_ref().map(|r| (&r.step, &r.instance)),
+            st.switchover.as_ref().map(|s| &s.to)
+        );
+        if now != last && kills < 8 {
+            mgr.kill();
+            kills += 1;
+            mgr = ManagerProcess::start(&kc, "a", &dir.join(format!("m{kills}")));
+            last = now;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "the update did not complete: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(mgr);
+    assert!(
+        kills >= 2,
+        "the manager was killed during the update ({kills})"
+    );
+    let pg = api.get("orders").await.unwrap();
+    let evs = events_about(&client, "shop", "orders").await;
+    assert_ne!(
+        pg.status.as_ref().unwrap().current_primary.as_deref(),
+        Some(old_primary.as_str()),
+        "{evs:#?}"
+    );
+    // Events are published after their action, so a kill can swallow one;
+    // the timeline cannot lie: one promotion since initdb makes it 2.
+    let count = |r: &str| evs.iter().filter(|(rr, _)| rr == r).count();
+    assert!(count("SwitchoverStarted") <= 1, "{evs:#?}");
+    assert!(count("SwitchedOver") <= 1, "{evs:#?}");
+    assert_eq!(count("FailoverStarted"), 0, "{evs:#?}");
+    let primary = pg.status.as_ref().unwrap().current_primary.clone().unwrap();
+    let out = pgfleet::postgres::exec::run_verb(
+        &client,
+        "shop",
+        &primary,
+        &["status"],
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let report = pgfleet::postgres::InstanceReport::parse(&out).unwrap();
+    assert_eq!(report.role, "primary");
+    assert_eq!(report.timeline, Some(2), "exactly one promotion: {out}");
+    eprintln!("rolling update completed across {kills} manager kills");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -27,7 +27,14 @@ type Key = (String, String);
 #[derive(Default)]
 pub struct ChildIndex {
     map: RwLock<HashMap<Key, Observed>>,
+    /// One bit per child kind whose first full list has arrived. Until all
+    /// are in, an empty observation means "not known yet", not "missing":
+    /// reconcile waits rather than create children that already exist.
+    synced: std::sync::atomic::AtomicU8,
 }
+
+/// Every kind's bit in `synced`.
+const ALL_KINDS: u8 = 0b11_1111;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Kind {
@@ -40,6 +47,16 @@ enum Kind {
 }
 
 impl ChildIndex {
+    /// Whether every child watch has delivered its first full list.
+    pub fn synced(&self) -> bool {
+        self.synced.load(std::sync::atomic::Ordering::Acquire) == ALL_KINDS
+    }
+
+    fn mark_synced(&self, kind: Kind) {
+        self.synced
+            .fetch_or(1 << kind as u8, std::sync::atomic::Ordering::AcqRel);
+    }
+
     pub fn get(&self, ns: &str, cluster: &str) -> Observed {
         self.map
             .read()
@@ -311,6 +328,7 @@ async fn feed<S, T>(
                 fire(index.forget(kind, &meta));
             }
             Event::InitDone => {
+                index.mark_synced(kind);
                 if let Some(seen) = relist.take() {
                     for (key, name) in before.difference(&seen).cloned().collect::<Vec<_>>() {
                         let meta = ObjectMeta {

@@ -63,6 +63,11 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
     if pg.annotations().get(PAUSED).is_some_and(|v| v == "true") {
         return Ok(Action::await_change());
     }
+    if !ctx.index.synced() {
+        // Right after a (re)start: children not listed yet are unknown, not
+        // missing; acting now could recreate what exists.
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     let ns = pg.namespace().unwrap_or_default();
     let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // Decisions about the primary must never rest on a cached status that
@@ -163,6 +168,30 @@ where
         .await
         .map_err(kerr("apply", kind, &name))?;
     Ok(())
+}
+
+/// Instance pods are only ever created, never applied over: applying a new
+/// image to a running pod would restart it outside the rolling update's
+/// order. An existing pod (the index lagging behind) is left as it is.
+async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
+    let name = pod["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let obj: Pod = serde_json::from_value(pod.clone())
+        .map_err(|e| Error::Finalizer(format!("building pod {name}: {e}")))?;
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .create(&pp, &obj)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(kerr("create", "Pod", &name)(e)),
+    }
 }
 
 fn random_password() -> String {
@@ -405,10 +434,9 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             &build::pvc(&owner, &pg, *o),
         )
         .await?;
-        ssa::<Pod>(
+        create_pod(
             &ctx,
             &ns,
-            "Pod",
             &with_config(build::pod(&owner, &pg, *o, role_of(*o), init), &cm_hash),
         )
         .await?;
@@ -428,10 +456,9 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         .await;
     }
     for o in &ip.recreate_pods {
-        ssa::<Pod>(
+        create_pod(
             &ctx,
             &ns,
-            "Pod",
             &with_config(build::pod(&owner, &pg, *o, role_of(*o), "clone"), &cm_hash),
         )
         .await?;

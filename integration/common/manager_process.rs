@@ -1,0 +1,60 @@
+//! A pgfleet manager on a Tokio runtime of its own, so stopping it ends every
+//! task it spawned — as killing the process would. For tests of resuming
+//! after a crash.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+/// A manager on its own runtime, so stopping it kills every task it spawned
+/// — as killing the process would.
+pub struct ManagerProcess {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ManagerProcess {
+    /// A manager of one member cluster `name` reached through `kubeconfig`.
+    pub fn start(kubeconfig: &Path, name: &str, dir: &Path) -> ManagerProcess {
+        let toml = format!(
+            "[manager]\nstate_dir = \"{}\"\nprobe_interval = \"500ms\"\nprobe_timeout = \"500ms\"\n[[clusters]]\nname = \"{name}\"\nkubeconfig = \"{}\"\n",
+            dir.display(),
+            kubeconfig.display()
+        );
+        let settings = pgfleet::config::load_str(&toml, "test").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let _m = pgfleet::manager::start(&settings, false).await.unwrap();
+                let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
+            });
+            rt.shutdown_timeout(Duration::from_secs(1));
+        });
+        ManagerProcess {
+            stop: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops every task of the manager, as killing the process would.
+    pub fn kill(mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ManagerProcess {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -186,7 +186,7 @@ async fn instance_objects(
     ]);
     let pp = PostParams::default();
     Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .create(&pp, &obj(build::config_map(&o, &params, &[])))
+        .create(&pp, &obj(build::config_map(&o, &params, &[], None)))
         .await
         .unwrap();
     let secrets = Api::<Secret>::namespaced(client.clone(), ns);
@@ -224,7 +224,7 @@ async fn replica_clones_and_streams_through_the_rw_service() {
     let pp = PostParams::default();
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
     let services = Api::<Service>::namespaced(client.clone(), ns);
-    pods.create(&pp, &obj(build::pod(&o, &pg, 0, "primary", "initdb")))
+    pods.create(&pp, &obj(build::pod(&o, &pg, 0, "primary", "initdb", &[])))
         .await
         .unwrap();
     ready_pod(&pods, "db-0", 0).await;
@@ -244,7 +244,7 @@ async fn replica_clones_and_streams_through_the_rw_service() {
         "CREATE TABLE t (n int); INSERT INTO t SELECT generate_series(1, 10)",
     )
     .await;
-    pods.create(&pp, &obj(build::pod(&o, &pg, 1, "replica", "clone")))
+    pods.create(&pp, &obj(build::pod(&o, &pg, 1, "replica", "clone", &[])))
         .await
         .unwrap();
     ready_pod(&pods, "db-1", 0).await;
@@ -282,7 +282,7 @@ async fn instance_pod_serves_sql_through_its_service_and_survives_kill_9() {
     let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
     let services = Api::<Service>::namespaced(client.clone(), ns);
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    pods.create(&pp, &obj(build::pod(&o, &pg, 0, "primary", "initdb")))
+    pods.create(&pp, &obj(build::pod(&o, &pg, 0, "primary", "initdb", &[])))
         .await
         .unwrap();
 
@@ -413,7 +413,7 @@ async fn instance_pod_serves_sql_through_its_service_and_survives_kill_9() {
     );
 
     // A new pod on the same claim finds the data.
-    pods.create(&pp, &obj(build::pod(&o, &pg, 0, "primary", "initdb")))
+    pods.create(&pp, &obj(build::pod(&o, &pg, 0, "primary", "initdb", &[])))
         .await
         .unwrap();
     ready_pod(&pods, "db-0", 0).await;

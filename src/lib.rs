@@ -1,8 +1,10 @@
 //! pgfleet: an out-of-cluster fleet manager for PostgreSQL on Kubernetes.
 //! See `docs/architecture.md` for how the parts fit together.
 
+pub mod backup;
 pub mod bench;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod controller;
 pub mod crd;

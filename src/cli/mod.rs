@@ -53,6 +53,11 @@ pub enum Command {
         #[arg(long, short, env = "PGFLEET_CONFIG", global = true)]
         config: Option<PathBuf>,
     },
+    /// Backups: `backup now <cluster>/<namespace>/<name>` runs one on demand.
+    Backup {
+        #[command(subcommand)]
+        command: BackupCommand,
+    },
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
     /// Benchmarks that print figures and ratios to a floor from the same run.
@@ -64,6 +69,20 @@ pub enum Command {
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BackupCommand {
+    /// An on-demand full backup (a PostgresBackup record the manager runs).
+    Now {
+        /// <cluster>/<namespace>/<name>
+        target: String,
+        #[arg(long, short, env = "PGFLEET_CONFIG")]
+        config: Option<PathBuf>,
+        /// How long to wait for the outcome (0: do not wait).
+        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+        wait: std::time::Duration,
     },
 }
 
@@ -88,6 +107,14 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             wait,
         } => ops::switchover(config.as_deref(), &target, to.as_deref(), wait).await,
         Command::Rollout { command, config } => rollout::run(config.as_deref(), command).await,
+        Command::Backup {
+            command:
+                BackupCommand::Now {
+                    target,
+                    config,
+                    wait,
+                },
+        } => ops::backup_now(config.as_deref(), &target, wait).await,
         Command::Crd => {
             print!("{}", crate::crd::yaml()?);
             Ok(0)

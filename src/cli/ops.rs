@@ -109,3 +109,59 @@ pub async fn switchover(
     println!("not finished within {wait:?}; it continues in the manager");
     Ok(1)
 }
+
+/// `pgfleet backup now`: a PostgresBackup record the manager runs as soon as
+/// the caps allow (optionally waiting for the outcome).
+pub async fn backup_now(
+    config: Option<&Path>,
+    target: &str,
+    wait: Duration,
+) -> anyhow::Result<i32> {
+    use crate::crd::PostgresBackup;
+    let (member, ns, name) = parse_target(target)?;
+    let client = member_client(config, &member).await?;
+    let pgs: Api<PostgresCluster> = Api::namespaced(client.clone(), &ns);
+    pgs.get(&name)
+        .await
+        .with_context(|| format!("reading {ns}/{name} in {member}"))?;
+    let stamp = chrono::Utc::now().format("%Y%m%d%H%M%S");
+    let backup = format!("{name}-manual-{stamp}");
+    let obj: PostgresBackup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "pgfleet.io/v1", "kind": "PostgresBackup",
+        "metadata": {"name": backup, "namespace": ns, "labels": {"pgfleet.io/cluster": name}},
+        "spec": {"cluster": name, "type": "full", "trigger": "manual"},
+    }))?;
+    let api: Api<PostgresBackup> = Api::namespaced(client, &ns);
+    api.create(&Default::default(), &obj)
+        .await
+        .context("creating the PostgresBackup")?;
+    println!("backup {member}/{ns}/{backup} requested");
+    if wait.is_zero() {
+        return Ok(0);
+    }
+    let start = Instant::now();
+    while start.elapsed() < wait {
+        let st = api.get(&backup).await?.status.unwrap_or_default();
+        match st.phase.as_deref() {
+            Some("Completed") => {
+                println!(
+                    "completed: {} {}",
+                    st.label.unwrap_or_default(),
+                    st.size.unwrap_or_default()
+                );
+                return Ok(0);
+            }
+            Some("Failed") => {
+                println!(
+                    "failed (attempt {}): {}",
+                    st.attempts,
+                    st.failure_reason.unwrap_or_default()
+                );
+                return Ok(1);
+            }
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    println!("still running after {wait:?}; see kubectl get pgb -n {ns} {backup}");
+    Ok(1)
+}

@@ -23,6 +23,8 @@ pub const ANN_PARAMETERS: &str = "pgfleet.io/parameters";
 pub const ANN_CONFIG: &str = "pgfleet.io/config-hash";
 
 const DATA_MOUNT: &str = "/var/lib/postgresql/data";
+/// PGDATA inside every instance pod.
+pub const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
 const CONFIG_MOUNT: &str = "/etc/pgfleet/config";
 
 /// Identity of the owning PostgresCluster, as children need it.
@@ -121,15 +123,20 @@ pub fn secret(o: &Owner, which: &str, username: &str, password: &str) -> Value {
 /// The configuration of every instance. Its hash is also written into
 /// postgresql.conf, so `pgfleet-instance reload <hash>` can wait until the
 /// kubelet has refreshed the mounted ConfigMap (which lags on real clusters).
-pub fn config_map(o: &Owner, params: &BTreeMap<String, String>, pg_hba: &[String]) -> Value {
+pub fn config_map(
+    o: &Owner,
+    params: &BTreeMap<String, String>,
+    pg_hba: &[String],
+    backrest: Option<&str>,
+) -> Value {
     let h = content_hash(
-        &json!({"params": params, "hba": pg_hba, "script": postgres::INSTANCE_SCRIPT}),
+        &json!({"params": params, "hba": pg_hba, "script": postgres::INSTANCE_SCRIPT, "backrest": backrest}),
     );
     let conf = format!(
         "{}# pgfleet-config-hash: {h}\n",
         postgres::render_postgresql_conf(params)
     );
-    json!({
+    let mut cm = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {
             "name": o.config_name(), "namespace": o.namespace, "labels": o.labels(),
@@ -141,7 +148,11 @@ pub fn config_map(o: &Owner, params: &BTreeMap<String, String>, pg_hba: &[String
             "pg_hba.conf": postgres::render_pg_hba(pg_hba),
             "pgfleet-instance": postgres::INSTANCE_SCRIPT,
         },
-    })
+    });
+    if let Some(b) = backrest {
+        cm["data"]["pgbackrest.conf"] = json!(b);
+    }
+    cm
 }
 
 pub fn pvc(o: &Owner, pg: &PostgresCluster, ordinal: u32) -> Value {
@@ -164,7 +175,16 @@ pub fn pvc(o: &Owner, pg: &PostgresCluster, ordinal: u32) -> Value {
 
 /// The instance Pod. `role` goes into a label the instance reads through the
 /// downward API, so it knows whether it may run as primary.
-pub fn pod(o: &Owner, pg: &PostgresCluster, ordinal: u32, role: &str, init: &str) -> Value {
+/// `extra_env` carries what only the caller knows: repository credentials
+/// (by Secret reference) and where to restore from.
+pub fn pod(
+    o: &Owner,
+    pg: &PostgresCluster,
+    ordinal: u32,
+    role: &str,
+    init: &str,
+    extra_env: &[Value],
+) -> Value {
     let name = o.instance_name(ordinal);
     let env = |n: &str, v: &str| json!({"name": n, "value": v});
     let field =
@@ -198,7 +218,7 @@ pub fn pod(o: &Owner, pg: &PostgresCluster, ordinal: u32, role: &str, init: &str
                 "image": image(pg),
                 "command": ["/bin/sh", script, "run"],
                 "env": [
-                    env("PGDATA", &format!("{DATA_MOUNT}/pgdata")),
+                    env("PGDATA", PGDATA),
                     field("POD_NAME", "metadata.name"),
                     field("POD_NAMESPACE", "metadata.namespace"),
                     field("POD_IP", "status.podIP"),
@@ -233,6 +253,9 @@ pub fn pod(o: &Owner, pg: &PostgresCluster, ordinal: u32, role: &str, init: &str
             ],
         },
     });
+    if let Some(env) = obj["spec"]["containers"][0]["env"].as_array_mut() {
+        env.extend(extra_env.iter().cloned());
+    }
     // The hash leaves out the role label (relabelled in place on failover)
     // and the init mode (only meaningful for an empty volume).
     // Parameters that only take effect at a restart are part of it too: a
@@ -303,7 +326,7 @@ mod tests {
     fn pod_runs_the_instance_script_on_the_stock_image() {
         let pg = pg();
         let o = Owner::of(&pg, 2);
-        let p = pod(&o, &pg, 2, "replica", "clone");
+        let p = pod(&o, &pg, 2, "replica", "clone", &[]);
         assert_eq!(p["metadata"]["name"], "orders-2");
         assert_eq!(p["spec"]["containers"][0]["image"], "postgres:15.20");
         assert_eq!(p["spec"]["containers"][0]["command"][2], "run");
@@ -315,7 +338,7 @@ mod tests {
         );
         assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "u-1");
         // Same spec, other role: same hash (relabelled in place, not recreated).
-        let q = pod(&o, &pg, 2, "primary", "initdb");
+        let q = pod(&o, &pg, 2, "primary", "initdb", &[]);
         assert_eq!(
             p["metadata"]["annotations"][ANN_HASH],
             q["metadata"]["annotations"][ANN_HASH]

@@ -55,6 +55,8 @@ pub struct Ctx {
     pub recorder: Recorder,
     pub shards: u32,
     pub stats: Arc<Stats>,
+    /// The backup repository; instances archive WAL to it when set.
+    pub backup: Option<Arc<crate::backup::repo::BackupEnv>>,
 }
 
 /// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
@@ -94,7 +96,12 @@ impl Handle {
 
 /// Starts the shard controllers, the child watches and the shard labeller of
 /// one member cluster; they run (reconnecting with backoff) until dropped.
-pub fn start(member: Arc<Member>, shards: u32, workers: u32) -> Handle {
+pub fn start(
+    member: Arc<Member>,
+    shards: u32,
+    workers: u32,
+    backup: Option<Arc<crate::backup::repo::BackupEnv>>,
+) -> Handle {
     let shards = shards.max(1);
     // Stable for the member's lifetime; follows kubeconfig changes (fleet::swap).
     let client = member.client();
@@ -113,6 +120,7 @@ pub fn start(member: Arc<Member>, shards: u32, workers: u32) -> Handle {
         recorder: Recorder::new(client.clone(), reporter),
         shards,
         stats: stats.clone(),
+        backup,
     });
     let mut senders = vec![];
     let mut stores = vec![];

@@ -283,6 +283,60 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
             inp.invalid.clone().unwrap_or_default(),
         ),
     ];
+    if let Some(b) = &prev.backup {
+        // The newest outcome wins (RFC 3339 strings of one format compare).
+        let failed_last = match (&b.last_failure_at, &b.last_success_at) {
+            (Some(f), Some(s)) => f > s,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        if b.last_success_at.is_some() || b.last_failure_at.is_some() {
+            conditions.push(if failed_last {
+                cond(
+                    "BackupHealthy",
+                    false,
+                    "BackupFailed",
+                    b.last_failure_reason.clone().unwrap_or_default(),
+                )
+            } else {
+                cond(
+                    "BackupHealthy",
+                    true,
+                    "BackupSucceeded",
+                    format!(
+                        "last backup {} at {}",
+                        b.last_success_backup.as_deref().unwrap_or("?"),
+                        b.last_success_at.as_deref().unwrap_or("?")
+                    ),
+                )
+            });
+        }
+    }
+    if let Some(a) = prev.archive.as_ref().filter(|a| a.checked_at.is_some()) {
+        conditions.push(if a.failing {
+            cond(
+                "ContinuousArchiving",
+                false,
+                "ArchiveFailing",
+                format!(
+                    "archiving {} failed at {}",
+                    a.last_failed_wal.as_deref().unwrap_or("?"),
+                    a.last_failed_at.as_deref().unwrap_or("?")
+                ),
+            )
+        } else {
+            cond(
+                "ContinuousArchiving",
+                true,
+                "Archiving",
+                format!(
+                    "last archived {} at {}",
+                    a.last_archived_wal.as_deref().unwrap_or("none yet"),
+                    a.last_archived_at.as_deref().unwrap_or("-")
+                ),
+            )
+        });
+    }
     if let Some(f) = inp.rolling.as_ref().and_then(|r| r.failure.clone()) {
         conditions.push(cond("UpdateFailed", true, "InstanceNotStarting", f));
     }
@@ -313,6 +367,9 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         switchover: prev.switchover.clone(),
         last_switchover: prev.last_switchover.clone(),
         rolling_update: inp.rolling.clone(),
+        backup: prev.backup.clone(),
+        archive: prev.archive.clone(),
+        last_restore_drill: prev.last_restore_drill.clone(),
     }
 }
 

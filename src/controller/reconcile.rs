@@ -25,6 +25,8 @@ use std::time::Duration;
 pub const FIELD_MANAGER: &str = "pgfleet";
 pub const FINALIZER: &str = "pgfleet.io/cleanup";
 pub const PAUSED: &str = "pgfleet.io/paused";
+/// Status fields the backup dispatcher owns.
+const BACKUP_OWNED: &[&str] = &["lastBackup", "backup", "archive", "lastRestoreDrill"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -173,6 +175,53 @@ where
 /// Instance pods are only ever created, never applied over: applying a new
 /// image to a running pod would restart it outside the rolling update's
 /// order. An existing pod (the index lagging behind) is left as it is.
+/// Where the first instance of a cluster bootstrapped from a backup
+/// restores from: the source's repository path, a backup label (a named
+/// PostgresBackup of the same member cluster, or a pgBackRest label), and a
+/// point in time.
+async fn restore_env(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    ns: &str,
+    cred_env: &[Value],
+) -> Result<Vec<Value>, Error> {
+    let mut env = cred_env.to_vec();
+    let (Some(b), Some(backup)) = (
+        pg.spec
+            .bootstrap
+            .as_ref()
+            .and_then(|b| b.from_backup.as_ref()),
+        ctx.backup.as_ref(),
+    ) else {
+        return Ok(env);
+    };
+    let member = b
+        .member_cluster
+        .clone()
+        .unwrap_or_else(|| ctx.member.clone());
+    let src_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
+    let path = crate::backup::repo::repo_path(&backup.repository, &member, &src_ns, &b.cluster);
+    let var = |n: &str, v: &str| json!({"name": n, "value": v});
+    env.push(var("PGFLEET_RESTORE_REPO_PATH", &path));
+    if let Some(name) = &b.backup {
+        let label = if member == ctx.member {
+            Api::<crate::crd::PostgresBackup>::namespaced(ctx.client.clone(), &src_ns)
+                .get_opt(name)
+                .await
+                .map_err(kerr("get", "PostgresBackup", name))?
+                .and_then(|pb| pb.status.and_then(|s| s.label))
+                .unwrap_or_else(|| name.clone())
+        } else {
+            name.clone()
+        };
+        env.push(var("PGFLEET_RESTORE_SET", &label));
+    }
+    if let Some(t) = &b.target_time {
+        env.push(var("PGFLEET_RESTORE_TARGET_TIME", t));
+    }
+    Ok(env)
+}
+
 async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
     let name = pod["metadata"]["name"]
         .as_str()
@@ -311,8 +360,20 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
                 .join(", ")
         )
     });
-    let params = postgres::effective_parameters(&pg.spec.postgresql.parameters, sync_names);
-    let cm = build::config_map(&owner, &params, &pg.spec.postgresql.pg_hba);
+    let mut params = postgres::effective_parameters(&pg.spec.postgresql.parameters, sync_names);
+    let backrest = ctx.backup.as_ref().map(|b| {
+        for (k, v) in crate::backup::repo::archive_parameters() {
+            params.entry(k.to_string()).or_insert_with(|| v.to_string());
+        }
+        let path = crate::backup::repo::repo_path(&b.repository, &ctx.member, &ns, &name);
+        crate::backup::repo::render_conf(&b.repository, &path, &b.retention, build::PGDATA)
+    });
+    let cm = build::config_map(
+        &owner,
+        &params,
+        &pg.spec.postgresql.pg_hba,
+        backrest.as_deref(),
+    );
     let mut pending: Vec<String> = prev
         .as_ref()
         .map(|s| s.pending_restart.clone())
@@ -426,7 +487,19 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             "replica"
         }
     };
+    let cred_env = ctx
+        .backup
+        .as_ref()
+        .map(|b| crate::backup::repo::credential_env(&b.repository))
+        .unwrap_or_default();
     for (o, init) in &ip.create {
+        let (init, env) = match (*init, &pg.spec.bootstrap) {
+            ("initdb", Some(b)) if b.from_backup.is_some() => {
+                ("restore", restore_env(&ctx, &pg, &ns, &cred_env).await?)
+            }
+            _ => (*init, cred_env.clone()),
+        };
+        let init = &init;
         ssa::<PersistentVolumeClaim>(
             &ctx,
             &ns,
@@ -437,7 +510,10 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         create_pod(
             &ctx,
             &ns,
-            &with_config(build::pod(&owner, &pg, *o, role_of(*o), init), &cm_hash),
+            &with_config(
+                build::pod(&owner, &pg, *o, role_of(*o), init, &env),
+                &cm_hash,
+            ),
         )
         .await?;
         ctx.expect
@@ -459,7 +535,10 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         create_pod(
             &ctx,
             &ns,
-            &with_config(build::pod(&owner, &pg, *o, role_of(*o), "clone"), &cm_hash),
+            &with_config(
+                build::pod(&owner, &pg, *o, role_of(*o), "clone", &cred_env),
+                &cm_hash,
+            ),
         )
         .await?;
         ctx.expect
@@ -519,7 +598,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         )
         .await;
     }
-    let desired = build::pod(&owner, &pg, 1, "replica", "clone")["metadata"]["annotations"]
+    let desired = build::pod(&owner, &pg, 1, "replica", "clone", &[])["metadata"]["annotations"]
         [ANN_HASH]
         .as_str()
         .unwrap_or_default()
@@ -588,7 +667,16 @@ async fn write_status(
     let name = pg.name_any();
     let api: Api<PostgresCluster> =
         Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
-    let body = json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster", "status": st});
+    let mut status = serde_json::to_value(&st)
+        .map_err(|e| Error::Finalizer(format!("serializing status: {e}")))?;
+    if let Some(m) = status.as_object_mut() {
+        // Written by the backup dispatcher (merge patches); applying our copy
+        // of them could put back a value it has just replaced.
+        for k in BACKUP_OWNED {
+            m.remove(*k);
+        }
+    }
+    let body = json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster", "status": status});
     api.patch_status(
         &name,
         &PatchParams::apply(FIELD_MANAGER).force(),

@@ -38,6 +38,9 @@ pub struct PostgresBackupSpec {
     /// Who asked: "schedule", "manual", "drill".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<String>,
+    /// The scheduled slot (RFC 3339) a scheduled backup is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
 }
 
 fn default_type() -> String {
@@ -74,4 +77,9 @@ pub struct PostgresBackupStatus {
     pub failure_reason: Option<String>,
     #[serde(default)]
     pub attempts: i32,
+    /// A failed attempt is retried (back to Pending) after this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_size_bytes: Option<i64>,
 }

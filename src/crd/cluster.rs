@@ -290,6 +290,62 @@ pub struct PostgresClusterStatus {
     /// spec): which step it is at, so a restarted manager carries on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolling_update: Option<RollingUpdateStatus>,
+    /// Backup health, written by the backup dispatcher.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupHealth>,
+    /// WAL archiving as last checked (the live RPO is now − lastArchivedAt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_restore_drill: Option<DrillRecord>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupHealth {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_backup: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_reason: Option<String>,
+    /// The latest scheduled slot started or skipped (RFC 3339): the
+    /// scheduler's memory, so a restart neither repeats nor replays it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_slot: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_archived_wal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_archived_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_wal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_at: Option<String>,
+    /// The newest archive attempt failed.
+    #[serde(default)]
+    pub failing: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_at: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrillRecord {
+    pub at: String,
+    pub passed: bool,
+    /// What was checked, or why it failed.
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<i64>,
 }
 
 /// Progress of a rolling update: replicas one at a time, then the primary.

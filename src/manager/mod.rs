@@ -19,6 +19,8 @@ pub struct Manager {
     pub controllers: Vec<controller::Handle>,
     /// One engine per `[rollouts.<name>]`; aborted with the manager.
     pub rollouts: Vec<AbortOnDrop>,
+    /// The fleet's backup dispatcher (schedules, caps, archiving checks).
+    pub backups: AbortOnDrop,
     pub sim: Option<crate::sim::Sim>,
 }
 
@@ -66,6 +68,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
         m.probe_timeout.get(),
         m.probe_failure_threshold.max(1),
     );
+    let backup_env = Arc::new(crate::backup::repo::BackupEnv::from_settings(settings));
     let mut controllers = vec![];
     for member in &fleet.members {
         let is_embedded = kubeconfigs.contains_key(&member.name);
@@ -77,8 +80,16 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
             member.clone(),
             m.shards_per_cluster,
             m.workers_per_cluster,
+            Some(backup_env.clone()),
         ));
     }
+    let dispatcher = Arc::new(crate::backup::dispatch::Dispatcher::new(
+        &settings.backups,
+        backup_env.clone(),
+        fleet.clone(),
+        Arc::new(crate::clock::SystemClock),
+    ));
+    let backups = AbortOnDrop(tokio::spawn(dispatcher.clone().run()));
     let mut rollouts = vec![];
     for name in settings.rollouts.keys() {
         let engine = crate::rollout::engine::Engine::new(
@@ -93,6 +104,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
         fleet,
         controllers,
         rollouts,
+        backups,
         sim,
     })
 }

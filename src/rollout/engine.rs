@@ -23,39 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-/// Where the engine's "now" comes from; tests and benchmarks drive a
-/// [`ManualClock`] so soak times need no waiting.
-pub trait Clock: Send + Sync {
-    fn now(&self) -> SystemTime;
-}
-
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-}
-
-/// A clock that moves only when told to.
-pub struct ManualClock(Mutex<SystemTime>);
-
-impl ManualClock {
-    pub fn new(start: SystemTime) -> Self {
-        ManualClock(Mutex::new(start))
-    }
-
-    pub fn advance(&self, by: Duration) {
-        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        *t += by;
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> SystemTime {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+pub use crate::clock::{Clock, ManualClock, SystemClock};
 
 /// Everything the engine saw in one round.
 #[derive(Debug, Clone)]

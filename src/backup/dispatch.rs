@@ -1,0 +1,433 @@
+//! The backup dispatcher: one loop for the whole fleet. Each round it lists
+//! the PostgresClusters and PostgresBackups of every reachable member,
+//! asks `schedule` what is due and what may start under the caps, and acts:
+//! creates the records of scheduled backups (at start, never queued in
+//! advance, so an outage cannot pile them up), skips late slots with an
+//! Event, retries failures after their backoff, and hands each started
+//! backup to a runner task (`run.rs`). Cron ticks only wake the loop.
+//!
+//! Its memory is in the cluster: `status.backup.lastSlot` and the
+//! PostgresBackup records (`spec.slot`, `status.attempts`,
+//! `status.nextAttemptAt`), so a restarted manager neither repeats a slot
+//! nor replays missed ones.
+
+use super::repo::BackupEnv;
+use super::run::{self, Job};
+use super::schedule::{self, Candidate, Caps, Due, Running};
+use crate::clock::Clock;
+use crate::config::backups::Backups;
+use crate::crd::{PostgresBackup, PostgresCluster};
+use crate::fleet::{ConnState, Fleet, Member};
+use chrono::{DateTime, Utc};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A label on throwaway drill clusters: they are never backed up.
+pub const DRILL_OF: &str = "pgfleet.io/drill-of";
+
+pub struct Dispatcher {
+    cfg: Backups,
+    env: Arc<BackupEnv>,
+    fleet: Arc<Fleet>,
+    clock: Arc<dyn Clock>,
+    /// Backups this process is running (`member/ns/backup`).
+    running: Arc<Mutex<HashMap<String, tokio::task::JoinHandle<()>>>>,
+    /// When each cluster's archiving was last checked (`member/ns/name`).
+    archive_checked: Mutex<HashMap<String, DateTime<Utc>>>,
+    pub tick: Duration,
+    pub archive_interval: Duration,
+    pub wake: Arc<tokio::sync::Notify>,
+}
+
+/// One PostgresCluster as the dispatcher sees it.
+struct Pgc {
+    member: Arc<Member>,
+    pg: PostgresCluster,
+    backups: Vec<PostgresBackup>,
+}
+
+impl Pgc {
+    fn key(&self) -> String {
+        format!(
+            "{}/{}/{}",
+            self.member.name,
+            self.pg.namespace().unwrap_or_default(),
+            self.pg.name_any()
+        )
+    }
+}
+
+fn ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn parse_ts(s: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+impl Dispatcher {
+    pub fn new(
+        cfg: &Backups,
+        env: Arc<BackupEnv>,
+        fleet: Arc<Fleet>,
+        clock: Arc<dyn Clock>,
+    ) -> Dispatcher {
+        Dispatcher {
+            cfg: cfg.clone(),
+            env,
+            fleet,
+            clock,
+            running: Arc::default(),
+            archive_checked: Mutex::default(),
+            tick: Duration::from_secs(10),
+            archive_interval: Duration::from_secs(30),
+            wake: Arc::default(),
+        }
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        DateTime::<Utc>::from(self.clock.now())
+    }
+
+    fn repository_id(&self) -> String {
+        match &self.env.repository {
+            crate::config::backups::Repository::S3(s) => format!("s3:{}/{}", s.endpoint, s.bucket),
+            crate::config::backups::Repository::Filesystem { path } => {
+                format!("fs:{}", path.display())
+            }
+        }
+    }
+
+    /// Backups running in this process right now.
+    pub fn running_count(&self) -> usize {
+        let mut r = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        r.retain(|_, h| !h.is_finished());
+        r.len()
+    }
+
+    async fn observe(&self) -> Vec<Pgc> {
+        let mut out = vec![];
+        for m in &self.fleet.members {
+            if matches!(m.state(), ConnState::Unreachable { .. }) {
+                continue;
+            }
+            let lp = ListParams::default();
+            let (pg_api, pb_api) = (
+                Api::<PostgresCluster>::all(m.client()),
+                Api::<PostgresBackup>::all(m.client()),
+            );
+            let (pgs, pbs) = tokio::join!(pg_api.list(&lp), pb_api.list(&lp));
+            let (Ok(pgs), Ok(pbs)) = (pgs, pbs) else {
+                tracing::debug!(cluster = %m.name, "listing for backups failed");
+                continue;
+            };
+            let mut by_cluster: BTreeMap<(String, String), Vec<PostgresBackup>> = BTreeMap::new();
+            for b in pbs.items {
+                by_cluster
+                    .entry((b.namespace().unwrap_or_default(), b.spec.cluster.clone()))
+                    .or_default()
+                    .push(b);
+            }
+            for pg in pgs.items {
+                let k = (pg.namespace().unwrap_or_default(), pg.name_any());
+                let backups = by_cluster.remove(&k).unwrap_or_default();
+                out.push(Pgc {
+                    member: m.clone(),
+                    pg,
+                    backups,
+                });
+            }
+        }
+        out
+    }
+
+    /// The cron schedule of a cluster: its own, else the fleet's for its
+    /// member's labels.
+    fn cron(&self, p: &Pgc) -> Option<croner::Cron> {
+        let own = p.pg.spec.backup_schedule.as_deref();
+        let fleet = self.cfg.schedule_for(&p.member.labels);
+        match own {
+            Some(s) => crate::config::values::CronSchedule::new(s)
+                .parsed()
+                .cloned(),
+            None => fleet.parsed().cloned(),
+        }
+    }
+
+    /// One round: decide and start. Returns how many backups started.
+    pub async fn round(&self) -> anyhow::Result<usize> {
+        let now = self.now();
+        let pgcs = self.observe().await;
+        let repo = self.repository_id();
+        let mut running = vec![];
+        let mut candidates = vec![];
+        // What each candidate is: a slot to create, or a record to start.
+        let mut origin: Vec<(usize, Option<DateTime<Utc>>, Option<String>)> = vec![];
+        let local: Vec<String> = {
+            let mut r = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            r.retain(|_, h| !h.is_finished());
+            r.keys().cloned().collect()
+        };
+        for (i, p) in pgcs.iter().enumerate() {
+            let ns = p.pg.namespace().unwrap_or_default();
+            let st = p.pg.status.clone().unwrap_or_default();
+            for b in &p.backups {
+                let bst = b.status.clone().unwrap_or_default();
+                let id = format!("{}/{ns}/{}", p.member.name, b.name_any());
+                match bst.phase.as_deref() {
+                    Some("Running") if local.contains(&id) => running.push(Running {
+                        member: p.member.name.clone(),
+                        repository: repo.clone(),
+                        cluster_key: p.key(),
+                    }),
+                    Some("Running") => {
+                        // Its runner died with a previous manager.
+                        run::record_failure(
+                            &p.member,
+                            &ns,
+                            &p.pg.name_any(),
+                            &b.name_any(),
+                            bst.attempts,
+                            "interrupted: the manager stopped during the backup",
+                            now,
+                        )
+                        .await;
+                    }
+                    None | Some("Pending") => {
+                        candidates.push(Candidate {
+                            member: p.member.name.clone(),
+                            repository: repo.clone(),
+                            cluster_key: p.key(),
+                            priority: b
+                                .metadata
+                                .creation_timestamp
+                                .as_ref()
+                                .and_then(|t| parse_ts(&t.0.to_string()))
+                                .unwrap_or(now),
+                            not_before: None,
+                        });
+                        origin.push((i, None, Some(b.name_any())));
+                    }
+                    Some("Failed") if bst.attempts < schedule::MAX_ATTEMPTS as i32 => {
+                        candidates.push(Candidate {
+                            member: p.member.name.clone(),
+                            repository: repo.clone(),
+                            cluster_key: p.key(),
+                            priority: bst.started_at.as_deref().and_then(parse_ts).unwrap_or(now),
+                            not_before: bst.next_attempt_at.as_deref().and_then(parse_ts),
+                        });
+                        origin.push((i, None, Some(b.name_any())));
+                    }
+                    _ => {}
+                }
+            }
+            if p.pg.metadata.deletion_timestamp.is_some()
+                || p.pg.labels().contains_key(DRILL_OF)
+                || st.current_primary.is_none()
+            {
+                continue;
+            }
+            let Some(cron) = self.cron(p) else { continue };
+            let offset =
+                schedule::offset(self.cfg.window.get(), &p.member.name, &ns, &p.pg.name_any());
+            let handled = st
+                .backup
+                .as_ref()
+                .and_then(|b| b.last_slot.as_deref())
+                .and_then(parse_ts)
+                .into_iter()
+                .chain(
+                    p.backups
+                        .iter()
+                        .filter_map(|b| b.spec.slot.as_deref().and_then(parse_ts)),
+                )
+                .max();
+            let created =
+                p.pg.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .and_then(|t| parse_ts(&t.0.to_string()))
+                    .unwrap_or(now);
+            match schedule::due(
+                &cron,
+                offset,
+                handled,
+                created,
+                now,
+                self.cfg.start_deadline.get(),
+            ) {
+                Due::Idle { .. } => {}
+                Due::Start { slot } => {
+                    candidates.push(Candidate {
+                        member: p.member.name.clone(),
+                        repository: repo.clone(),
+                        cluster_key: p.key(),
+                        priority: slot,
+                        not_before: None,
+                    });
+                    origin.push((i, Some(slot), None));
+                }
+                Due::Skip { slot, late_by } => {
+                    run::skip(
+                        &p.member,
+                        &p.pg,
+                        slot,
+                        late_by,
+                        self.cfg.start_deadline.get(),
+                    )
+                    .await;
+                }
+            }
+        }
+        let caps = Caps {
+            global: self.cfg.max_concurrent,
+            per_member: self.cfg.max_concurrent_per_cluster,
+            per_repository: self.cfg.max_concurrent_per_repository,
+        };
+        let chosen = schedule::select(&caps, &running, &candidates, now);
+        let mut started = 0;
+        for c in chosen {
+            let (i, slot, record) = &origin[c];
+            let p = &pgcs[*i];
+            match self.start(p, *slot, record.clone(), now).await {
+                Ok(()) => started += 1,
+                Err(e) => {
+                    tracing::warn!(cluster = %p.key(), error = %e, "could not start a backup")
+                }
+            }
+        }
+        self.check_archiving(&pgcs, now).await;
+        Ok(started)
+    }
+
+    /// Creates the record of a scheduled backup (or takes a pending one),
+    /// marks it Running, and hands it to a runner.
+    async fn start(
+        &self,
+        p: &Pgc,
+        slot: Option<DateTime<Utc>>,
+        record: Option<String>,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<()> {
+        let ns = p.pg.namespace().unwrap_or_default();
+        let cluster = p.pg.name_any();
+        let api: Api<PostgresBackup> = Api::namespaced(p.member.client(), &ns);
+        let (name, attempts) = match (&record, slot) {
+            (Some(r), _) => {
+                let prev = p
+                    .backups
+                    .iter()
+                    .find(|b| b.name_any() == *r)
+                    .and_then(|b| b.status.as_ref())
+                    .map_or(0, |s| s.attempts);
+                (r.clone(), prev)
+            }
+            (None, Some(slot)) => {
+                let name = format!("{cluster}-{}", slot.format("%Y%m%d%H%M"));
+                let obj: PostgresBackup = serde_json::from_value(json!({
+                    "apiVersion": "pgfleet.io/v1", "kind": "PostgresBackup",
+                    "metadata": {"name": name, "namespace": ns,
+                        "labels": {"pgfleet.io/cluster": cluster, "app.kubernetes.io/managed-by": "pgfleet"}},
+                    "spec": {"cluster": cluster, "type": "full", "trigger": "schedule", "slot": ts(slot)},
+                }))?;
+                match api.create(&PostParams::default(), &obj).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                // The slot is handled from here on, whatever the outcome.
+                run::patch_cluster_status(
+                    &p.member,
+                    &ns,
+                    &cluster,
+                    json!({"backup": {"lastSlot": ts(slot)}}),
+                )
+                .await;
+                (name, 0)
+            }
+            (None, None) => anyhow::bail!("nothing to start"),
+        };
+        let primary =
+            p.pg.status
+                .as_ref()
+                .and_then(|s| s.current_primary.clone())
+                .unwrap_or_default();
+        let status = json!({"status": {"phase": "Running", "startedAt": ts(now), "stoppedAt": null,
+            "attempts": attempts + 1, "instance": primary, "failureReason": null, "nextAttemptAt": null,
+            "repositoryPath": super::repo::repo_path(&self.env.repository, &p.member.name, &ns, &cluster)}});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await?;
+        let job = Job {
+            member: p.member.clone(),
+            namespace: ns.clone(),
+            cluster,
+            backup: name.clone(),
+            primary,
+            attempts: attempts + 1,
+            clock: self.clock.clone(),
+        };
+        let id = format!("{}/{ns}/{name}", p.member.name);
+        let wake = self.wake.clone();
+        let handle = tokio::spawn(async move {
+            run::run(job).await;
+            wake.notify_one();
+        });
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, handle);
+        Ok(())
+    }
+
+    /// Asks each primary how archiving goes (at most every
+    /// `archive_interval`); creates the stanza the first time.
+    async fn check_archiving(&self, pgcs: &[Pgc], now: DateTime<Utc>) {
+        for p in pgcs {
+            let st = p.pg.status.clone().unwrap_or_default();
+            let Some(primary) = st.current_primary.clone() else {
+                continue;
+            };
+            if st.phase.as_deref() != Some("Healthy") && st.phase.as_deref() != Some("Updating") {
+                continue;
+            }
+            let key = p.key();
+            let due = {
+                let checked = self
+                    .archive_checked
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                checked.get(&key).is_none_or(|t| {
+                    (now - *t).to_std().unwrap_or_default() >= self.archive_interval
+                })
+            };
+            if !due {
+                continue;
+            }
+            self.archive_checked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, now);
+            run::check_archive(&p.member, &p.pg, &primary, st.archive.is_none(), now).await;
+        }
+    }
+
+    /// Rounds until the task is dropped; cron ticks and finished backups
+    /// wake it early, otherwise it looks every `tick`.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            if let Err(e) = self.round().await {
+                tracing::warn!(error = %e, "backup round failed; retrying");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.tick) => {}
+                _ = self.wake.notified() => {}
+            }
+        }
+    }
+}

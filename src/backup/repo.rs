@@ -1,0 +1,197 @@
+//! Where a PostgresCluster's backups live and how its instances reach them:
+//! one pgBackRest repository path per PostgresCluster (so clusters never
+//! share a stanza and a restore names its source by path), a rendered
+//! `pgbackrest.conf` without credentials, and the environment that carries
+//! the object-store keys from a Kubernetes Secret.
+
+use crate::config::backups::{Repository, Retention};
+use serde_json::{Value, json};
+
+/// The stanza every instance uses; the path keeps clusters apart.
+pub const STANZA: &str = "db";
+/// Keys of the credentials Secret (`backups.repository.s3.credentials_secret`).
+pub const KEY_ID: &str = "AWS_ACCESS_KEY_ID";
+pub const KEY_SECRET: &str = "AWS_SECRET_ACCESS_KEY";
+
+/// What the controllers need to wire instances to the repository.
+#[derive(Clone, Debug)]
+pub struct BackupEnv {
+    pub repository: Repository,
+    pub retention: Retention,
+}
+
+impl BackupEnv {
+    pub fn from_settings(s: &crate::config::Settings) -> BackupEnv {
+        let mut repository = s.backups.repository_or_default(&s.manager.state_dir);
+        // pgBackRest wants an absolute repo1-path; the state dir may be relative.
+        if let Repository::Filesystem { path } = &mut repository
+            && path.is_relative()
+            && let Ok(cwd) = std::env::current_dir()
+        {
+            *path = cwd.join(&*path);
+        }
+        BackupEnv {
+            repository,
+            retention: s.backups.retention.clone(),
+        }
+    }
+}
+
+/// PostgreSQL settings that archive every WAL segment through pgBackRest.
+pub fn archive_parameters() -> [(&'static str, &'static str); 3] {
+    [
+        ("archive_mode", "on"),
+        (
+            "archive_command",
+            "/bin/sh /etc/pgfleet/config/pgfleet-instance archive-push \"%p\"",
+        ),
+        ("archive_timeout", "60s"),
+    ]
+}
+
+/// `/<prefix>/<member>/<namespace>/<name>`: stable, unique in the fleet.
+pub fn repo_path(repo: &Repository, member: &str, namespace: &str, name: &str) -> String {
+    let prefix = match repo {
+        Repository::S3(s3) => s3.path_prefix.clone().unwrap_or_default(),
+        Repository::Filesystem { path } => path.display().to_string(),
+    };
+    let prefix = prefix.trim_end_matches('/');
+    let prefix = if prefix.is_empty() || prefix.starts_with('/') {
+        prefix.to_string()
+    } else {
+        format!("/{prefix}")
+    };
+    format!("{prefix}/{member}/{namespace}/{name}")
+}
+
+/// Host and port of an endpoint URL (`https://host:port/…`).
+fn host_port(endpoint: &str) -> (String, Option<u16>) {
+    let rest = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, r)| r)
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    match rest.rsplit_once(':') {
+        Some((h, p)) if p.parse::<u16>().is_ok() => (h.to_string(), p.parse().ok()),
+        _ => (rest.to_string(), None),
+    }
+}
+
+/// Full backups to keep; the age limit is applied by the dispatcher (it
+/// knows each backup's time), the count by pgBackRest itself.
+fn retention_lines(r: &Retention) -> String {
+    match r.count {
+        Some(n) => format!("repo1-retention-full-type=count\nrepo1-retention-full={n}\n"),
+        // pgBackRest insists on a full retention for expire; "keep all".
+        None => "repo1-retention-full-type=count\nrepo1-retention-full=9999999\n".into(),
+    }
+}
+
+/// The `pgbackrest.conf` of every instance of one PostgresCluster.
+/// Credentials are not in it: they come from the environment.
+pub fn render_conf(repo: &Repository, path: &str, retention: &Retention, pgdata: &str) -> String {
+    let mut out =
+        String::from("# Rendered by pgfleet; credentials come from the environment.\n[global]\n");
+    match repo {
+        Repository::S3(s3) => {
+            let (host, port) = host_port(&s3.endpoint);
+            out.push_str("repo1-type=s3\n");
+            out.push_str(&format!("repo1-s3-bucket={}\n", s3.bucket));
+            out.push_str(&format!("repo1-s3-endpoint={host}\n"));
+            if let Some(p) = port {
+                out.push_str(&format!("repo1-storage-port={p}\n"));
+            }
+            out.push_str(&format!("repo1-s3-region={}\n", s3.region));
+            out.push_str(&format!("repo1-s3-uri-style={}\n", s3.uri_style.raw()));
+            if !s3.verify_tls {
+                out.push_str("repo1-storage-verify-tls=n\n");
+            }
+        }
+        Repository::Filesystem { .. } => out.push_str("repo1-type=posix\n"),
+    }
+    out.push_str(&format!("repo1-path={path}\n"));
+    out.push_str(&retention_lines(retention));
+    out.push_str(
+        "start-fast=y\nlog-path=/tmp\nlock-path=/tmp\nspool-path=/tmp\nlog-level-console=warn\nlog-level-stderr=error\nlog-level-file=off\n",
+    );
+    out.push_str(&format!(
+        "\n[{STANZA}]\npg1-path={pgdata}\npg1-socket-path=/tmp\npg1-port=5432\npg1-user=postgres\n"
+    ));
+    out
+}
+
+/// Container environment for the object-store keys (nothing for a
+/// filesystem repository or when no Secret is configured).
+pub fn credential_env(repo: &Repository) -> Vec<Value> {
+    let Repository::S3(s3) = repo else {
+        return vec![];
+    };
+    let Some(secret) = &s3.credentials_secret else {
+        return vec![];
+    };
+    [
+        ("PGBACKREST_REPO1_S3_KEY", KEY_ID),
+        ("PGBACKREST_REPO1_S3_KEY_SECRET", KEY_SECRET),
+    ]
+    .into_iter()
+    .map(|(env, key)| {
+        json!({"name": env, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    })
+    .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::config::Checked;
+    use crate::config::backups::S3Repository;
+
+    fn s3() -> Repository {
+        Repository::S3(S3Repository {
+            bucket: "pg".into(),
+            endpoint: "https://127.0.0.1:9443".into(),
+            region: "us-east-1".into(),
+            path_prefix: Some("fleet".into()),
+            uri_style: Checked::new("path"),
+            verify_tls: false,
+            credentials_secret: Some("backup-creds".into()),
+        })
+    }
+
+    #[test]
+    fn paths_are_unique_per_member_namespace_and_name() {
+        assert_eq!(
+            repo_path(&s3(), "eu-1", "shop", "orders"),
+            "/fleet/eu-1/shop/orders"
+        );
+        let fs = Repository::Filesystem {
+            path: "/var/backups/".into(),
+        };
+        assert_eq!(repo_path(&fs, "a", "b", "c"), "/var/backups/a/b/c");
+    }
+
+    #[test]
+    fn s3_conf_has_endpoint_port_and_no_credentials() {
+        let r = Retention {
+            count: Some(3),
+            age: None,
+        };
+        let conf = render_conf(&s3(), "/fleet/a/b/c", &r, "/data/pgdata");
+        for line in [
+            "repo1-type=s3",
+            "repo1-s3-endpoint=127.0.0.1",
+            "repo1-storage-port=9443",
+            "repo1-s3-uri-style=path",
+            "repo1-storage-verify-tls=n",
+            "repo1-retention-full=3",
+            "pg1-path=/data/pgdata",
+        ] {
+            assert!(conf.lines().any(|l| l == line), "{line} missing:\n{conf}");
+        }
+        assert!(!conf.contains("key"), "{conf}");
+        let env = credential_env(&s3());
+        assert_eq!(env[0]["valueFrom"]["secretKeyRef"]["name"], "backup-creds");
+    }
+}

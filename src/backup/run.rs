@@ -293,10 +293,12 @@ async fn expire(job: &Job) {
     let Ok(v) = serde_json::from_str::<Value>(out.trim()) else {
         return;
     };
-    let kept: Vec<String> = v["backups"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    // Records go only when the instance said what it kept.
+    let Some(list) = v["backups"].as_array() else {
+        return;
+    };
+    let kept: Vec<String> = list
+        .iter()
         .filter_map(|b| {
             b.as_str()
                 .map(String::from)

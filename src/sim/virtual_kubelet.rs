@@ -236,6 +236,20 @@ impl VirtualRuntime {
                 inst.since = Instant::now();
                 json!({"contract": 1, "fenced": false})
             }
+            // Backups: a model good enough for scheduling and caps (the
+            // process runtime runs the real pgBackRest).
+            "backup-init" => json!({"contract": 1, "stanza": "db", "created": true}),
+            "backup" => {
+                let now = chrono::Utc::now();
+                let label = format!("{}F", now.format("%Y%m%d-%H%M%S%3f"));
+                let at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+                json!({"contract": 1, "label": label, "type": "full", "startedAt": at, "stoppedAt": at,
+                       "size": 25_165_824, "repoSize": 3_145_728,
+                       "walStart": "000000010000000000000003", "walStop": "000000010000000000000003"})
+            }
+            // No list of kept backups: the manager then keeps every record.
+            "expire" => json!({"contract": 1}),
+            "query" => json!({"contract": 1, "ok": true, "rows": 1}),
             "reload" => json!({"contract": 1, "reloaded": true}),
             "checkpoint" => json!({"contract": 1, "checkpoint": true}),
             "slots" => json!({"contract": 1, "slots": 0}),
@@ -373,7 +387,14 @@ impl Runtime for VirtualRuntime {
                 req.command
             ))
         };
+        // A backup takes a while, so that caps are observable.
+        let delay = if verb == "backup" {
+            std::time::Duration::from_millis(300)
+        } else {
+            std::time::Duration::ZERO
+        };
         Box::pin(async move {
+            tokio::time::sleep(delay).await;
             match result {
                 Ok(v) => {
                     let _ = req.stdout.send(Bytes::from(format!("{v}\n"))).await;

@@ -303,6 +303,7 @@ impl Dispatcher {
             }
         }
         self.check_archiving(&pgcs, now).await;
+        self.drills(&pgcs, now).await;
         Ok(started)
     }
 
@@ -393,6 +394,9 @@ impl Dispatcher {
             let Some(primary) = st.current_primary.clone() else {
                 continue;
             };
+            if p.pg.labels().contains_key(DRILL_OF) {
+                continue;
+            }
             if st.phase.as_deref() != Some("Healthy") && st.phase.as_deref() != Some("Updating") {
                 continue;
             }
@@ -414,6 +418,42 @@ impl Dispatcher {
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(key, now);
             run::check_archive(&p.member, &p.pg, &primary, st.archive.is_none(), now).await;
+        }
+    }
+
+    /// Finishes drills in flight and starts due ones (one per cluster).
+    async fn drills(&self, pgcs: &[Pgc], now: DateTime<Utc>) {
+        let query = &self.cfg.drills.query;
+        for p in pgcs.iter().filter(|p| p.pg.labels().contains_key(DRILL_OF)) {
+            super::drill::check(&p.member, &p.pg, query, now).await;
+        }
+        for p in pgcs {
+            let st = p.pg.status.clone().unwrap_or_default();
+            let busy = pgcs.iter().any(|d| {
+                d.member.name == p.member.name
+                    && d.pg.namespace() == p.pg.namespace()
+                    && d.pg.labels().get(DRILL_OF) == Some(&p.pg.name_any())
+            });
+            if busy
+                || p.pg.labels().contains_key(DRILL_OF)
+                || st.current_primary.is_none()
+                || p.pg.metadata.deletion_timestamp.is_some()
+            {
+                continue;
+            }
+            if let Err(e) = super::drill::maybe_start(
+                &self.cfg.drills,
+                self.cfg.window.get(),
+                self.cfg.start_deadline.get(),
+                &p.member,
+                &p.pg,
+                &p.backups,
+                now,
+            )
+            .await
+            {
+                tracing::warn!(cluster = %p.key(), error = %e, "could not start a restore drill");
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 //! instances need.
 
 pub mod dispatch;
+pub mod drill;
 pub mod repo;
 pub mod run;
 pub mod schedule;

@@ -361,7 +361,10 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         )
     });
     let mut params = postgres::effective_parameters(&pg.spec.postgresql.parameters, sync_names);
-    let backrest = ctx.backup.as_ref().map(|b| {
+    // A restore drill's throwaway copy archives nothing: it is deleted
+    // minutes later and must not leave a stanza behind.
+    let is_drill = pg.labels().contains_key(crate::backup::dispatch::DRILL_OF);
+    let backrest = ctx.backup.as_ref().filter(|_| !is_drill).map(|b| {
         for (k, v) in crate::backup::repo::archive_parameters() {
             params.entry(k.to_string()).or_insert_with(|| v.to_string());
         }

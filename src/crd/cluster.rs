@@ -338,10 +338,17 @@ pub struct ArchiveStatus {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DrillRecord {
-    pub at: String,
-    pub passed: bool,
+    /// When the last drill finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed: Option<bool>,
     /// What was checked, or why it failed.
-    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The drill slot last started or skipped (the scheduler's memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

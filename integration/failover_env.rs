@@ -29,8 +29,13 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
 
 impl Env {
     pub async fn start(tag: &str) -> Env {
+        Env::start_with(tag, "").await
+    }
+
+    /// Like `start`, with more fleet TOML (e.g. a `[backups]` section).
+    pub async fn start_with(tag: &str, extra_toml: &str) -> Env {
         let dir = temp_dir(tag);
-        let toml = format!(
+        let mut toml = format!(
             r#"
 [manager]
 state_dir = "{}"
@@ -46,7 +51,8 @@ labels = {{ env = "test" }}
 "#,
             dir.display()
         );
-        let settings = pgfleet::config::load_str(&toml, "test").unwrap();
+        toml.push_str(extra_toml);
+        let settings = pgfleet::config::load_str(&toml, "test").unwrap_or_else(|e| panic!("{e}"));
         let mgr = pgfleet::manager::start(&settings, false).await.unwrap();
         let client = mgr.fleet.members[0].client();
         let env = Env { mgr, client, dir };

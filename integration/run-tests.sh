@@ -17,6 +17,10 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}"
 fi
+# An S3-compatible object store for the backup tests (moto, on loopback,
+# behind integration/s3server.py for TLS).
+python3 -c 'import moto.server' >/dev/null 2>&1 ||
+  python3 -m pip install -q 'moto[server]'
 if ! command -v kubectl >/dev/null 2>&1; then
   echo "kubectl is required for the kubectl conformance tests (expected at /usr/bin/kubectl)" >&2
   exit 1

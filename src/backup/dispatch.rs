@@ -394,7 +394,24 @@ impl Dispatcher {
             let Some(primary) = st.current_primary.clone() else {
                 continue;
             };
-            if p.pg.labels().contains_key(DRILL_OF) {
+            // pgBackRest takes one lock per stanza: never next to a backup.
+            let busy = p
+                .backups
+                .iter()
+                .any(|b| b.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                || {
+                    let ns = p.pg.namespace().unwrap_or_default();
+                    let prefix = format!("{}/{ns}/", p.member.name);
+                    let r = self.running.lock().unwrap_or_else(|e| e.into_inner());
+                    r.iter().any(|(k, h)| {
+                        !h.is_finished()
+                            && k.starts_with(&prefix)
+                            && p.backups
+                                .iter()
+                                .any(|b| k.ends_with(&format!("/{}", b.name_any())))
+                    })
+                };
+            if p.pg.labels().contains_key(DRILL_OF) || busy {
                 continue;
             }
             if st.phase.as_deref() != Some("Healthy") && st.phase.as_deref() != Some("Updating") {

@@ -41,9 +41,11 @@ impl BackupEnv {
 pub fn archive_parameters() -> [(&'static str, &'static str); 3] {
     [
         ("archive_mode", "on"),
+        // pgBackRest itself, not the instance script: `backup` refuses an
+        // archive_command that does not name pgbackrest.
         (
             "archive_command",
-            "/bin/sh /etc/pgfleet/config/pgfleet-instance archive-push \"%p\"",
+            "pgbackrest --config=/etc/pgfleet/config/pgbackrest.conf --stanza=db archive-push \"%p\"",
         ),
         ("archive_timeout", "60s"),
     ]

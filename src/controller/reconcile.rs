@@ -243,6 +243,29 @@ async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
     }
 }
 
+/// A cluster restored from a backup holds the source's roles and password
+/// hashes: in the same member cluster its Secrets start with the source's
+/// passwords, so clients and replicas can log in. (Across member clusters
+/// the instance resets the passwords after the restore.)
+async fn restored_password(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    ns: &str,
+    which: &str,
+) -> Option<String> {
+    let b = pg.spec.bootstrap.as_ref()?.from_backup.as_ref()?;
+    if b.member_cluster.as_deref().is_some_and(|m| m != ctx.member) {
+        return None;
+    }
+    let src_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &src_ns)
+        .get_opt(&format!("{}-{which}", b.cluster))
+        .await
+        .ok()??;
+    let bytes = secret.data?.get("password")?.0.clone();
+    String::from_utf8(bytes).ok()
+}
+
 fn random_password() -> String {
     const CHARS: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
     (0..32)
@@ -299,8 +322,12 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     for (which, user) in [("superuser", "postgres"), ("replication", "replicator")] {
         let sname = owner.secret_name(which);
         if !obs.secrets.contains(&sname) {
+            let password = match restored_password(&ctx, &pg, &ns, which).await {
+                Some(p) if obs.pvcs.is_empty() => p,
+                _ => random_password(),
+            };
             let secret: Secret =
-                serde_json::from_value(build::secret(&owner, which, user, &random_password()))
+                serde_json::from_value(build::secret(&owner, which, user, &password))
                     .map_err(|e| Error::Finalizer(format!("building secret: {e}")))?;
             match Api::<Secret>::namespaced(ctx.client.clone(), &ns)
                 .create(

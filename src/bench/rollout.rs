@@ -32,6 +32,11 @@ pub struct Args {
     /// Soak of every stage.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub soak: Duration,
+    /// How long a restarted instance takes to be Running and Ready (the
+    /// virtual runtime's start delay): a minor-version restart is an image
+    /// pull and a database start, not zero. 0 measures raw engine overhead.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub start_delay: Duration,
     /// Failure → halt measurements (each a fresh rollout to a fresh version).
     #[arg(long, default_value_t = 3)]
     pub halts: usize,
@@ -73,6 +78,12 @@ pub async fn run(args: Args) -> Result<()> {
         env.wait_all(m, "rollout", Some(FROM)).await?;
     }
     env.wait_all(&canary, "floor", Some(FROM)).await?;
+    for m in &env.members {
+        let faults = &env.sim(m)?.cluster.faults;
+        let mut spec = faults.get();
+        spec.pod_start_delay_ms = args.start_delay.as_millis() as u64;
+        faults.set(spec);
+    }
     let total = args.members * args.per_member;
     println!(
         "setup: {} members, {total} + {FLOOR_RUNS} PostgresClusters Healthy on {FROM} in {:.1} s",

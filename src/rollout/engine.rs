@@ -211,6 +211,25 @@ impl Engine {
 
     /// Runs rounds until the task is dropped; never gives up on errors.
     pub async fn run(self: Arc<Self>) {
+        // Any PostgresCluster change (a finished update, a failure) wakes
+        // the next round at once: pacing follows the clusters, not the tick.
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let mut watches = vec![];
+        for m in &self.fleet.members {
+            let (wake, client) = (wake.clone(), m.client());
+            watches.push(crate::manager::AbortOnDrop(tokio::spawn(async move {
+                use futures::StreamExt;
+                use kube::runtime::{WatchStreamExt, watcher};
+                let api: Api<PostgresCluster> = Api::all(client);
+                let stream = watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .touched_objects();
+                futures::pin_mut!(stream);
+                while stream.next().await.is_some() {
+                    wake.notify_one();
+                }
+            })));
+        }
         let mut last = String::new();
         loop {
             let wait = match self.round().await {
@@ -227,7 +246,10 @@ impl Engine {
                     self.tick
                 }
             };
-            tokio::time::sleep(wait.max(Duration::from_millis(50))).await;
+            tokio::select! {
+                _ = tokio::time::sleep(wait.max(Duration::from_millis(50))) => {}
+                _ = wake.notified() => {}
+            }
         }
     }
 

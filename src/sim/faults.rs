@@ -23,6 +23,10 @@ pub struct FaultSpec {
     /// lacks a new version): pods using one stay Pending in
     /// `ImagePullBackOff`. Honoured by the virtual runtime.
     pub failing_images: Vec<String>,
+    /// Pods take this long from creation to Running and Ready (an image
+    /// pull and a database start), so timings of rolling work look real.
+    /// Honoured by the virtual runtime.
+    pub pod_start_delay_ms: u64,
 }
 
 pub struct Faults {

@@ -284,7 +284,7 @@ impl VirtualRuntime {
         });
     }
 
-    fn on_event(&self, c: &Cluster, key: &ResKey, kind: EventType, v: &Value) {
+    fn on_event(self: &Arc<Self>, c: &Arc<Cluster>, key: &ResKey, kind: EventType, v: &Value) {
         if *key == pvcs_key() {
             if kind == EventType::Deleted {
                 let id = format!(
@@ -317,12 +317,47 @@ impl VirtualRuntime {
             super::hostexec::hold_image_pull(c, v);
             return;
         }
-        if str_at(v, "/status/phase") != "Running"
-            && v.pointer("/metadata/deletionTimestamp").is_none()
-        {
+        let starting = str_at(v, "/status/phase") != "Running"
+            && v.pointer("/metadata/deletionTimestamp").is_none();
+        if starting && let Some(wait) = Self::start_wait(c, v) {
+            // Look again when the start delay is over (fresh copy then).
+            let (this, c) = (self.clone(), c.clone());
+            let (ns, name) = (
+                str_at(v, "/metadata/namespace").to_string(),
+                str_at(v, "/metadata/name").to_string(),
+            );
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                let Some(rt) = c.type_of(&pods_key()) else {
+                    return;
+                };
+                if let Some(obj) = c.store.get(&rt.key(), &ns, &name) {
+                    this.on_event(&c, &pods_key(), EventType::Modified, &obj.value);
+                }
+            });
+            return;
+        }
+        if starting {
             self.start_instance(v);
         }
         settle_pod(c, v, "virtual-node");
+    }
+}
+
+impl VirtualRuntime {
+    /// How much longer a new pod waits before it runs (the
+    /// `pod_start_delay_ms` fault), if at all.
+    fn start_wait(c: &Cluster, v: &Value) -> Option<std::time::Duration> {
+        let delay = std::time::Duration::from_millis(c.faults.get().pod_start_delay_ms);
+        if delay.is_zero() {
+            return None;
+        }
+        let created =
+            chrono::DateTime::parse_from_rfc3339(str_at(v, "/metadata/creationTimestamp")).ok()?;
+        let age = (chrono::Utc::now() - created.with_timezone(&chrono::Utc))
+            .to_std()
+            .unwrap_or_default();
+        delay.checked_sub(age).filter(|d| !d.is_zero())
     }
 }
 

@@ -38,6 +38,18 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
             "spec.backupSchedule: \"{cron}\" is not a valid cron expression: {e}"
         ));
     }
+    if let Some(fb) = spec.bootstrap.as_ref().and_then(|b| b.from_backup.as_ref()) {
+        if let Some(t) = &fb.target_time
+            && chrono::DateTime::parse_from_rfc3339(t).is_err()
+        {
+            errs.push(format!(
+                "spec.bootstrap.fromBackup.targetTime: \"{t}\" is not an RFC 3339 time such as 2026-12-02T10:15:00Z"
+            ));
+        }
+        if fb.cluster.trim().is_empty() {
+            errs.push("spec.bootstrap.fromBackup.cluster: names no PostgresCluster".into());
+        }
+    }
     if let Err(e) = humantime::parse_duration(&spec.failover_delay) {
         errs.push(format!(
             "spec.failoverDelay: \"{}\": {e}",

@@ -64,6 +64,7 @@ pub const MANAGED_PARAMETERS: &[&str] = &[
     "data_directory",
     "primary_conninfo",
     "primary_slot_name",
+    "archive_mode",
     "archive_command",
     "restore_command",
 ];

@@ -30,6 +30,14 @@ impl BackupEnv {
         {
             *path = cwd.join(&*path);
         }
+        // The embedded runtimes run instances as the postgres user on this
+        // machine: a local repository must be writable for them.
+        if let Repository::Filesystem { path } = &repository
+            && std::fs::create_dir_all(path).is_ok()
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o1777));
+        }
         BackupEnv {
             repository,
             retention: s.backups.retention.clone(),

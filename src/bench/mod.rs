@@ -2,6 +2,7 @@
 //! in the same run, as a ratio, because absolute timings on shared machines
 //! mean little; none of them asserts a time.
 
+pub mod backup;
 pub mod emulator;
 pub mod failover;
 pub mod fleet;
@@ -17,6 +18,8 @@ pub enum BenchCommand {
     Failover(failover::Args),
     /// Fleet rollout pacing against the ideal for its stages, and failure → halt.
     Rollout(rollout::Args),
+    /// Backup throughput against bare pgBackRest, and scheduled start spread.
+    Backup(backup::Args),
 }
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -25,5 +28,6 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Fleet(a) => fleet::run(a).await,
         BenchCommand::Failover(a) => failover::run(a).await,
         BenchCommand::Rollout(a) => rollout::run(a).await,
+        BenchCommand::Backup(a) => backup::run(a).await,
     }
 }

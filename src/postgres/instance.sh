@@ -11,11 +11,15 @@
 #   PGDATA                 data directory (on the instance's PVC)
 #   POD_NAME, POD_IP       from the downward API
 #   PGFLEET_CLUSTER        the PostgresCluster name
-#   PGFLEET_INIT           initdb | clone — how an empty PGDATA is created
+#   PGFLEET_INIT           initdb | clone | restore — how an empty PGDATA is created
 #   PGFLEET_PRIMARY_HOST   the -rw Service: where replicas stream from
 #   PGFLEET_PODINFO        downward-API dir with `labels` (wanted role lives there)
 #   PGFLEET_CONFIG         ConfigMap dir with postgresql.conf and pg_hba.conf
 #   PGFLEET_SECRETS        dir with superuser-password and replication-password
+#   PGFLEET_RESTORE_REPO_PATH, PGFLEET_RESTORE_SET, PGFLEET_RESTORE_TARGET_TIME
+#                          where `PGFLEET_INIT=restore` restores from
+#   PGBACKREST_REPO1_S3_KEY, PGBACKREST_REPO1_S3_KEY_SECRET
+#                          object-store credentials (never in pgbackrest.conf)
 set -eu
 
 CONTRACT=1
@@ -28,9 +32,39 @@ PGBIN=${PGFLEET_PGBIN:-}
 # wanted-role label decides whether it may run as primary.
 FENCE="${SOCKDIR}/pgfleet.fenced"
 
+# pgBackRest: one repository (repo1), stanza `db`, configured by the manager
+# in the ConfigMap. Credentials come from the environment only.
+PGBR_CONF="$CONFIG/pgbackrest.conf"
+# In the pod's /tmp: why the last restore attempt failed (cleared when one
+# succeeds), and which initialisation is running right now.
+INIT_FAILED="${SOCKDIR}/pgfleet.restore-failed"
+INITIALIZING="${SOCKDIR}/pgfleet.initializing"
+
 bin() { if [ -n "$PGBIN" ]; then echo "$PGBIN/$1"; else echo "$1"; fi; }
 log() { echo "pgfleet-instance: $*" >&2; }
 sql() { "$(bin psql)" -h "$SOCKDIR" -U postgres -d postgres -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
+# `sqlj NAME VALUE QUERY`: QUERY with the psql variable NAME (use :'NAME').
+# How JSON from pgBackRest is parsed: the image has no jq, PostgreSQL has.
+sqlj() { printf '%s\n' "$3" | "$(bin psql)" -h "$SOCKDIR" -U postgres -d postgres -XAtq -v ON_ERROR_STOP=1 -v "$1=$2" -f -; }
+# json_agg puts newlines between elements; a verb prints one line.
+oneline() { printf '%s' "$1" | tr -d '\n'; echo; }
+# One-line JSON string body (no quotes around it) for free text.
+json_str() { printf '%s' "$1" | tr '\n\t\r' '   ' | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g'; }
+
+pgbr() {
+  if [ ! -f "$PGBR_CONF" ]; then
+    log "backups are not configured: $PGBR_CONF does not exist"
+    return 78
+  fi
+  # $PGDATA and the socket dir of this pod win over the file; pgBackRest
+  # rejects command-line options a command does not take.
+  cmd=$1; shift
+  case "$cmd" in
+    stanza-create|backup|check) set -- --pg1-path="${PGDATA:?}" --pg1-socket-path="$SOCKDIR" "$@" ;;
+    archive-push|archive-get|restore) set -- --pg1-path="${PGDATA:?}" "$@" ;;
+  esac
+  "${PGFLEET_PGBACKREST:-pgbackrest}" --config="$PGBR_CONF" --stanza=db "$cmd" "$@"
+}
 
 # Set by `demote` until `promote`/`unfence`: the run loop must restart a
 # demoted primary as a standby even before its label changes.
@@ -91,6 +125,72 @@ do_clone() {
       -D "$PGDATA" -X stream -c fast >&2; }
 }
 
+# `PGFLEET_INIT=restore`: restore from the SOURCE repository path, replay the
+# archive (to the target time, or to its end), promote, and make sure nothing
+# of the source stays behind: the recovery settings pgBackRest wrote into
+# postgresql.auto.conf are reset before PostgreSQL runs for real, so this
+# instance archives into its own repo1-path (pgbackrest.conf) and a replica
+# cloned from it, or a later standby, never reads the source's archive.
+# A marker on the volume makes an interrupted restore start over.
+RESTORE_SETTINGS="restore_command recovery_target recovery_target_name recovery_target_time recovery_target_xid recovery_target_lsn recovery_target_inclusive recovery_target_timeline recovery_target_action"
+
+restore_failed() {
+  log "restore failed: $1"
+  printf '%s\n' "$1" > "$INIT_FAILED"
+  rm -f "$INITIALIZING"
+  exit 1
+}
+
+do_restore() {
+  src=${PGFLEET_RESTORE_REPO_PATH:-}
+  [ -n "$src" ] || restore_failed "PGFLEET_INIT=restore needs PGFLEET_RESTORE_REPO_PATH"
+  [ -f "$PGBR_CONF" ] || restore_failed "PGFLEET_INIT=restore needs $PGBR_CONF"
+  echo restore > "$INITIALIZING"
+  touch "$PGDATA/../pgfleet.restore-incomplete"
+  rm -rf "${PGDATA:?}"/* "${PGDATA:?}"/.[!.]* 2>/dev/null || true
+  set -- --repo1-path="$src"
+  set -- "$@" "--recovery-option=restore_command=${PGFLEET_PGBACKREST:-pgbackrest} --config=$PGBR_CONF --stanza=db --repo1-path=$src --pg1-path=$PGDATA archive-get %f \"%p\""
+  [ -z "${PGFLEET_RESTORE_SET:-}" ] || set -- "$@" --set="$PGFLEET_RESTORE_SET"
+  if [ -n "${PGFLEET_RESTORE_TARGET_TIME:-}" ]; then
+    # pgBackRest picks the backup set by the target only in its own format
+    # ("YYYY-MM-DD HH:MM:SS+00"), so RFC 3339's T and Z are rewritten.
+    t=$(printf '%s' "$PGFLEET_RESTORE_TARGET_TIME" | sed 's/T/ /; s/Z$/+00/; s/z$/+00/')
+    set -- "$@" --type=time --target="$t" --target-action=promote
+  else
+    # Replays everything the archive has, then ends recovery and promotes.
+    set -- "$@" --type=default
+  fi
+  log "restoring from $src ${PGFLEET_RESTORE_SET:+set $PGFLEET_RESTORE_SET }${PGFLEET_RESTORE_TARGET_TIME:+to $PGFLEET_RESTORE_TARGET_TIME}"
+  err="$SOCKDIR/pgfleet.restore.err"
+  if ! pgbr restore --log-level-console=info --log-level-stderr=warn "$@" 2>"$err" >&2; then
+    cat "$err" >&2
+    restore_failed "pgbackrest restore: $(awk '/ERROR:/ {p = 1; print; next} p && /^[ \t]/ {print; next} {p = 0}' "$err" | head -c 2000)"
+  fi
+  cat "$err" >&2
+  # Recovery: PostgreSQL replays from the source archive, reachable only on
+  # the pod's socket (status says ready=false), and promotes; the run loop
+  # starts it for real after.
+  configure
+  # archive_command stays empty meanwhile: the new timeline's first files
+  # wait as .ready until the instance runs for real (and its stanza exists).
+  "$(bin postgres)" -D "$PGDATA" -c listen_addresses='' -c unix_socket_directories="$SOCKDIR" \
+    -c archive_command= 2>"$SOCKDIR/pgfleet.recovery.log" &
+  rpid=$!
+  until [ "$(sql "SELECT pg_is_in_recovery()" 2>/dev/null)" = f ]; do
+    if ! kill -0 "$rpid" 2>/dev/null; then
+      cat "$SOCKDIR/pgfleet.recovery.log" >&2
+      restore_failed "recovery: $(grep -E 'FATAL|PANIC' "$SOCKDIR/pgfleet.recovery.log" | tail -3 | head -c 2000)"
+    fi
+    sleep 1
+  done
+  for g in $RESTORE_SETTINGS; do sql "ALTER SYSTEM RESET $g" >&2; done
+  "$(bin pg_ctl)" -D "$PGDATA" -w -t 300 -m fast stop >&2
+  wait "$rpid" || true
+  cat "$SOCKDIR/pgfleet.recovery.log" >&2
+  rm -f "$PGDATA/../pgfleet.restore-incomplete" "$INIT_FAILED" "$INITIALIZING" "$PGDATA/recovery.signal"
+  log "restore finished: promoted on timeline $("$(bin pg_controldata)" -D "$PGDATA" | sed -n 's/^Latest checkpoint.s TimeLineID: *//p')"
+}
+
 # A former primary told to be a replica rewinds to the new timeline first,
 # and re-clones when rewind cannot help.
 do_rewind() {
@@ -108,8 +208,12 @@ do_rewind() {
 cmd_run() {
   mkdir -p "$PGDATA" && chmod 700 "$PGDATA"
   write_passfile
-  if [ ! -s "$PGDATA/PG_VERSION" ]; then
-    if [ "${PGFLEET_INIT:-clone}" = initdb ] && [ "$(wanted_role)" = primary ]; then do_initdb; else do_clone; fi
+  if [ ! -s "$PGDATA/PG_VERSION" ] || [ -e "$PGDATA/../pgfleet.restore-incomplete" ]; then
+    case "${PGFLEET_INIT:-clone}:$(wanted_role)" in
+      initdb:primary) do_initdb ;;
+      restore:primary) do_restore ;;
+      *) rm -f "$PGDATA/../pgfleet.restore-incomplete"; do_clone ;;
+    esac
   fi
   stop=0
   pid=""
@@ -131,11 +235,14 @@ cmd_run() {
   done
 }
 
+# RFC 3339 (UTC) of a timestamptz expression, for the SQL below.
+ts() { echo "to_char(($1) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"; }
+
 cmd_status() {
   out=$(sql "SELECT json_build_object(
       'contract', $CONTRACT,
       'role', CASE WHEN pg_is_in_recovery() THEN 'replica' ELSE 'primary' END,
-      'ready', true,
+      'ready', $([ -s "$INITIALIZING" ] && echo false || echo true),
       'timeline', CASE WHEN pg_is_in_recovery()
           THEN (SELECT received_tli FROM pg_stat_wal_receiver)
           ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END,
@@ -143,9 +250,22 @@ cmd_status() {
       'receivedLsn', pg_last_wal_receive_lsn()::text,
       'replayedLsn', pg_last_wal_replay_lsn()::text,
       'version', current_setting('server_version'),
-      'pendingRestart', EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart))" 2>/dev/null) ||
+      'pendingRestart', EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart),
+      'archive', (SELECT json_build_object(
+          'mode', current_setting('archive_mode'),
+          'currentWal', CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END,
+          'lastArchivedWal', last_archived_wal,
+          'lastArchivedAt', $(ts last_archived_time),
+          'lastFailedWal', last_failed_wal,
+          'lastFailedAt', $(ts last_failed_time),
+          'archivedCount', archived_count,
+          'failedCount', failed_count) FROM pg_stat_archiver))" 2>/dev/null) ||
     out="{\"contract\":$CONTRACT,\"role\":\"stopped\",\"ready\":false,\"fenced\":$([ -e "$FENCE" ] && echo true || echo false)}"
-  echo "$out"
+  # An initialisation (restore) running now, and why the last one failed.
+  extra=""
+  [ ! -s "$INITIALIZING" ] || extra="$extra,\"initializing\":\"$(json_str "$(cat "$INITIALIZING")")\""
+  [ ! -s "$INIT_FAILED" ] || extra="$extra,\"initError\":\"$(json_str "$(cat "$INIT_FAILED")")\""
+  echo "${out%\}}$extra}"
 }
 
 cmd_promote() {
@@ -209,8 +329,117 @@ cmd_slots() {
 
 cmd_checkpoint() { sql "CHECKPOINT" >/dev/null && echo "{\"contract\":$CONTRACT,\"checkpoint\":true}"; }
 
+# --- Backups (pgBackRest). The instance must be running for every verb but
+# archive-push: pgBackRest talks to it, and its JSON is parsed with psql.
+
+# archive_command: PostgreSQL keeps (and retries) the segment on any non-zero
+# exit, so a missing configuration must never look like success. Silent on
+# success (its output would land in the server log once per segment).
+# Arguments after PATH are ignored: archive_command ends in the word
+# `pgbackrest` because pgBackRest's backup and check refuse an
+# archive_command that does not contain it (ERROR [068]).
+cmd_archive_push() {
+  [ -n "${2:-}" ] || { log "usage: archive-push PATH [pgbackrest]"; exit 64; }
+  # archive_command runs in the data directory, with the server's environment.
+  PGDATA=${PGDATA:-$(pwd)}
+  pgbr archive-push "$2" >&2
+}
+
+cmd_backup_init() {
+  pgbr stanza-create >&2
+  echo "{\"contract\":$CONTRACT,\"stanza\":\"db\",\"created\":true}"
+}
+
+# `pgbackrest info --output=json`, checked: a repository that cannot be read
+# is an error, a stanza without backups is not.
+info_json() {
+  j=$(pgbr info --output=json) || exit $?
+  code=$(sqlj j "$j" "SELECT (:'j'::json)->0->'status'->>'code'")
+  case "$code" in
+    0|1|2|6) printf '%s' "$j" ;;
+    *) log "pgbackrest info: $(sqlj j "$j" "SELECT (:'j'::json)->0->'status'->>'message' || coalesce(': ' || ((:'j'::json)->0->'repo'->0->'status'->>'message'), '')")"
+       exit 1 ;;
+  esac
+}
+
+# The fields of one backup `b` (a json element of info's "backup").
+BACKUP_FIELDS="
+    'label', b->>'label', 'type', b->>'type', 'prior', b->>'prior',
+    'startedAt', $(ts "to_timestamp((b->'timestamp'->>'start')::bigint)"),
+    'stoppedAt', $(ts "to_timestamp((b->'timestamp'->>'stop')::bigint)"),
+    'size', (b->'info'->>'size')::bigint,
+    'repoSize', (b->'info'->'repository'->>'delta')::bigint,
+    'walStart', b->'archive'->>'start', 'walStop', b->'archive'->>'stop',
+    'lsnStart', b->'lsn'->>'start', 'lsnStop', b->'lsn'->>'stop'"
+
+# `backup full|diff|incr`: on the primary; prints the backup just taken
+# (pgBackRest makes a diff/incr without a prior full a full one).
+cmd_backup() {
+  case "${2:-}" in full|diff|incr) ;; *) log "usage: backup full|diff|incr"; exit 64 ;; esac
+  pgbr backup --type="$2" >&2
+  j=$(info_json)
+  out=$(sqlj j "$j" "SELECT json_build_object('contract', $CONTRACT, $BACKUP_FIELDS)
+    FROM json_array_elements(:'j'::json) s, json_array_elements(s->'backup') b
+    ORDER BY (b->'timestamp'->>'stop')::bigint DESC, b->>'label' DESC LIMIT 1")
+  [ -n "$out" ] || { log "pgbackrest info lists no backup after the backup"; exit 1; }
+  oneline "$out"
+}
+
+cmd_backup_info() {
+  j=$(info_json)
+  out=$(sqlj j "$j" "SELECT json_build_object('contract', $CONTRACT,
+      'backups', coalesce((SELECT json_agg(json_build_object($BACKUP_FIELDS) ORDER BY (b->'timestamp'->>'stop')::bigint)
+          FROM json_array_elements(:'j'::json) s, json_array_elements(s->'backup') b), '[]'),
+      'archiveMin', (SELECT a->>'min' FROM json_array_elements(:'j'::json) s, json_array_elements(s->'archive') a
+          ORDER BY (a->'database'->>'id')::int DESC LIMIT 1),
+      'archiveMax', (SELECT a->>'max' FROM json_array_elements(:'j'::json) s, json_array_elements(s->'archive') a
+          ORDER BY (a->'database'->>'id')::int DESC LIMIT 1))")
+  oneline "$out"
+}
+
+# `expire [--retention-full N | --retention-full-days D]`: retention comes
+# from pgbackrest.conf (repo1-retention-full*) unless overridden here.
+cmd_expire() {
+  shift
+  set_opts=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --retention-full) [ -n "${2:-}" ] || { log "--retention-full needs N"; exit 64; }
+        set_opts="--repo1-retention-full-type=count --repo1-retention-full=$2"; shift 2 ;;
+      --retention-full-days) [ -n "${2:-}" ] || { log "--retention-full-days needs D"; exit 64; }
+        set_opts="--repo1-retention-full-type=time --repo1-retention-full=$2"; shift 2 ;;
+      *) log "usage: expire [--retention-full N | --retention-full-days D]"; exit 64 ;;
+    esac
+  done
+  # shellcheck disable=SC2086 # two options or none
+  pgbr expire $set_opts >&2
+  j=$(info_json)
+  out=$(sqlj j "$j" "SELECT json_build_object('contract', $CONTRACT,
+      'backups', coalesce((SELECT json_agg(b->>'label' ORDER BY (b->'timestamp'->>'stop')::bigint)
+          FROM json_array_elements(:'j'::json) s, json_array_elements(s->'backup') b), '[]'))")
+  oneline "$out"
+}
+
+# `query [--db NAME] SQL`: restore drills. Read-only by default
+# (default_transaction_read_only); prints the row count of the last statement.
+cmd_query() {
+  shift
+  db=postgres
+  if [ "${1:-}" = --db ]; then db=${2:?--db needs a name}; shift 2; fi
+  [ -n "${1:-}" ] || { log "usage: query [--db NAME] SQL"; exit 64; }
+  rows=$(PGOPTIONS="${PGOPTIONS:-} -c default_transaction_read_only=on" "$(bin psql)" -h "$SOCKDIR" -U postgres -d "$db" \
+    -XAtq -v ON_ERROR_STOP=1 -o /dev/null -c "$1" -c '\echo :ROW_COUNT')
+  echo "{\"contract\":$CONTRACT,\"ok\":true,\"rows\":${rows:-0}}"
+}
+
 case "${1:-}" in
   run) cmd_run ;;
+  archive-push) cmd_archive_push "$@" ;;
+  backup-init) cmd_backup_init ;;
+  backup) cmd_backup "$@" ;;
+  backup-info) cmd_backup_info ;;
+  expire) cmd_expire "$@" ;;
+  query) cmd_query "$@" ;;
   status) cmd_status ;;
   promote) cmd_promote ;;
   demote) cmd_demote ;;
@@ -220,5 +449,5 @@ case "${1:-}" in
   checkpoint) cmd_checkpoint ;;
   slots) cmd_slots "$@" ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|checkpoint|slots NAME...|version" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|checkpoint|slots NAME...|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL" >&2; exit 64 ;;
 esac

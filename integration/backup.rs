@@ -38,9 +38,24 @@ async fn setup(tag: &str, extra: &str) -> (Env, s3::S3) {
     (e, store)
 }
 
+/// Runs one statement, reconnecting while the server is not reachable yet
+/// (a Service that just got its endpoint); a failing statement panics.
 async fn sql(host: &str, pw: &str, q: &str) -> Vec<tokio_postgres::Row> {
-    let c = connect(host, 5432, pw).await.unwrap();
-    c.query(q, &[]).await.unwrap_or_else(|e| panic!("{q}: {e}"))
+    let start = std::time::Instant::now();
+    loop {
+        match connect(host, 5432, pw).await {
+            Ok(c) => match c.query(q, &[]).await {
+                Ok(rows) => return rows,
+                Err(e) if e.is_closed() && start.elapsed() < Duration::from_secs(60) => {}
+                Err(e) => panic!("{q}: {e}"),
+            },
+            Err(e) if start.elapsed() > Duration::from_secs(60) => {
+                panic!("connecting for {q}: {e}")
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }
 
 async fn ids(host: &str, pw: &str) -> BTreeSet<i64> {
@@ -207,7 +222,7 @@ async fn an_unreachable_object_store_fails_the_backup_with_the_reason_and_a_retr
     // This test drives the retry clock itself.
     e.mgr.backups.0.abort();
     let toml = format!(
-        "[manager]\nstate_dir = \"{}\"\n{}",
+        "[manager]\nstate_dir = \"{}\"\n[[clusters]]\nname = \"x\"\nembedded = true\n{}",
         e.dir.display(),
         store.backups_toml()
     );
@@ -279,7 +294,7 @@ async fn a_restore_drill_passes_on_a_good_backup_and_fails_on_a_damaged_one() {
     let (e, store) = setup("drill", drills).await;
     e.mgr.backups.0.abort();
     let toml = format!(
-        "[manager]\nstate_dir = \"{}\"\n{}{drills}",
+        "[manager]\nstate_dir = \"{}\"\n[[clusters]]\nname = \"x\"\nembedded = true\n{}{drills}",
         e.dir.display(),
         store.backups_toml()
     );

@@ -38,6 +38,8 @@ pub struct Dispatcher {
     running: Arc<Mutex<HashMap<String, tokio::task::JoinHandle<()>>>>,
     /// When each cluster's archiving was last checked (`member/ns/name`).
     archive_checked: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// One per PostgresCluster: its backup and its archive checks take turns.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub tick: Duration,
     pub archive_interval: Duration,
     pub wake: Arc<tokio::sync::Notify>,
@@ -85,6 +87,7 @@ impl Dispatcher {
             clock,
             running: Arc::default(),
             archive_checked: Mutex::default(),
+            locks: Mutex::default(),
             tick: Duration::from_secs(10),
             archive_interval: Duration::from_secs(30),
             wake: Arc::default(),
@@ -372,6 +375,7 @@ impl Dispatcher {
             primary,
             attempts: attempts + 1,
             clock: self.clock.clone(),
+            lock: self.cluster_lock(&p.key()),
         };
         let id = format!("{}/{ns}/{name}", p.member.name);
         let wake = self.wake.clone();
@@ -394,24 +398,7 @@ impl Dispatcher {
             let Some(primary) = st.current_primary.clone() else {
                 continue;
             };
-            // pgBackRest takes one lock per stanza: never next to a backup.
-            let busy = p
-                .backups
-                .iter()
-                .any(|b| b.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                || {
-                    let ns = p.pg.namespace().unwrap_or_default();
-                    let prefix = format!("{}/{ns}/", p.member.name);
-                    let r = self.running.lock().unwrap_or_else(|e| e.into_inner());
-                    r.iter().any(|(k, h)| {
-                        !h.is_finished()
-                            && k.starts_with(&prefix)
-                            && p.backups
-                                .iter()
-                                .any(|b| k.ends_with(&format!("/{}", b.name_any())))
-                    })
-                };
-            if p.pg.labels().contains_key(DRILL_OF) || busy {
+            if p.pg.labels().contains_key(DRILL_OF) {
                 continue;
             }
             if st.phase.as_deref() != Some("Healthy") && st.phase.as_deref() != Some("Updating") {
@@ -434,8 +421,28 @@ impl Dispatcher {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(key, now);
-            run::check_archive(&p.member, &p.pg, &primary, st.archive.is_none(), now).await;
+            // In the background, and never next to a backup of the same
+            // cluster (pgBackRest holds one lock per stanza): skipped when
+            // the cluster is busy, tried again next interval.
+            let Ok(guard) = self.cluster_lock(&p.key()).try_lock_owned() else {
+                continue;
+            };
+            let (member, pg, init) = (p.member.clone(), p.pg.clone(), st.archive.is_none());
+            tokio::spawn(async move {
+                run::check_archive(&member, &pg, &primary, init, now).await;
+                drop(guard);
+            });
         }
+    }
+
+    /// Serialises pgBackRest commands per PostgresCluster within this process.
+    fn cluster_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.to_string())
+            .or_default()
+            .clone()
     }
 
     /// Finishes drills in flight and starts due ones (one per cluster).

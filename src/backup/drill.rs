@@ -25,6 +25,9 @@ use std::time::Duration;
 pub const DRILL_TIMEOUT: Duration = Duration::from_secs(900);
 const EXEC: Duration = Duration::from_secs(60);
 const SLOT_LABEL: &str = "pgfleet.io/drill-slot";
+/// When the drill started, on the dispatcher's clock (the timeout and the
+/// duration are measured on it, not on the API server's).
+const STARTED: &str = "pgfleet.io/drill-started";
 
 fn ts(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
@@ -102,7 +105,7 @@ pub async fn maybe_start(
         "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
         "metadata": {"name": drill_name(&name), "namespace": ns,
             "labels": {DRILL_OF: name, "app.kubernetes.io/managed-by": "pgfleet"},
-            "annotations": {SLOT_LABEL: ts(slot), "pgfleet.io/drill-backup": backup}},
+            "annotations": {SLOT_LABEL: ts(slot), "pgfleet.io/drill-backup": backup, STARTED: ts(now)}},
         "spec": {"clusterSize": 1, "version": pg.spec.version, "image": pg.spec.image,
             "storage": {"size": pg.spec.storage.size, "storageClass": pg.spec.storage.storage_class, "reclaimPolicy": "Delete"},
             "bootstrap": {"fromBackup": {"cluster": name, "backup": backup}}},
@@ -145,10 +148,9 @@ pub async fn check(member: &Member, drill: &PostgresCluster, query: &str, now: D
         return;
     }
     let started = drill
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .and_then(|t| parse_ts(&t.0.to_string()))
+        .annotations()
+        .get(STARTED)
+        .and_then(|t| parse_ts(t))
         .unwrap_or(now);
     let age = (now - started).to_std().unwrap_or_default();
     let st = drill.status.clone().unwrap_or_default();

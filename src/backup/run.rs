@@ -29,6 +29,8 @@ pub struct Job {
     pub primary: String,
     pub attempts: i32,
     pub clock: Arc<dyn Clock>,
+    /// Held while pgBackRest runs for this cluster.
+    pub lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 fn ts(t: DateTime<Utc>) -> String {
@@ -213,16 +215,23 @@ pub async fn run(job: Job) {
     let client = job.member.client();
     let ns = job.namespace.as_str();
     let now = || DateTime::<Utc>::from(job.clock.now());
-    // Idempotent: the stanza exists after the first time.
-    let _ = run_verb(&client, ns, &job.primary, &["backup-init"], SHORT).await;
-    let out = run_verb(
-        &client,
-        ns,
-        &job.primary,
-        &["backup", "full"],
-        BACKUP_TIMEOUT,
-    )
-    .await;
+    let _turn = job.lock.clone().lock_owned().await;
+    // Idempotent: the stanza exists after the first time. Its error is the
+    // better reason when the repository cannot be reached at all.
+    let init = run_verb(&client, ns, &job.primary, &["backup-init"], BACKUP_TIMEOUT).await;
+    let out = match init {
+        Ok(_) => {
+            run_verb(
+                &client,
+                ns,
+                &job.primary,
+                &["backup", "full"],
+                BACKUP_TIMEOUT,
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
     let outcome = out.map_err(|e| e.to_string()).and_then(|o| {
         serde_json::from_str::<Outcome>(o.trim())
             .map_err(|e| format!("unexpected output of pgfleet-instance backup: {e}"))

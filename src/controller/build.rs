@@ -190,10 +190,14 @@ pub fn pod(
     let field =
         |n: &str, path: &str| json!({"name": n, "valueFrom": {"fieldRef": {"fieldPath": path}}});
     let script = format!("{CONFIG_MOUNT}/pgfleet-instance");
-    let probe = |period: i64, failures: i64| {
-        json!({"exec": {"command": ["/bin/sh", "-c", "pg_isready -q -h /tmp -p 5432"]},
+    let probe = |cmd: &str, period: i64, failures: i64| {
+        json!({"exec": {"command": ["/bin/sh", "-c", cmd]},
                "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 5})
     };
+    let ready = "pg_isready -q -h /tmp -p 5432";
+    // A restore or clone copies data for as long as it takes, with no server
+    // up: the instance is alive while it says it is initializing.
+    let alive = "pg_isready -q -h /tmp -p 5432 || test -e /tmp/pgfleet.initializing";
     let mut resources = json!({});
     if let Some(r) = &pg.spec.resources {
         let mut req = serde_json::Map::new();
@@ -230,8 +234,8 @@ pub fn pod(
                     env("PGFLEET_SECRETS", "/etc/pgfleet/secrets"),
                 ],
                 "ports": [{"name": "postgresql", "containerPort": 5432, "protocol": "TCP"}],
-                "readinessProbe": probe(2, 3),
-                "livenessProbe": probe(10, 6),
+                "readinessProbe": probe(ready, 2, 3),
+                "livenessProbe": probe(alive, 10, 6),
                 "resources": resources,
                 "volumeMounts": [
                     {"name": "pgdata", "mountPath": DATA_MOUNT},

@@ -391,9 +391,12 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     // A restore drill's throwaway copy archives nothing: it is deleted
     // minutes later and must not leave a stanza behind.
     let is_drill = pg.labels().contains_key(crate::backup::dispatch::DRILL_OF);
-    let backrest = ctx.backup.as_ref().filter(|_| !is_drill).map(|b| {
-        for (k, v) in crate::backup::repo::archive_parameters() {
-            params.entry(k.to_string()).or_insert_with(|| v.to_string());
+    let backrest = ctx.backup.as_ref().map(|b| {
+        // (It still needs the repository to restore from.)
+        if !is_drill {
+            for (k, v) in crate::backup::repo::archive_parameters() {
+                params.entry(k.to_string()).or_insert_with(|| v.to_string());
+            }
         }
         let path = crate::backup::repo::repo_path(&b.repository, &ctx.member, &ns, &name);
         crate::backup::repo::render_conf(&b.repository, &path, &b.retention, build::PGDATA)

@@ -4,7 +4,9 @@
 //! creates the records of scheduled backups (at start, never queued in
 //! advance, so an outage cannot pile them up), skips late slots with an
 //! Event, retries failures after their backoff, and hands each started
-//! backup to a runner task (`run.rs`). Cron ticks only wake the loop.
+//! backup to a runner task (`run.rs`). Cron ticks (tokio-cron-scheduler),
+//! new PostgresBackups and finished backups only wake the loop; it also
+//! looks every `tick`.
 //!
 //! Its memory is in the cluster: `status.backup.lastSlot` and the
 //! PostgresBackup records (`spec.slot`, `status.attempts`,
@@ -42,6 +44,9 @@ pub struct Dispatcher {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub tick: Duration,
     pub archive_interval: Duration,
+    /// The member clusters backed up (all when `None`): without a
+    /// configured repository only the embedded ones can reach the default.
+    pub members: Option<std::collections::BTreeSet<String>>,
     pub wake: Arc<tokio::sync::Notify>,
 }
 
@@ -89,6 +94,7 @@ impl Dispatcher {
             archive_checked: Mutex::default(),
             locks: Mutex::default(),
             tick: Duration::from_secs(10),
+            members: None,
             archive_interval: Duration::from_secs(30),
             wake: Arc::default(),
         }
@@ -117,7 +123,9 @@ impl Dispatcher {
     async fn observe(&self) -> Vec<Pgc> {
         let mut out = vec![];
         for m in &self.fleet.members {
-            if matches!(m.state(), ConnState::Unreachable { .. }) {
+            if matches!(m.state(), ConnState::Unreachable { .. })
+                || self.members.as_ref().is_some_and(|s| !s.contains(&m.name))
+            {
                 continue;
             }
             let lp = ListParams::default();
@@ -333,18 +341,19 @@ impl Dispatcher {
                 (r.clone(), prev)
             }
             (None, Some(slot)) => {
-                let name = format!("{cluster}-{}", slot.format("%Y%m%d%H%M"));
+                let name = format!("{cluster}-{}", slot.format("%Y%m%d%H%M%S"));
                 let obj: PostgresBackup = serde_json::from_value(json!({
                     "apiVersion": "pgfleet.io/v1", "kind": "PostgresBackup",
                     "metadata": {"name": name, "namespace": ns,
                         "labels": {"pgfleet.io/cluster": cluster, "app.kubernetes.io/managed-by": "pgfleet"}},
                     "spec": {"cluster": cluster, "type": "full", "trigger": "schedule", "slot": ts(slot)},
                 }))?;
-                match api.create(&PostParams::default(), &obj).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                let created = match api.create(&PostParams::default(), &obj).await {
+                    Ok(_) => true,
+                    // Started already (its record is there): only remember.
+                    Err(kube::Error::Api(e)) if e.code == 409 => false,
                     Err(e) => return Err(e.into()),
-                }
+                };
                 // The slot is handled from here on, whatever the outcome.
                 run::patch_cluster_status(
                     &p.member,
@@ -353,6 +362,9 @@ impl Dispatcher {
                     json!({"backup": {"lastSlot": ts(slot)}}),
                 )
                 .await;
+                if !created {
+                    return Ok(());
+                }
                 (name, 0)
             }
             (None, None) => anyhow::bail!("nothing to start"),
@@ -374,6 +386,10 @@ impl Dispatcher {
             backup: name.clone(),
             primary,
             attempts: attempts + 1,
+            kind: record
+                .as_ref()
+                .and_then(|r| p.backups.iter().find(|b| b.name_any() == *r))
+                .map_or_else(|| "full".to_string(), |b| b.spec.r#type.clone()),
             clock: self.clock.clone(),
             lock: self.cluster_lock(&p.key()),
         };
@@ -427,7 +443,12 @@ impl Dispatcher {
             let Ok(guard) = self.cluster_lock(&p.key()).try_lock_owned() else {
                 continue;
             };
-            let (member, pg, init) = (p.member.clone(), p.pg.clone(), st.archive.is_none());
+            // The stanza is (re)created until archiving works.
+            let init = st
+                .archive
+                .as_ref()
+                .is_none_or(|a| a.failing || a.last_archived_at.is_none());
+            let (member, pg) = (p.member.clone(), p.pg.clone());
             tokio::spawn(async move {
                 run::check_archive(&member, &pg, &primary, init, now).await;
                 drop(guard);
@@ -483,7 +504,72 @@ impl Dispatcher {
 
     /// Rounds until the task is dropped; cron ticks and finished backups
     /// wake it early, otherwise it looks every `tick`.
+    /// The fleet-level cron expressions (default, overrides, drills).
+    fn cron_expressions(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::iter::once(self.cfg.default_schedule.raw().to_string())
+            .chain(
+                self.cfg
+                    .overrides
+                    .iter()
+                    .map(|o| o.schedule.raw().to_string()),
+            )
+            .chain(self.cfg.drills.schedule.iter().map(|c| c.raw().to_string()))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Cron ticks (tokio-cron-scheduler) only wake the loop: the round
+    /// decides what is due (each cluster's slot is its tick plus its spread
+    /// offset, and a periodic round catches those).
+    async fn cron_ticks(&self) -> Option<tokio_cron_scheduler::JobScheduler> {
+        let sched = tokio_cron_scheduler::JobScheduler::new().await.ok()?;
+        for expr in self.cron_expressions() {
+            // The scheduler wants a seconds field.
+            let six = if expr.split_whitespace().count() == 5 {
+                format!("0 {expr}")
+            } else {
+                expr.clone()
+            };
+            let wake = self.wake.clone();
+            let job = tokio_cron_scheduler::Job::new_async(six.as_str(), move |_, _| {
+                let wake = wake.clone();
+                Box::pin(async move { wake.notify_one() })
+            });
+            match job {
+                Ok(job) => {
+                    if let Err(e) = sched.add(job).await {
+                        tracing::warn!(%expr, error = %e, "cron tick not scheduled");
+                    }
+                }
+                Err(e) => tracing::warn!(%expr, error = %e, "cron tick not scheduled"),
+            }
+        }
+        sched.start().await.ok()?;
+        Some(sched)
+    }
+
     pub async fn run(self: Arc<Self>) {
+        let _ticks = self.cron_ticks().await;
+        // A new PostgresBackup (an on-demand request) starts without waiting
+        // for the next tick.
+        let mut watches = vec![];
+        for m in &self.fleet.members {
+            let (wake, client) = (self.wake.clone(), m.client());
+            watches.push(crate::manager::AbortOnDrop(tokio::spawn(async move {
+                use futures::StreamExt;
+                use kube::runtime::{WatchStreamExt, watcher};
+                let api: Api<PostgresBackup> = Api::all(client);
+                let stream = watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .applied_objects();
+                futures::pin_mut!(stream);
+                while stream.next().await.is_some() {
+                    wake.notify_one();
+                }
+            })));
+        }
         loop {
             if let Err(e) = self.round().await {
                 tracing::warn!(error = %e, "backup round failed; retrying");

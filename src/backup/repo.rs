@@ -88,13 +88,17 @@ fn host_port(endpoint: &str) -> (String, Option<u16>) {
     }
 }
 
-/// Full backups to keep; the age limit is applied by the dispatcher (it
-/// knows each backup's time), the count by pgBackRest itself.
+/// Full backups to keep. pgBackRest applies one kind of limit: a count when
+/// `retention.count` is set, else an age in whole days.
 fn retention_lines(r: &Retention) -> String {
-    match r.count {
-        Some(n) => format!("repo1-retention-full-type=count\nrepo1-retention-full={n}\n"),
+    match (r.count, r.age.as_ref().and_then(|a| a.parsed())) {
+        (Some(n), _) => format!("repo1-retention-full-type=count\nrepo1-retention-full={n}\n"),
+        (None, Some(age)) => format!(
+            "repo1-retention-full-type=time\nrepo1-retention-full={}\n",
+            (age.as_secs() / 86_400).max(1)
+        ),
         // pgBackRest insists on a full retention for expire; "keep all".
-        None => "repo1-retention-full-type=count\nrepo1-retention-full=9999999\n".into(),
+        (None, None) => "repo1-retention-full-type=count\nrepo1-retention-full=9999999\n".into(),
     }
 }
 
@@ -201,6 +205,15 @@ mod tests {
             assert!(conf.lines().any(|l| l == line), "{line} missing:\n{conf}");
         }
         assert!(!conf.contains("key"), "{conf}");
+        let by_age = Retention {
+            count: None,
+            age: Some(Checked::new("14d")),
+        };
+        let conf = render_conf(&s3(), "/p", &by_age, "/d");
+        assert!(
+            conf.contains("repo1-retention-full-type=time\nrepo1-retention-full=14\n"),
+            "{conf}"
+        );
         let env = credential_env(&s3());
         assert_eq!(env[0]["valueFrom"]["secretKeyRef"]["name"], "backup-creds");
     }

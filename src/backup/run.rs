@@ -28,6 +28,8 @@ pub struct Job {
     pub backup: String,
     pub primary: String,
     pub attempts: i32,
+    /// `full`, `diff` or `incr` (the record's `spec.type`).
+    pub kind: String,
     pub clock: Arc<dyn Clock>,
     /// Held while pgBackRest runs for this cluster.
     pub lock: Arc<tokio::sync::Mutex<()>>,
@@ -225,7 +227,7 @@ pub async fn run(job: Job) {
                 &client,
                 ns,
                 &job.primary,
-                &["backup", "full"],
+                &["backup", job.kind.as_str()],
                 BACKUP_TIMEOUT,
             )
             .await
@@ -266,7 +268,9 @@ pub async fn run(job: Job) {
         &job.member,
         ns,
         &job.cluster,
-        json!({"lastBackup": stopped, "backup": {"lastSuccessAt": stopped, "lastSuccessBackup": job.backup}}),
+        // Success and failure times both on the manager's clock, so that
+        // BackupHealthy compares like with like.
+        json!({"lastBackup": stopped, "backup": {"lastSuccessAt": ts(now()), "lastSuccessBackup": job.backup}}),
     )
     .await;
     event(

@@ -129,7 +129,7 @@ pub enum Repository {
 #[serde(default)]
 pub struct S3Repository {
     pub bucket: String,
-    /// URL such as `https://s3.eu-central-1.amazonaws.com` or `http://minio:9000`.
+    /// URL such as `https://s3.eu-central-1.amazonaws.com` or `https://minio:9000` (TLS only: pgBackRest).
     pub endpoint: String,
     pub region: String,
     /// Prefix inside the bucket; the fleet's backups go below it.

@@ -24,7 +24,7 @@ fn type_errors_name_key_and_line() {
 #[test]
 fn secrets_are_never_echoed() {
     let toml = format!(
-        "{BASE}\n[backups.repository.s3]\nbucket = \"bkt\"\nendpoint = \"http://m:9000\"\n\
+        "{BASE}\n[backups.repository.s3]\nbucket = \"bkt\"\nendpoint = \"https://m:9000\"\n\
          region = \"r\"\ncredentials_secret = 987654321\n"
     );
     let errs = errors(&toml);

@@ -177,7 +177,7 @@ embedded = true
 lables = { env = "prod" }
 
 [backups]
-repository = { s3 = { bucket = "bkt", endpoint = "http://minio:9000", region = "x", buckt = "y" } }
+repository = { s3 = { bucket = "bkt", endpoint = "https://minio:9000", region = "x", buckt = "y" } }
 
 [rollouts.r1]
 target_version = "15.20"

@@ -55,8 +55,11 @@ impl Checker {
                 }
                 if s3.endpoint.is_empty() {
                     self.err(at(&sb, "endpoint"), "is required");
-                } else if !is_http_url(&s3.endpoint) {
-                    self.err(at(&sb, "endpoint"), "must be an http:// or https:// URL");
+                } else if !is_http_url(&s3.endpoint) || !s3.endpoint.starts_with("https://") {
+                    self.err(
+                        at(&sb, "endpoint"),
+                        "must be an https:// URL (pgBackRest talks to S3 over TLS only)",
+                    );
                 }
                 if s3.region.trim().is_empty() {
                     self.err(at(&sb, "region"), "is required");

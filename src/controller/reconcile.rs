@@ -245,8 +245,9 @@ async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
 
 /// A cluster restored from a backup holds the source's roles and password
 /// hashes: in the same member cluster its Secrets start with the source's
-/// passwords, so clients and replicas can log in. (Across member clusters
-/// the instance resets the passwords after the restore.)
+/// passwords, so clients and replicas can log in. (Across member clusters,
+/// or when the source is gone, the passwords must be reset by hand:
+/// docs/backups.md.)
 async fn restored_password(
     ctx: &Ctx,
     pg: &PostgresCluster,

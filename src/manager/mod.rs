@@ -80,15 +80,22 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
             member.clone(),
             m.shards_per_cluster,
             m.workers_per_cluster,
-            Some(backup_env.clone()),
+            // The default repository is a directory on this machine: only
+            // the embedded runtimes' instances can reach it. Real clusters
+            // archive and back up only to a configured repository.
+            (settings.backups.repository.is_some() || is_embedded).then(|| backup_env.clone()),
         ));
     }
-    let dispatcher = Arc::new(crate::backup::dispatch::Dispatcher::new(
+    let mut dispatcher = crate::backup::dispatch::Dispatcher::new(
         &settings.backups,
         backup_env.clone(),
         fleet.clone(),
         Arc::new(crate::clock::SystemClock),
-    ));
+    );
+    if settings.backups.repository.is_none() {
+        dispatcher.members = Some(kubeconfigs.keys().cloned().collect());
+    }
+    let dispatcher = Arc::new(dispatcher);
     let backups = AbortOnDrop(tokio::spawn(dispatcher.clone().run()));
     let mut rollouts = vec![];
     for name in settings.rollouts.keys() {

@@ -156,12 +156,21 @@ pub async fn check(member: &Member, drill: &PostgresCluster, query: &str, now: D
     let st = drill.status.clone().unwrap_or_default();
     let pod = format!("{}-1", drill.name_any());
     let outcome: Option<Result<String, String>> = if st.phase.as_deref() == Some("Healthy") {
-        Some(
-            run_verb(&member.client(), &ns, &pod, &["query", query], EXEC)
-                .await
-                .map(|_| format!("restored, accepted a connection, `{query}` succeeded"))
-                .map_err(|e| format!("`{query}` failed on the restored copy: {e}")),
-        )
+        match run_verb(&member.client(), &ns, &pod, &["query", query], EXEC).await {
+            Ok(_) => Some(Ok(format!(
+                "restored, accepted a connection, `{query}` succeeded"
+            ))),
+            // A server still settling (restarting after its recovery) is
+            // not a verdict; one that runs and refuses the query is.
+            Err(e) if serving(member, &ns, &pod).await => {
+                Some(Err(format!("`{query}` failed on the restored copy: {e}")))
+            }
+            Err(_) if age > DRILL_TIMEOUT => Some(Err(format!(
+                "the restored copy did not accept connections within {}",
+                humantime::format_duration(DRILL_TIMEOUT)
+            ))),
+            Err(_) => None,
+        }
     } else if let Some(reason) = init_error(member, &ns, &pod).await {
         Some(Err(format!("restore failed: {reason}")))
     } else if age > DRILL_TIMEOUT {
@@ -202,6 +211,16 @@ pub async fn check(member: &Member, drill: &PostgresCluster, query: &str, now: D
     let _ = Api::<PostgresCluster>::namespaced(member.client(), &ns)
         .delete(&drill.name_any(), &DeleteParams::default())
         .await;
+}
+
+/// Whether the instance reports itself up and ready as a primary.
+async fn serving(member: &Member, ns: &str, pod: &str) -> bool {
+    let Ok(out) = run_verb(&member.client(), ns, pod, &["status"], EXEC).await else {
+        return false;
+    };
+    serde_json::from_str::<Value>(out.trim()).is_ok_and(|v| {
+        v["role"] == "primary" && v["ready"] == true && v.get("initializing").is_none()
+    })
 }
 
 /// Why the restore of a throwaway failed, if it did: the instance's own

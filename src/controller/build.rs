@@ -194,7 +194,8 @@ pub fn pod(
         json!({"exec": {"command": ["/bin/sh", "-c", cmd]},
                "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 5})
     };
-    let ready = "pg_isready -q -h /tmp -p 5432";
+    // Not ready while a restore's temporary server runs (it stops again).
+    let ready = "test ! -e /tmp/pgfleet.initializing && pg_isready -q -h /tmp -p 5432";
     // A restore or clone copies data for as long as it takes, with no server
     // up: the instance is alive while it says it is initializing.
     let alive = "pg_isready -q -h /tmp -p 5432 || test -e /tmp/pgfleet.initializing";

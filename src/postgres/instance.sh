@@ -345,9 +345,24 @@ cmd_archive_push() {
   pgbr archive-push "$2" >&2
 }
 
+# Creates the stanza only when the repository lacks it: `info` takes no
+# lock, so an unreachable store fails here with pgBackRest's own reason (not
+# with the archive lock a retrying archive-push holds).
 cmd_backup_init() {
-  pgbr stanza-create >&2
-  echo "{\"contract\":$CONTRACT,\"stanza\":\"db\",\"created\":true}"
+  j=$(pgbr info --output=json) || exit $?
+  code=$(sqlj j "$j" "SELECT (:'j'::json)->0->'status'->>'code'")
+  case "$code" in
+    0|2|6) created=false ;;
+    1|3) pgbr stanza-create >&2; created=true ;;
+    *) log "pgbackrest info: $(info_message "$j")"; exit 1 ;;
+  esac
+  echo "{\"contract\":$CONTRACT,\"stanza\":\"db\",\"created\":$created}"
+}
+
+# The stanza's status message from `info --output=json`, with the
+# repository's own (e.g. why it cannot be reached).
+info_message() {
+  sqlj j "$1" "SELECT (:'j'::json)->0->'status'->>'message' || coalesce(': ' || ((:'j'::json)->0->'repo'->0->'status'->>'message'), '')"
 }
 
 # `pgbackrest info --output=json`, checked: a repository that cannot be read
@@ -357,8 +372,7 @@ info_json() {
   code=$(sqlj j "$j" "SELECT (:'j'::json)->0->'status'->>'code'")
   case "$code" in
     0|1|2|6) printf '%s' "$j" ;;
-    *) log "pgbackrest info: $(sqlj j "$j" "SELECT (:'j'::json)->0->'status'->>'message' || coalesce(': ' || ((:'j'::json)->0->'repo'->0->'status'->>'message'), '')")"
-       exit 1 ;;
+    *) log "pgbackrest info: $(info_message "$j")"; exit 1 ;;
   esac
 }
 

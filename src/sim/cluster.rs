@@ -51,6 +51,11 @@ pub struct Cluster {
     pub runtime: RwLock<Option<Arc<dyn Runtime>>>,
     /// Wakes the garbage collector after deletions.
     pub gc_wake: tokio::sync::Notify,
+    /// Request log for tests (off by default).
+    pub audit: super::audit::AuditLog,
+    /// The CA that signs the server certificate; service-account token
+    /// Secrets carry it as `ca.crt`, as on a real cluster.
+    pub ca_pem: std::sync::OnceLock<String>,
 }
 
 pub fn now_rfc3339() -> String {
@@ -80,6 +85,8 @@ impl Cluster {
             ipam,
             runtime: RwLock::new(None),
             gc_wake: tokio::sync::Notify::new(),
+            audit: Default::default(),
+            ca_pem: Default::default(),
         })
     }
 

@@ -37,6 +37,7 @@ pub fn on_write(
         ("apiextensions.k8s.io", "customresourcedefinitions") => crd(rt, v),
         ("", "secrets") => {
             secret_string_data(v);
+            service_account_token(cluster, old, v);
             Ok(())
         }
         _ => Ok(()),
@@ -114,6 +115,54 @@ fn secret_string_data(v: &mut Value) {
             let raw = val.as_str().unwrap_or_default();
             v["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(raw));
         }
+    }
+}
+
+/// The token controller's part: a new `kubernetes.io/service-account-token`
+/// Secret gets a token, the namespace and the cluster CA, so
+/// `deploy/member/make-kubeconfig.sh` can turn it into a kubeconfig. (Done on
+/// create rather than a moment later; clients wait for the field either way.)
+/// A write that drops them (a re-apply of the manifest) keeps the old ones:
+/// the token must not change under the kubeconfigs made from it.
+fn service_account_token(cluster: &Cluster, old: Option<&Value>, v: &mut Value) {
+    use base64::Engine;
+    if v.get("type").and_then(Value::as_str) != Some(super::server::SA_TOKEN_TYPE)
+        || v.pointer("/data/token").is_some()
+    {
+        return;
+    }
+    if let Some(data) = old
+        .and_then(|o| o.get("data"))
+        .filter(|d| d.get("token").is_some())
+    {
+        if !v.get("data").is_some_and(Value::is_object) {
+            v["data"] = json!({});
+        }
+        for k in ["token", "namespace", "ca.crt"] {
+            if let Some(x) = data.get(k) {
+                v["data"][k] = x.clone();
+            }
+        }
+        return;
+    }
+    let b64 = |s: &str| json!(base64::engine::general_purpose::STANDARD.encode(s));
+    let token = format!(
+        "{:032x}{:032x}",
+        rand::random::<u128>(),
+        rand::random::<u128>()
+    );
+    let ns = v
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if !v.get("data").is_some_and(Value::is_object) {
+        v["data"] = json!({});
+    }
+    v["data"]["token"] = b64(&token);
+    v["data"]["namespace"] = b64(&ns);
+    if let Some(ca) = cluster.ca_pem.get() {
+        v["data"]["ca.crt"] = b64(ca);
     }
 }
 

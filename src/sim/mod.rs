@@ -4,6 +4,7 @@
 //! pgfleet reaches these clusters only through kubeconfigs and HTTP.
 
 pub mod admin;
+pub mod audit;
 pub mod cluster;
 pub mod error;
 pub mod faults;
@@ -14,6 +15,7 @@ pub mod kinds;
 pub mod patch;
 pub mod persist;
 pub mod process;
+pub mod rbac;
 pub mod resources;
 pub mod runtime;
 pub mod schema;
@@ -137,6 +139,7 @@ async fn start_one(
     tls: &tls::SimTls,
 ) -> anyhow::Result<SimCluster> {
     let cluster = Cluster::new(name, ipam::Ipam::for_cluster(index), opts.history);
+    let _ = cluster.ca_pem.set(tls.ca_pem.clone());
     let state_path = opts.dir.join(format!("{name}.state.json"));
     let restored = if opts.persist {
         persist::load(&cluster, &state_path)?

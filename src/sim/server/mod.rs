@@ -3,6 +3,7 @@
 //! connections), bearer-token authentication, injected latency and errors, and
 //! routing of Kubernetes API paths.
 
+mod auth;
 mod discovery;
 mod exec;
 mod protobuf;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
+pub use auth::{SA_NAME_ANNOTATION, SA_TOKEN_TYPE, User};
 pub use query::Query;
 
 /// What a request handler needs.
@@ -107,14 +109,28 @@ pub async fn handle(ctx: Ctx, req: Request<Body>) -> Response<Body> {
     if matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") {
         return text(StatusCode::OK, "ok");
     }
-    let authorized = req
+    let token = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok())
         .and_then(|h| h.strip_prefix("Bearer "))
-        .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), ctx.token.as_bytes()));
-    if !authorized {
+        .map(str::trim)
+        .unwrap_or_default();
+    let user = if constant_time_eq(token.as_bytes(), ctx.token.as_bytes()) {
+        User::Admin
+    } else if let Some(sa) = (!token.is_empty())
+        .then(|| auth::service_account_for(&ctx.cluster, token))
+        .flatten()
+    {
+        sa
+    } else {
         return error(&ApiError::new(401, "Unauthorized", "Unauthorized"));
+    };
+    if user != User::Admin || ctx.cluster.audit.enabled() {
+        let attrs = request_attributes(&ctx.cluster, &req);
+        if let Err(e) = auth::authorize(&ctx.cluster, &user, &attrs) {
+            return error(&e);
+        }
     }
     let faults = ctx.cluster.faults.get();
     if faults.latency_ms > 0 {
@@ -182,6 +198,29 @@ async fn route(ctx: Ctx, req: Request<Body>) -> Result<Response<Body>, ApiError>
             "the server could not find the requested resource",
         )),
     }
+}
+
+/// The RBAC attributes of a request, with `create` added for an apply that
+/// would create its object.
+fn request_attributes(cluster: &Cluster, req: &Request<Body>) -> Vec<crate::sim::rbac::Attributes> {
+    let path = req.uri().path();
+    let query = Query::parse(req.uri().query());
+    let mut attrs = crate::sim::rbac::attributes(req.method().as_str(), path, &query);
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if let Some(a) = attrs.first()
+        && auth::apply_creates(cluster, path, a, ct)
+    {
+        let create = crate::sim::rbac::Attributes {
+            verb: "create".into(),
+            ..a.clone()
+        };
+        attrs.push(create);
+    }
+    attrs
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

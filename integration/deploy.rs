@@ -117,6 +117,20 @@ async fn member_manifests_apply_and_the_manager_works_under_their_rbac() {
         kubectl.ok(&["-n", "pgfleet-system", "get", kind, name]);
     }
 
+    // The server holds the rules as written (nothing pruned or defaulted).
+    for (kind, ns) in [("ClusterRole", None), ("Role", Some("pgfleet-system"))] {
+        let mut args = vec!["get", kind, "pgfleet-manager", "-o", "json"];
+        if let Some(ns) = ns {
+            args.extend(["-n", ns]);
+        }
+        let live: serde_json::Value = serde_json::from_str(&kubectl.ok(&args)).unwrap();
+        assert_eq!(
+            live["rules"],
+            rendered.get(kind, "pgfleet-manager")["rules"],
+            "{kind}"
+        );
+    }
+
     // The kubeconfig the manager gets, made by the script from the token.
     let sa_kubeconfig = dir.join("m1-manager.kubeconfig");
     let made = kubectl.script(&repo().join("deploy/member/make-kubeconfig.sh"), &["m1"]);
@@ -137,7 +151,9 @@ async fn member_manifests_apply_and_the_manager_works_under_their_rbac() {
         pgfleet::config::load_str(&toml, "test").unwrap_or_else(|e| panic!("{e}\n{toml}"));
     let mgr = pgfleet::manager::start(&settings, false).await.unwrap();
     let admin = client_from(&member.kubeconfig).await;
-    exercise(&admin).await;
+    // A denied request usually shows as a scenario step that never
+    // finishes: the denials are reported first, then the step's panic.
+    let scenario = tokio::spawn(async move { exercise(&admin).await }).await;
     drop(mgr);
     member.cluster.audit.stop();
 
@@ -152,7 +168,7 @@ async fn member_manifests_apply_and_the_manager_works_under_their_rbac() {
         !records.is_empty(),
         "the manager made no requests as its service account"
     );
-    let denied: Vec<String> = records
+    let denied: std::collections::BTreeSet<String> = records
         .iter()
         .filter(|r| !r.allowed)
         .map(|r| r.attributes.forbidden_message(SA_USER))
@@ -160,8 +176,11 @@ async fn member_manifests_apply_and_the_manager_works_under_their_rbac() {
     assert!(
         denied.is_empty(),
         "requests the member RBAC denied:\n{}",
-        denied.join("\n")
+        denied.into_iter().collect::<Vec<_>>().join("\n")
     );
+    if let Err(e) = scenario {
+        std::panic::resume_unwind(e.into_panic());
+    }
     rendered.assert_rules_all_used(&records);
     let _ = std::fs::remove_dir_all(&dir);
 }

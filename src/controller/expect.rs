@@ -16,6 +16,8 @@ struct Entry {
     /// instance → (role it was created with, when)
     created: HashMap<String, (String, Instant)>,
     removed: HashMap<String, Instant>,
+    /// instance → (template hash of the Pod we deleted to restart it, when)
+    restarted: HashMap<String, (Option<String>, Instant)>,
 }
 
 #[derive(Default)]
@@ -44,6 +46,18 @@ impl Expectations {
         });
     }
 
+    /// A Pod deleted to be restarted on a new template (rolling update):
+    /// until the cache shows it terminating or replaced, the old Pod must
+    /// not be taken as still running and restarted again.
+    pub fn restarted(&self, ns: &str, cluster: &str, instance: &str, old_hash: Option<&str>) {
+        self.with(ns, cluster, |e| {
+            e.restarted.insert(
+                instance.to_string(),
+                (old_hash.map(String::from), Instant::now()),
+            );
+        });
+    }
+
     /// The observation with pending expectations applied; fulfilled or
     /// expired ones are dropped.
     pub fn adjust(&self, ns: &str, cluster: &str, mut obs: Observed) -> Observed {
@@ -54,6 +68,18 @@ impl Expectations {
                 at.elapsed() < TTL
                     && (obs.pods.get(name).is_some_and(|p| !p.deleting) || obs.pvcs.contains(name))
             });
+            e.restarted.retain(|name, (hash, at)| {
+                at.elapsed() < TTL
+                    && obs
+                        .pods
+                        .get(name)
+                        .is_some_and(|p| !p.deleting && p.hash == *hash)
+            });
+            for name in e.restarted.keys() {
+                if let Some(p) = obs.pods.get_mut(name) {
+                    p.deleting = true;
+                }
+            }
             for (name, (role, _)) in &e.created {
                 obs.pvcs.insert(name.clone());
                 obs.pods.insert(
@@ -114,5 +140,30 @@ mod tests {
         );
         let seen = x.adjust("ns", "pg", caught_up);
         assert!(seen.pods.contains_key("pg-2") && !seen.pvcs.contains("pg-2"));
+    }
+
+    #[test]
+    fn a_restarted_pod_reads_as_terminating_until_the_cache_moves_on() {
+        let x = Expectations::default();
+        let pod = |hash: &str, deleting: bool| {
+            let mut obs = Observed::default();
+            obs.pods.insert(
+                "pg-1".into(),
+                PodInfo {
+                    name: "pg-1".into(),
+                    hash: Some(hash.into()),
+                    deleting,
+                    ..Default::default()
+                },
+            );
+            obs
+        };
+        x.restarted("ns", "pg", "pg-1", Some("old"));
+        // A stale cache still shows the old Pod running.
+        assert!(x.adjust("ns", "pg", pod("old", false)).pods["pg-1"].deleting);
+        // The replacement on the new template is what it is.
+        assert!(!x.adjust("ns", "pg", pod("new", false)).pods["pg-1"].deleting);
+        // And the expectation is gone: an old-template Pod counts again.
+        assert!(!x.adjust("ns", "pg", pod("old", false)).pods["pg-1"].deleting);
     }
 }

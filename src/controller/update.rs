@@ -167,6 +167,8 @@ pub async fn step(
                 return Ok(keep(st, Duration::from_secs(1)));
             }
             delete_pod(ctx, &ns, &pod).await?;
+            let old_hash = obs.pods.get(&pod).and_then(|p| p.hash.as_deref());
+            ctx.expect.restarted(&ns, &owner.name, &pod, old_hash);
             event(
                 ctx,
                 pg,
@@ -209,6 +211,8 @@ pub async fn step(
             // Intent first: failover detection reads it and waits.
             status_patch(ctx, pg, json!({ "rollingUpdate": st })).await?;
             delete_pod(ctx, &ns, &pod).await?;
+            let old_hash = obs.pods.get(&pod).and_then(|p| p.hash.as_deref());
+            ctx.expect.restarted(&ns, &owner.name, &pod, old_hash);
             event(
                 ctx,
                 pg,

@@ -124,7 +124,6 @@ async fn ready_for_writes(e: &Env, cluster: &str) -> (String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "unfinished: see issue 5 closing note (drill on a damaged backup and the store-down retry do not converge yet)"]
 async fn point_in_time_restore_holds_exactly_the_rows_before_the_target() {
     let (e, _store) = setup("pitr", "").await;
     e.create(
@@ -218,7 +217,6 @@ async fn point_in_time_restore_holds_exactly_the_rows_before_the_target() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "unfinished: see issue 5 closing note (drill on a damaged backup and the store-down retry do not converge yet)"]
 async fn an_unreachable_object_store_fails_the_backup_with_the_reason_and_a_retry_succeeds() {
     let (e, mut store) = setup("s3down", "").await;
     // This test drives the retry clock itself.
@@ -290,7 +288,6 @@ async fn an_unreachable_object_store_fails_the_backup_with_the_reason_and_a_retr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "unfinished: see issue 5 closing note (drill on a damaged backup and the store-down retry do not converge yet)"]
 async fn a_restore_drill_passes_on_a_good_backup_and_fails_on_a_damaged_one() {
     let drills =
         "[backups.drills]\nschedule = \"0 4 * * *\"\nquery = \"SELECT count(*) FROM marks\"\n";
@@ -366,14 +363,25 @@ async fn a_restore_drill_passes_on_a_good_backup_and_fails_on_a_damaged_one() {
     )
     .await;
 
-    // Damage the backup in the store: its copy of pg_control is gone.
+    // Damage the backup in the store: its manifest (both copies) and its
+    // copy of pg_control are gone, as after a botched bucket clean-up.
     let label = backup_status(&e, "d-full").await.label.unwrap();
     let keys = store.list(&format!("fleet/pg-a/{NS}/d/backup/db/{label}/"));
-    let victim = keys
+    let victims: Vec<&String> = keys
         .iter()
-        .find(|k| k.contains("pg_data/global/pg_control"))
-        .unwrap_or_else(|| panic!("{keys:?}"));
-    store.delete(victim);
+        .filter(|k| k.contains("pg_data/global/pg_control") || k.contains("backup.manifest"))
+        .collect();
+    assert_eq!(victims.len(), 3, "{keys:?}");
+    for v in victims {
+        store.delete(v);
+    }
+    assert!(
+        store
+            .list(&format!(
+                "fleet/pg-a/{NS}/d/backup/db/{label}/backup.manifest"
+            ))
+            .is_empty()
+    );
     clock.advance(Duration::from_secs(24 * 3600));
     let bad = drill(false).await;
     let msg = bad.message.unwrap_or_default();

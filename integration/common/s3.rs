@@ -110,9 +110,24 @@ impl S3 {
             .collect()
     }
 
+    /// Deletes one object (signed: moto refuses anonymous deletes).
     pub fn delete(&self, key: &str) {
         let url = format!("{}/{BUCKET}/{key}", self.endpoint());
-        self.curl(&["-X", "DELETE", &url]);
+        let out = self.curl(&[
+            "--aws-sigv4",
+            "aws:amz:us-east-1:s3",
+            "--user",
+            "test-key:test-secret",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-X",
+            "DELETE",
+            &url,
+        ]);
+        let code = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(code.starts_with('2'), "DELETE {key}: HTTP {code}");
     }
 }
 

@@ -1,6 +1,7 @@
 //! pgfleet: an out-of-cluster fleet manager for PostgreSQL on Kubernetes.
 //! See `docs/architecture.md` for how the parts fit together.
 
+pub mod api;
 pub mod backup;
 pub mod bench;
 pub mod cli;

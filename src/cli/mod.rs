@@ -1,8 +1,11 @@
 //! The command line: argument definitions and dispatch to the library.
 
 mod ops;
+mod remote;
+mod remote_ops;
 mod rollout;
 mod sim;
+mod status;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -44,6 +47,8 @@ pub enum Command {
         /// How long to wait for the outcome (0: do not wait).
         #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         wait: std::time::Duration,
+        #[command(flatten)]
+        api: remote::ApiArgs,
     },
     /// Fleet rollouts declared in the TOML: dry run, status and controls.
     Rollout {
@@ -52,6 +57,27 @@ pub enum Command {
         /// Fleet TOML (to find the member clusters).
         #[arg(long, short, env = "PGFLEET_CONFIG", global = true)]
         config: Option<PathBuf>,
+        #[command(flatten)]
+        api: remote::ApiArgs,
+    },
+    /// Fleet table from a running manager's API: members, PostgresClusters
+    /// by phase, the ones needing attention.
+    Status {
+        /// Fleet TOML (to find the manager's listen address).
+        #[arg(long, short, env = "PGFLEET_CONFIG")]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        api: remote::ApiArgs,
+    },
+    /// List member clusters or PostgresClusters from a running manager's API.
+    Get {
+        #[command(subcommand)]
+        what: status::GetWhat,
+        /// Fleet TOML (to find the manager's listen address).
+        #[arg(long, short, env = "PGFLEET_CONFIG", global = true)]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        api: remote::ApiArgs,
     },
     /// Backups: `backup now <cluster>/<namespace>/<name>` runs one on demand.
     Backup {
@@ -83,6 +109,8 @@ pub enum BackupCommand {
         /// How long to wait for the outcome (0: do not wait).
         #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
         wait: std::time::Duration,
+        #[command(flatten)]
+        api: remote::ApiArgs,
     },
 }
 
@@ -105,16 +133,33 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             to,
             config,
             wait,
-        } => ops::switchover(config.as_deref(), &target, to.as_deref(), wait).await,
-        Command::Rollout { command, config } => rollout::run(config.as_deref(), command).await,
+            api,
+        } => match api.server {
+            Some(_) => remote_ops::switchover(&api, &target, to.as_deref(), wait).await,
+            None => ops::switchover(config.as_deref(), &target, to.as_deref(), wait).await,
+        },
+        Command::Rollout {
+            command,
+            config,
+            api,
+        } => match api.server {
+            Some(_) => remote_ops::rollout(&api, &command).await,
+            None => rollout::run(config.as_deref(), command).await,
+        },
         Command::Backup {
             command:
                 BackupCommand::Now {
                     target,
                     config,
                     wait,
+                    api,
                 },
-        } => ops::backup_now(config.as_deref(), &target, wait).await,
+        } => match api.server {
+            Some(_) => remote_ops::backup_now(&api, &target, wait).await,
+            None => ops::backup_now(config.as_deref(), &target, wait).await,
+        },
+        Command::Status { config, api } => status::status(&api, config.as_deref()).await,
+        Command::Get { what, config, api } => status::get(&what, &api, config.as_deref()).await,
         Command::Crd => {
             print!("{}", crate::crd::yaml()?);
             Ok(0)

@@ -8,7 +8,6 @@ use crate::controller::switchover::ANNOTATION;
 use crate::crd::PostgresCluster;
 use anyhow::{Context, bail};
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -60,21 +59,10 @@ pub async fn switchover(
 ) -> anyhow::Result<i32> {
     let (member, ns, name) = parse_target(target)?;
     let client = member_client(config, &member).await?;
-    let api: Api<PostgresCluster> = Api::namespaced(client, &ns);
-    let before = api
-        .get(&name)
+    let req = crate::api::actions::request_switchover(client.clone(), &ns, &name, to)
         .await
-        .with_context(|| format!("reading {ns}/{name} in {member}"))?;
-    let from = before
-        .status
-        .as_ref()
-        .and_then(|s| s.current_primary.clone())
-        .unwrap_or_default();
-    let patch =
-        serde_json::json!({"metadata": {"annotations": {ANNOTATION: to.unwrap_or("auto")}}});
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .context("requesting the switchover")?;
+        .with_context(|| format!("switchover of {member}/{ns}/{name}"))?;
+    let from = req.from;
     println!(
         "switchover of {member}/{ns}/{name} requested (primary now {from}, to {})",
         to.unwrap_or("the most advanced replica")
@@ -82,6 +70,7 @@ pub async fn switchover(
     if wait.is_zero() {
         return Ok(0);
     }
+    let api: Api<PostgresCluster> = Api::namespaced(client, &ns);
     let deadline = Instant::now() + wait;
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -120,21 +109,10 @@ pub async fn backup_now(
     use crate::crd::PostgresBackup;
     let (member, ns, name) = parse_target(target)?;
     let client = member_client(config, &member).await?;
-    let pgs: Api<PostgresCluster> = Api::namespaced(client.clone(), &ns);
-    pgs.get(&name)
+    let backup = crate::api::actions::request_backup(client.clone(), &ns, &name)
         .await
-        .with_context(|| format!("reading {ns}/{name} in {member}"))?;
-    let stamp = chrono::Utc::now().format("%Y%m%d%H%M%S");
-    let backup = format!("{name}-manual-{stamp}");
-    let obj: PostgresBackup = serde_json::from_value(serde_json::json!({
-        "apiVersion": "pgfleet.io/v1", "kind": "PostgresBackup",
-        "metadata": {"name": backup, "namespace": ns, "labels": {"pgfleet.io/cluster": name}},
-        "spec": {"cluster": name, "type": "full", "trigger": "manual"},
-    }))?;
+        .with_context(|| format!("backup of {member}/{ns}/{name}"))?;
     let api: Api<PostgresBackup> = Api::namespaced(client, &ns);
-    api.create(&Default::default(), &obj)
-        .await
-        .context("creating the PostgresBackup")?;
     println!("backup {member}/{ns}/{backup} requested");
     if wait.is_zero() {
         return Ok(0);

@@ -6,9 +6,8 @@
 
 use crate::config::{ClusterSource, Settings};
 use crate::fleet::Fleet;
-use crate::rollout::control;
 use crate::rollout::engine::{Engine, Observation, SystemClock};
-use crate::rollout::plan::{self, Estimate, PgcState};
+use crate::rollout::plan::{self, Estimate};
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -146,44 +145,30 @@ pub async fn run(config: Option<&Path>, cmd: RolloutCommand) -> anyhow::Result<i
         RolloutCommand::Resume { .. } => "resume",
         RolloutCommand::Abort { .. } => "abort",
         RolloutCommand::Rollback { .. } => "rollback",
-        RolloutCommand::Approve { stage, .. } => {
-            if !engine.spec.stages.iter().any(|s| s.name == *stage) {
-                anyhow::bail!("rollout {name} has no stage {stage:?}");
-            }
-            "approve"
-        }
+        RolloutCommand::Approve { .. } => "approve",
     };
     let stage = match &cmd {
         RolloutCommand::Approve { stage, .. } => Some(stage.as_str()),
         _ => None,
     };
-    let command = control::parse_command(word, stage)?;
-    let failures = obs
-        .pgcs
-        .iter()
-        .filter(|p| matches!(plan::pgc_state(&engine.spec, p), PgcState::Failed { .. }))
-        .count() as u32;
     let who = std::env::var("USER").unwrap_or_else(|_| "an operator".into());
-    let next = control::apply(
-        obs.stored.clone(),
-        &command,
-        failures,
+    let done = crate::api::actions::rollout_command(
+        &engine,
+        &fleet,
+        &obs,
+        word,
+        stage,
         &format!("{who} (cli)"),
-    )?;
-    let reachable: Vec<_> = fleet
-        .members
-        .iter()
-        .filter(|m| obs.members.iter().any(|o| o.name == m.name && o.reachable))
-        .cloned()
-        .collect();
-    control::write(&reachable, &name, next.clone()).await?;
+    )
+    .await?;
+    let (next, stored_in) = (done.stored, done.stored_in);
     println!(
         "rollout {name}: {:?}{} (stored in {} member cluster(s))",
         next.control.state,
         stage
             .map(|s| format!(", stage {s} approved"))
             .unwrap_or_default(),
-        reachable.len()
+        stored_in
     );
     Ok(0)
 }

@@ -155,6 +155,9 @@ pub async fn run_cli(config: Option<&Path>) -> anyhow::Result<i32> {
         }
     };
     let mgr = start(&settings, true).await?;
+    let api_state = crate::api::ApiState::of(&settings, &mgr);
+    let (addr, _api) = crate::api::spawn(settings.manager.listen_addr(), api_state).await?;
+    println!("pgfleet API and dashboard on http://{addr}/");
     if let Some(sim) = &mgr.sim {
         for c in &sim.clusters {
             println!(

@@ -1,0 +1,191 @@
+//! The HTTP API, `/metrics` and the dashboard of `pgfleet run` (axum).
+//!
+//! Reads are served from the controllers' caches and the fleet registry
+//! (`read.rs`); writes only record intent through the same functions the
+//! direct CLI commands use (`actions.rs`), behind a bearer token
+//! (`auth.rs`). Every error is JSON (`error.rs`). Two values come from
+//! other parts of the manager through hooks, so this module depends on
+//! neither: the metrics exposition and the owner of each member cluster.
+//! See `docs/api.md`.
+
+pub mod actions;
+pub mod auth;
+pub mod error;
+mod read;
+mod rollouts;
+pub mod view;
+mod write;
+
+use crate::config::Settings;
+use crate::controller;
+use crate::fleet::Fleet;
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use error::ApiError;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Text of `/metrics`.
+pub type MetricsHook = Arc<dyn Fn() -> String + Send + Sync>;
+/// The manager replica that owns a member cluster (by name), if known.
+pub type OwnerHook = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// Values other parts of the manager provide.
+#[derive(Clone)]
+pub struct Hooks {
+    pub metrics: MetricsHook,
+    pub owner: OwnerHook,
+}
+
+impl Hooks {
+    /// An empty exposition; this manager owns every member (one replica).
+    pub fn single(identity: Option<String>) -> Hooks {
+        Hooks {
+            metrics: Arc::new(|| "# EOF\n".to_string()),
+            owner: Arc::new(move |_| identity.clone()),
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct ApiState {
+    pub settings: Arc<Settings>,
+    pub fleet: Arc<Fleet>,
+    pub controllers: Vec<controller::Handle>,
+    pub identity: Option<String>,
+    pub hooks: Hooks,
+}
+
+impl ApiState {
+    /// The state of a running manager with the default hooks.
+    pub fn of(settings: &Settings, mgr: &crate::manager::Manager) -> ApiState {
+        let identity = identity();
+        ApiState {
+            settings: Arc::new(settings.clone()),
+            fleet: mgr.fleet.clone(),
+            controllers: mgr.controllers.clone(),
+            hooks: Hooks::single(identity.clone()),
+            identity,
+        }
+    }
+}
+
+/// This replica's name: `POD_NAME` or `HOSTNAME`, else the host name file.
+pub fn identity() -> Option<String> {
+    ["POD_NAME", "HOSTNAME"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        })
+}
+
+/// Every route.
+pub fn router(state: ApiState) -> Router {
+    let pgc = "/api/v1/postgresclusters/{cluster}/{namespace}/{name}";
+    let writes = Router::new()
+        .route(&format!("{pgc}/switchover"), post(write::switchover))
+        .route(&format!("{pgc}/backup"), post(write::backup))
+        .route("/api/v1/rollouts/{name}/{command}", post(rollouts::command))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/", get(dashboard))
+        .route("/healthz", get(read::healthz))
+        .route("/readyz", get(read::readyz))
+        .route("/metrics", get(read::metrics))
+        .route("/api/v1/fleet", get(read::fleet))
+        .route("/api/v1/clusters", get(read::list_clusters))
+        .route("/api/v1/postgresclusters", get(read::list_pgcs))
+        .route(pgc, get(read::get_pgc))
+        .route("/api/v1/rollouts", get(rollouts::list))
+        .route("/api/v1/rollouts/{name}", get(rollouts::get))
+        .merge(writes)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+/// Binds `addr` (port 0: any free port) and serves until the task is
+/// dropped; returns the bound address.
+pub async fn spawn(
+    addr: SocketAddr,
+    state: ApiState,
+) -> anyhow::Result<(SocketAddr, crate::manager::AbortOnDrop)> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (manager.listen): {e}"))?;
+    let bound = listener.local_addr()?;
+    let app = router(state);
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the HTTP API stopped");
+        }
+    });
+    Ok((bound, crate::manager::AbortOnDrop(task)))
+}
+
+/// The bearer-token gate of every state-changing route: nothing behind it
+/// runs unless the token matches.
+async fn require_token(State(state): State<ApiState>, req: Request, next: Next) -> Response {
+    let header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match auth::check(header, state.settings.manager.resolve_api_token()) {
+        auth::Verdict::Allowed => next.run(req).await,
+        auth::Verdict::Unauthorized(why) => {
+            let mut resp = ApiError::new(StatusCode::UNAUTHORIZED, why).into_response();
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer realm=\"pgfleet\""),
+            );
+            resp
+        }
+        auth::Verdict::WritesDisabled => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "state-changing requests are disabled: no API token is configured \
+             (set manager.api_token_file, manager.api_token or PGFLEET_MANAGER__API_TOKEN)",
+        )
+        .into_response(),
+        auth::Verdict::Unavailable(why) => {
+            tracing::warn!(error = %why, "the API token cannot be read");
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why).into_response()
+        }
+    }
+}
+
+/// A JSON body, or the default when the body is empty.
+fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid: {e}")))
+}
+
+async fn dashboard() -> Html<&'static str> {
+    Html(include_str!("dashboard.html"))
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::not_found(format!(
+        "no endpoint {} {} (see docs/api.md)",
+        req.method(),
+        req.uri().path()
+    ))
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    )
+}

@@ -1,0 +1,150 @@
+//! Rollout endpoints: status (the same decision `pgfleet rollout status`
+//! prints, computed by the rollout engine's planner over a fresh
+//! observation) and the operator commands, stored through
+//! [`super::actions::rollout_command`] like the CLI does.
+
+use super::error::ApiError;
+use super::{ApiState, actions};
+use crate::rollout::engine::{Engine, Observation, SystemClock};
+use crate::rollout::plan::{Decision, RolloutState, StageState};
+use crate::rollout::status::StageStatus;
+use axum::Json;
+use axum::extract::{Path, State};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+fn rfc3339(t: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn stage_json(s: &StageStatus) -> Value {
+    let (state, until) = match &s.state {
+        StageState::Pending => ("Pending", None),
+        StageState::WaitingApproval => ("WaitingApproval", None),
+        StageState::Soaking { until } => ("Soaking", Some(rfc3339(*until))),
+        StageState::Running => ("Running", None),
+        StageState::Complete => ("Complete", None),
+    };
+    json!({
+        "name": s.name, "state": state, "soakUntil": until,
+        "total": s.total, "done": s.done, "inFlight": s.in_flight, "failed": s.failed,
+        "pending": s.pending, "deferred": s.deferred, "ineligible": s.ineligible,
+        "reverted": s.reverted,
+        "failures": s.failures.iter().map(|(r, why)| json!({"postgrescluster": r.to_string(), "reason": why})).collect::<Vec<_>>(),
+    })
+}
+
+/// The JSON form of a rollout's decided status (pure).
+pub fn rollout_json(engine: &Engine, obs: &Observation, d: &Decision) -> Value {
+    let (state, detail) = match &d.status.state {
+        RolloutState::Running => ("Running", None),
+        RolloutState::WaitingApproval { stage } => ("WaitingApproval", Some(stage.clone())),
+        RolloutState::Soaking { stage, until } => (
+            "Soaking",
+            Some(format!("{stage} until {}", rfc3339(*until))),
+        ),
+        RolloutState::Paused { reason } => ("Paused", Some(reason.clone())),
+        RolloutState::Aborted { reason } => ("Aborted", Some(reason.clone())),
+        RolloutState::RollingBack => ("RollingBack", None),
+        RolloutState::Completed => ("Completed", None),
+    };
+    let c = &obs.stored.control;
+    json!({
+        "name": engine.spec.name,
+        "targetVersion": engine.spec.target_version,
+        "state": state,
+        "detail": detail,
+        "summary": d.status.to_string(),
+        "done": d.status.done,
+        "total": d.status.total,
+        "stages": d.status.stages.iter().map(stage_json).collect::<Vec<_>>(),
+        "control": {
+            "state": format!("{:?}", c.state),
+            "reason": c.reason,
+            "approved": c.approved,
+        },
+        "unreachable": obs.members.iter().filter(|m| !m.reachable).map(|m| m.name.clone()).collect::<Vec<_>>(),
+    })
+}
+
+fn engine(state: &ApiState, name: &str) -> Result<Engine, ApiError> {
+    if !state.settings.rollouts.contains_key(name) {
+        return Err(ApiError::not_found(format!(
+            "no rollout named {name:?} in the fleet config's [rollouts]"
+        )));
+    }
+    Ok(Engine::new(
+        name,
+        &state.settings,
+        state.fleet.clone(),
+        Arc::new(SystemClock),
+    )?)
+}
+
+async fn status_of(state: &ApiState, name: &str) -> Result<Value, ApiError> {
+    let e = engine(state, name)?;
+    let obs = e.observe().await;
+    let d = e.decide(&obs);
+    Ok(rollout_json(&e, &obs, &d))
+}
+
+/// `GET /api/v1/rollouts`
+pub async fn list(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
+    let mut out = vec![];
+    for name in state.settings.rollouts.keys() {
+        out.push(status_of(&state, name).await?);
+    }
+    Ok(Json(json!({ "rollouts": out })))
+}
+
+/// `GET /api/v1/rollouts/{name}`
+pub async fn get(
+    State(state): State<ApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(status_of(&state, &name).await?))
+}
+
+/// `POST /api/v1/rollouts/{name}/{command}` (body `{"stage": …}` for approve).
+pub async fn command(
+    State(state): State<ApiState>,
+    Path((name, word)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        stage: Option<String>,
+    }
+    let body: Body = super::parse_body(&body)?;
+    if !["pause", "resume", "abort", "rollback", "approve"].contains(&word.as_str()) {
+        return Err(ApiError::not_found(format!(
+            "unknown rollout command {word:?} (pause, resume, abort, rollback, approve)"
+        )));
+    }
+    if word == "approve" && body.stage.is_none() {
+        return Err(ApiError::bad_request(
+            "approve needs the stage: {\"stage\": \"<name>\"}",
+        ));
+    }
+    let e = engine(&state, &name)?;
+    let obs = e.observe().await;
+    let done = actions::rollout_command(
+        &e,
+        &state.fleet,
+        &obs,
+        &word,
+        body.stage.as_deref(),
+        "the API",
+    )
+    .await?;
+    let c = &done.stored.control;
+    Ok(Json(json!({
+        "rollout": name,
+        "command": word,
+        "stage": body.stage,
+        "control": {"state": format!("{:?}", c.state), "reason": c.reason, "approved": c.approved},
+        "storedIn": done.stored_in,
+    })))
+}

@@ -11,6 +11,8 @@ need_pkgs=()
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || need_pkgs+=(pgbouncer)
 command -v pgbackrest >/dev/null 2>&1 || need_pkgs+=(pgbackrest)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+# Headless Chromium for the dashboard browser test (integration/dashboard.rs).
+command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

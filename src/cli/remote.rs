@@ -181,6 +181,7 @@ pub fn print_json(v: &Value) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -273,6 +273,7 @@ pub async fn get(what: &GetWhat, args: &ApiArgs, config: Option<&Path>) -> anyho
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

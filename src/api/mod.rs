@@ -12,7 +12,7 @@ pub mod actions;
 pub mod auth;
 pub mod error;
 mod read;
-mod rollouts;
+pub mod rollouts;
 pub mod view;
 mod write;
 
@@ -59,6 +59,7 @@ pub struct ApiState {
     pub controllers: Vec<controller::Handle>,
     pub identity: Option<String>,
     pub hooks: Hooks,
+    pub rollout_status: Arc<rollouts::StatusCache>,
 }
 
 impl ApiState {
@@ -71,6 +72,7 @@ impl ApiState {
             controllers: mgr.controllers.clone(),
             hooks: Hooks::single(identity.clone()),
             identity,
+            rollout_status: Arc::default(),
         }
     }
 }

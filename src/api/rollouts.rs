@@ -11,8 +11,9 @@ use crate::rollout::status::StageStatus;
 use axum::Json;
 use axum::extract::{Path, State};
 use serde_json::{Value, json};
-use std::sync::Arc;
-use std::time::SystemTime;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 fn rfc3339(t: SystemTime) -> String {
     chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
@@ -82,11 +83,41 @@ fn engine(state: &ApiState, name: &str) -> Result<Engine, ApiError> {
     )?)
 }
 
+/// How long a computed rollout status is served again. Computing one lists
+/// every member's PostgresClusters (as each engine round does), so a
+/// dashboard polling from many browsers must not multiply that.
+const STATUS_TTL: Duration = Duration::from_secs(3);
+
+/// Recently computed statuses by rollout name; a command clears its entry.
+#[derive(Default)]
+pub struct StatusCache(Mutex<BTreeMap<String, (Instant, Value)>>);
+
+impl StatusCache {
+    fn get(&self, name: &str) -> Option<Value> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(name)
+            .filter(|(at, _)| at.elapsed() < STATUS_TTL)
+            .map(|(_, v)| v.clone())
+    }
+    fn put(&self, name: &str, v: Option<Value>) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match v {
+            Some(v) => map.insert(name.to_string(), (Instant::now(), v)),
+            None => map.remove(name),
+        };
+    }
+}
+
 async fn status_of(state: &ApiState, name: &str) -> Result<Value, ApiError> {
+    if let Some(v) = state.rollout_status.get(name) {
+        return Ok(v);
+    }
     let e = engine(state, name)?;
     let obs = e.observe().await;
     let d = e.decide(&obs);
-    Ok(rollout_json(&e, &obs, &d))
+    let v = rollout_json(&e, &obs, &d);
+    state.rollout_status.put(name, Some(v.clone()));
+    Ok(v)
 }
 
 /// `GET /api/v1/rollouts`
@@ -139,6 +170,7 @@ pub async fn command(
         "the API",
     )
     .await?;
+    state.rollout_status.put(&name, None);
     let c = &done.stored.control;
     Ok(Json(json!({
         "rollout": name,

@@ -74,6 +74,7 @@ async fn reads_answer_with_json() {
     let c = &f["clusters"][0];
     assert_eq!(c["labels"]["env"], "test");
     assert!(c.get("owner").is_some(), "{c}");
+    assert_eq!(c["source"], "cache");
     let orders = pgc(&f, "api-a", "shop", "orders");
     assert_eq!(orders["phase"], "Healthy");
     assert!(orders["primary"].as_str().unwrap().starts_with("orders-"));
@@ -352,4 +353,36 @@ async fn status_prints_the_fleet_table_of_the_embedded_default() {
     );
     assert_eq!(code, 1);
     assert!(err.contains("403"), "{err}");
+}
+
+/// An HA replica that does not own a member has no controller cache for
+/// it: the API lists that member's PostgresClusters instead, so any replica
+/// answers for the whole fleet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_without_a_controller_here_are_listed() {
+    let dir = temp_dir("listed");
+    let path = config(&dir, &["list-a"], None, "");
+    let settings = pgfleet::config::load(Some(&path)).unwrap();
+    let mgr = pgfleet::manager::start(&settings, true).await.unwrap();
+    let mut hooks = pgfleet::api::Hooks::single(Some("replica-2".into()), vec![]);
+    hooks.owner = std::sync::Arc::new(|_| Some("replica-1".into()));
+    let state = pgfleet::api::ApiState::new(&settings, mgr.fleet.clone(), None, hooks);
+    let (addr, _server) = pgfleet::api::spawn("127.0.0.1:0".parse().unwrap(), state)
+        .await
+        .unwrap();
+    let addr = addr.to_string();
+    let f = eventually("the member's PostgresClusters, listed", || async {
+        let (code, body) = http(&addr, "GET", "/api/v1/fleet", None, None).await;
+        let f: Value = serde_json::from_str(&body).unwrap();
+        if code == 200 && f["clusters"][0]["phases"]["Healthy"] == 3 {
+            Ok(f)
+        } else {
+            Err(body)
+        }
+    })
+    .await;
+    let c = &f["clusters"][0];
+    assert_eq!(c["source"], "list");
+    assert_eq!(c["owner"], "replica-1");
+    assert_eq!(pgc(&f, "list-a", "shop", "orders")["phase"], "Healthy");
 }

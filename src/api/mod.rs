@@ -13,6 +13,7 @@ pub mod auth;
 pub mod error;
 mod read;
 pub mod rollouts;
+mod source;
 pub mod view;
 mod write;
 
@@ -33,20 +34,25 @@ use std::sync::Arc;
 pub type MetricsHook = Arc<dyn Fn() -> String + Send + Sync>;
 /// The manager replica that owns a member cluster (by name), if known.
 pub type OwnerHook = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+/// The controllers running on this replica now (HA: the owned members).
+pub type ControllersHook = Arc<dyn Fn() -> Vec<controller::Handle> + Send + Sync>;
 
 /// Values other parts of the manager provide.
 #[derive(Clone)]
 pub struct Hooks {
     pub metrics: MetricsHook,
     pub owner: OwnerHook,
+    pub controllers: ControllersHook,
 }
 
 impl Hooks {
-    /// An empty exposition; this manager owns every member (one replica).
-    pub fn single(identity: Option<String>) -> Hooks {
+    /// An empty exposition; this manager owns every member (one replica)
+    /// and runs `controllers` for good.
+    pub fn single(identity: Option<String>, controllers: Vec<controller::Handle>) -> Hooks {
         Hooks {
             metrics: Arc::new(|| "# EOF\n".to_string()),
             owner: Arc::new(move |_| identity.clone()),
+            controllers: Arc::new(move || controllers.clone()),
         }
     }
 }
@@ -56,23 +62,33 @@ impl Hooks {
 pub struct ApiState {
     pub settings: Arc<Settings>,
     pub fleet: Arc<Fleet>,
-    pub controllers: Vec<controller::Handle>,
     pub identity: Option<String>,
     pub hooks: Hooks,
     pub rollout_status: Arc<rollouts::StatusCache>,
+    lists: Arc<source::ListCache>,
 }
 
 impl ApiState {
     /// The state of a running manager with the default hooks.
     pub fn of(settings: &Settings, mgr: &crate::manager::Manager) -> ApiState {
         let identity = identity();
+        let hooks = Hooks::single(identity.clone(), mgr.controllers.clone());
+        ApiState::new(settings, mgr.fleet.clone(), identity, hooks)
+    }
+
+    pub fn new(
+        settings: &Settings,
+        fleet: Arc<Fleet>,
+        identity: Option<String>,
+        hooks: Hooks,
+    ) -> ApiState {
         ApiState {
             settings: Arc::new(settings.clone()),
-            fleet: mgr.fleet.clone(),
-            controllers: mgr.controllers.clone(),
-            hooks: Hooks::single(identity.clone()),
+            fleet,
             identity,
+            hooks,
             rollout_status: Arc::default(),
+            lists: Arc::default(),
         }
     }
 }

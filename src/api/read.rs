@@ -1,10 +1,12 @@
-//! Read endpoints. Everything comes from the controllers' caches (the
-//! sharded PostgresCluster reflectors) and the fleet registry's connection
-//! state, so a poll costs no request to any member cluster even with
-//! 10,000 PostgresClusters.
+//! Read endpoints. PostgresClusters come from the controllers' caches (the
+//! sharded reflectors) or, for members another replica owns, a short-lived
+//! LIST (`source.rs`); connectivity from the fleet registry's probes. A
+//! poll of an owned member costs no request to it, even with 10,000
+//! PostgresClusters.
 
 use super::ApiState;
 use super::error::ApiError;
+use super::source::{self, Source};
 use super::view::{ClusterView, PgcFilter, PgcView, count_phases};
 use crate::fleet::ConnState;
 use axum::Json;
@@ -12,25 +14,13 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
-/// Every cached PostgresCluster, sorted by member, namespace, name.
-pub fn all_pgcs(state: &ApiState) -> Vec<PgcView> {
-    let mut out: Vec<PgcView> = state
-        .controllers
-        .iter()
-        .flat_map(|h| {
-            h.stores
-                .iter()
-                .flat_map(|s| s.state())
-                .map(|pg| PgcView::of(&h.member.name, &pg))
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    out.sort_by(|a, b| (&a.member, &a.namespace, &a.name).cmp(&(&b.member, &b.namespace, &b.name)));
-    out
-}
-
-fn clusters(state: &ApiState, pgcs: &[PgcView]) -> Vec<ClusterView> {
+fn clusters(
+    state: &ApiState,
+    pgcs: &[PgcView],
+    sources: &BTreeMap<String, Source>,
+) -> Vec<ClusterView> {
     state
         .fleet
         .members
@@ -49,6 +39,7 @@ fn clusters(state: &ApiState, pgcs: &[PgcView]) -> Vec<ClusterView> {
                 owner: (state.hooks.owner)(&m.name),
                 phases: count_phases(mine.iter().copied()),
                 postgresclusters: mine.len(),
+                source: sources.get(&m.name).copied(),
             }
         })
         .collect()
@@ -93,8 +84,8 @@ pub async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
 /// `GET /api/v1/fleet`: clusters and PostgresClusters (filters as for
 /// `/api/v1/postgresclusters`; `unhealthy=true` keeps the answer small).
 pub async fn fleet(State(state): State<ApiState>, Query(filter): Query<PgcFilter>) -> Json<Value> {
-    let pgcs = all_pgcs(&state);
-    let clusters = clusters(&state, &pgcs);
+    let (pgcs, sources) = source::pgcs(&state).await;
+    let clusters = clusters(&state, &pgcs, &sources);
     let kept: Vec<&PgcView> = pgcs.iter().filter(|p| filter.keeps(p)).collect();
     Json(json!({
         "manager": state.identity,
@@ -108,8 +99,8 @@ pub async fn fleet(State(state): State<ApiState>, Query(filter): Query<PgcFilter
 
 /// `GET /api/v1/clusters`
 pub async fn list_clusters(State(state): State<ApiState>) -> Json<Value> {
-    let pgcs = all_pgcs(&state);
-    Json(json!({ "clusters": clusters(&state, &pgcs) }))
+    let (pgcs, sources) = source::pgcs(&state).await;
+    Json(json!({ "clusters": clusters(&state, &pgcs, &sources) }))
 }
 
 /// `GET /api/v1/postgresclusters?cluster=&namespace=&phase=&unhealthy=`
@@ -117,7 +108,9 @@ pub async fn list_pgcs(
     State(state): State<ApiState>,
     Query(filter): Query<PgcFilter>,
 ) -> Json<Value> {
-    let kept: Vec<PgcView> = all_pgcs(&state)
+    let kept: Vec<PgcView> = source::pgcs(&state)
+        .await
+        .0
         .into_iter()
         .filter(|p| filter.keeps(p))
         .collect();
@@ -130,7 +123,9 @@ pub async fn get_pgc(
     Path((cluster, ns, name)): Path<(String, String, String)>,
 ) -> Result<Json<PgcView>, ApiError> {
     super::write::member(&state, &cluster)?;
-    all_pgcs(&state)
+    source::pgcs(&state)
+        .await
+        .0
         .into_iter()
         .find(|p| p.member == cluster && p.namespace == ns && p.name == name)
         .map(Json)

@@ -136,9 +136,12 @@ pub struct ClusterView {
     pub reason: Option<String>,
     /// The manager replica that reconciles it, when known.
     pub owner: Option<String>,
-    /// PostgresClusters by phase, from this manager's cache.
+    /// PostgresClusters by phase.
     pub phases: BTreeMap<String, usize>,
     pub postgresclusters: usize,
+    /// Where they were read from: `cache`, `list` or `unknown`.
+    #[serde(default)]
+    pub source: Option<super::source::Source>,
 }
 
 /// PostgresClusters per phase.

@@ -171,6 +171,7 @@ pub async fn command(
     )
     .await?;
     state.rollout_status.put(&name, None);
+    tracing::info!(rollout = %name, command = %word, stage = ?body.stage, "rollout command through the API");
     let c = &done.stored.control;
     Ok(Json(json!({
         "rollout": name,

@@ -135,6 +135,25 @@ pub async fn rollout(args: &ApiArgs, cmd: &RolloutCommand) -> anyhow::Result<i32
                 answer["targetVersion"].as_str().unwrap_or_default(),
                 answer["summary"].as_str().unwrap_or_default()
             );
+            for s in answer["stages"].as_array().into_iter().flatten() {
+                println!(
+                    "  stage {} {} {}/{} ({} in flight, {} failed)",
+                    s["name"].as_str().unwrap_or_default(),
+                    s["state"].as_str().unwrap_or_default(),
+                    s["done"],
+                    s["total"],
+                    s["inFlight"],
+                    s["failed"]
+                );
+            }
+            println!(
+                "control: {}{}",
+                answer["control"]["state"].as_str().unwrap_or_default(),
+                answer["control"]["reason"]
+                    .as_str()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            );
         }
         Some(_) => println!(
             "rollout {name}: {}{} (stored in {} member cluster(s))",

@@ -107,6 +107,7 @@ async fn reads_answer_with_json() {
         ("/api/v1/postgresclusters/nope/shop/orders", 404),
         ("/api/v1/nothing", 404),
         ("/api/v1/rollouts/nope", 404),
+        ("/api/v1/postgresclusters?unhealthy=maybe", 400),
     ] {
         let (c, body) = m.get(path).await;
         assert_eq!(c, code, "{path}: {body}");

@@ -10,6 +10,7 @@ use super::source::{self, Source};
 use super::view::{ClusterView, PgcFilter, PgcView, count_phases};
 use crate::fleet::ConnState;
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
@@ -83,18 +84,22 @@ pub async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
 
 /// `GET /api/v1/fleet`: clusters and PostgresClusters (filters as for
 /// `/api/v1/postgresclusters`; `unhealthy=true` keeps the answer small).
-pub async fn fleet(State(state): State<ApiState>, Query(filter): Query<PgcFilter>) -> Json<Value> {
+pub async fn fleet(
+    State(state): State<ApiState>,
+    filter: Result<Query<PgcFilter>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let filter = query(filter)?;
     let (pgcs, sources) = source::pgcs(&state).await;
     let clusters = clusters(&state, &pgcs, &sources);
     let kept: Vec<&PgcView> = pgcs.iter().filter(|p| filter.keeps(p)).collect();
-    Json(json!({
+    Ok(Json(json!({
         "manager": state.identity,
         "generatedAt": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         "clusters": clusters,
         "phases": count_phases(&pgcs),
         "postgresclusters": kept,
         "rollouts": state.settings.rollouts.keys().collect::<Vec<_>>(),
-    }))
+    })))
 }
 
 /// `GET /api/v1/clusters`
@@ -106,15 +111,26 @@ pub async fn list_clusters(State(state): State<ApiState>) -> Json<Value> {
 /// `GET /api/v1/postgresclusters?cluster=&namespace=&phase=&unhealthy=`
 pub async fn list_pgcs(
     State(state): State<ApiState>,
-    Query(filter): Query<PgcFilter>,
-) -> Json<Value> {
+    filter: Result<Query<PgcFilter>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let filter = query(filter)?;
     let kept: Vec<PgcView> = source::pgcs(&state)
         .await
         .0
         .into_iter()
         .filter(|p| filter.keeps(p))
         .collect();
-    Json(json!({ "postgresclusters": kept }))
+    Ok(Json(json!({ "postgresclusters": kept })))
+}
+
+/// A query string that does not parse is a JSON 400 like every other error.
+fn query(q: Result<Query<PgcFilter>, QueryRejection>) -> Result<PgcFilter, ApiError> {
+    q.map(|Query(f)| f).map_err(|e| {
+        ApiError::bad_request(format!(
+            "bad query ({}); filters: cluster, namespace, phase, unhealthy=true|false",
+            e.body_text()
+        ))
+    })
 }
 
 /// `GET /api/v1/postgresclusters/{cluster}/{namespace}/{name}`

@@ -386,4 +386,6 @@ async fn members_without_a_controller_here_are_listed() {
     assert_eq!(c["source"], "list");
     assert_eq!(c["owner"], "replica-1");
     assert_eq!(pgc(&f, "list-a", "shop", "orders")["phase"], "Healthy");
+    drop(mgr);
+    let _ = std::fs::remove_dir_all(&dir);
 }

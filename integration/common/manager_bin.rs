@@ -131,9 +131,16 @@ impl ManagerBin {
 }
 
 impl Drop for ManagerBin {
+    /// Stops the manager; its directory (state, logs) stays only when the
+    /// test failed, for the post-mortem.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("manager output and state kept in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

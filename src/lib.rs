@@ -10,6 +10,7 @@ pub mod config;
 pub mod controller;
 pub mod crd;
 pub mod fleet;
+pub mod ha;
 pub mod manager;
 pub mod postgres;
 pub mod rollout;

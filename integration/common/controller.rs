@@ -151,10 +151,10 @@ impl TestFleet {
     }
 
     /// The controller handle of a member (for its reconcile counters).
-    pub fn handle(&self, member: &str) -> &pgfleet::controller::Handle {
+    pub fn handle(&self, member: &str) -> pgfleet::controller::Handle {
         self.mgr
-            .controllers
-            .iter()
+            .controllers()
+            .into_iter()
             .find(|h| h.member.name == member)
             .unwrap_or_else(|| panic!("no controller for {member}"))
     }

@@ -17,7 +17,9 @@ impl ManagerProcess {
     /// A manager of one member cluster `name` reached through `kubeconfig`.
     pub fn start(kubeconfig: &Path, name: &str, dir: &Path) -> ManagerProcess {
         let toml = format!(
-            "[manager]\nstate_dir = \"{}\"\nprobe_interval = \"500ms\"\nprobe_timeout = \"500ms\"\n[[clusters]]\nname = \"{name}\"\nkubeconfig = \"{}\"\n",
+            // One identity for every restart: a restarted process is the
+            // same replica and re-takes its Lease without waiting it out.
+            "[manager]\nidentity = \"manager-process\"\nstate_dir = \"{}\"\nprobe_interval = \"500ms\"\nprobe_timeout = \"500ms\"\n[[clusters]]\nname = \"{name}\"\nkubeconfig = \"{}\"\n",
             dir.display(),
             kubeconfig.display()
         );

@@ -31,6 +31,9 @@ use std::time::Duration;
 /// A label on throwaway drill clusters: they are never backed up.
 pub const DRILL_OF: &str = "pgfleet.io/drill-of";
 
+/// Whether this replica owns a member (see `Dispatcher::acts_on`).
+pub type Owned = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 pub struct Dispatcher {
     cfg: Backups,
     env: Arc<BackupEnv>,
@@ -47,6 +50,10 @@ pub struct Dispatcher {
     /// The member clusters backed up (all when `None`): without a
     /// configured repository only the embedded ones can reach the default.
     pub members: Option<std::collections::BTreeSet<String>>,
+    /// The members this replica owns (HA, `ha::Ownership`); all when
+    /// `None`. Only they are acted on; the others' running backups still
+    /// count against the fleet-wide caps.
+    pub acts_on: Option<Owned>,
     pub wake: Arc<tokio::sync::Notify>,
 }
 
@@ -95,6 +102,7 @@ impl Dispatcher {
             locks: Mutex::default(),
             tick: Duration::from_secs(10),
             members: None,
+            acts_on: None,
             archive_interval: Duration::from_secs(30),
             wake: Arc::default(),
         }
@@ -120,11 +128,47 @@ impl Dispatcher {
         r.len()
     }
 
+    fn owned(&self, member: &str) -> bool {
+        self.acts_on.as_ref().is_none_or(|f| f(member))
+    }
+
+    /// Backups running in members another replica owns: they count against
+    /// the fleet-wide caps, but this replica leaves them alone.
+    async fn foreign_running(&self, repository: &str) -> Vec<Running> {
+        let mut out = vec![];
+        for m in &self.fleet.members {
+            if self.owned(&m.name)
+                || matches!(m.state(), ConnState::Unreachable { .. })
+                || self.members.as_ref().is_some_and(|s| !s.contains(&m.name))
+            {
+                continue;
+            }
+            let Ok(pbs) = Api::<PostgresBackup>::all(m.client())
+                .list(&ListParams::default())
+                .await
+            else {
+                continue;
+            };
+            for b in pbs.items {
+                if b.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+                    let ns = b.namespace().unwrap_or_default();
+                    out.push(Running {
+                        member: m.name.clone(),
+                        repository: repository.to_string(),
+                        cluster_key: format!("{}/{ns}/{}", m.name, b.spec.cluster),
+                    });
+                }
+            }
+        }
+        out
+    }
+
     async fn observe(&self) -> Vec<Pgc> {
         let mut out = vec![];
         for m in &self.fleet.members {
             if matches!(m.state(), ConnState::Unreachable { .. })
                 || self.members.as_ref().is_some_and(|s| !s.contains(&m.name))
+                || !self.owned(&m.name)
             {
                 continue;
             }
@@ -176,7 +220,11 @@ impl Dispatcher {
         let now = self.now();
         let pgcs = self.observe().await;
         let repo = self.repository_id();
-        let mut running = vec![];
+        let mut running = if self.acts_on.is_some() {
+            self.foreign_running(&repo).await
+        } else {
+            vec![]
+        };
         let mut candidates = vec![];
         // What each candidate is: a slot to create, or a record to start.
         let mut origin: Vec<(usize, Option<DateTime<Utc>>, Option<String>)> = vec![];

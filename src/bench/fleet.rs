@@ -211,7 +211,11 @@ async fn manager_phase(
     let mut healthy = 0;
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        healthy = mgr.controllers.iter().map(|h| h.health().0).sum::<usize>();
+        healthy = mgr
+            .controllers()
+            .iter()
+            .map(|h| h.health().0)
+            .sum::<usize>();
         if healthy >= total {
             break;
         }
@@ -231,7 +235,7 @@ async fn manager_phase(
         cold.as_secs_f64(),
         counters(&mgr)
     );
-    let stores: Vec<_> = mgr.controllers.iter().map(|h| h.stores.clone()).collect();
+    let stores: Vec<_> = mgr.controllers().iter().map(|h| h.stores.clone()).collect();
     let shards = args.shards;
     driver.set_probe(Some(Arc::new(move |ci: usize, name: &str| {
         let shard = crate::controller::shard_of(NS, name, shards) as usize;
@@ -255,7 +259,7 @@ async fn manager_phase(
 
 fn counters(mgr: &crate::manager::Manager) -> String {
     let sum = |f: fn(&crate::controller::Stats) -> u64| -> u64 {
-        mgr.controllers.iter().map(|h| f(&h.stats)).sum()
+        mgr.controllers().iter().map(|h| f(&h.stats)).sum()
     };
     format!(
         "reconciles {} · errors {} · status writes {}",

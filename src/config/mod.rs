@@ -113,6 +113,16 @@ pub struct Manager {
     pub api_token: Option<Secret>,
     /// File holding the bearer token (kept out of the config file).
     pub api_token_file: Option<PathBuf>,
+    /// This replica's name in the ownership Leases; generated once and kept
+    /// in `state_dir` when unset (see `ha::identity`).
+    pub identity: Option<String>,
+    /// How long a Lease holds without renewal before another replica may take it.
+    pub lease_duration: HumanDuration,
+    /// How long the holder keeps acting without a successful renewal; shorter
+    /// than `lease_duration`, so it stops before anyone else can start.
+    pub renew_deadline: HumanDuration,
+    /// How often Leases are renewed or tried.
+    pub retry_period: HumanDuration,
     pub embedded: Embedded,
 }
 
@@ -130,6 +140,10 @@ impl Default for Manager {
             burst: 100,
             api_token: None,
             api_token_file: None,
+            identity: None,
+            lease_duration: Checked::new("15s"),
+            renew_deadline: Checked::new("10s"),
+            retry_period: Checked::new("2s"),
             embedded: Embedded::default(),
         }
     }

@@ -86,3 +86,29 @@ fn semantic_checks() {
     }
     assert_eq!(errs.len(), 7, "{errs}");
 }
+
+#[test]
+fn lease_timings_must_let_a_holder_stop_before_a_takeover() {
+    let toml = BASE.replace(
+        "[manager]\n",
+        "[manager]\nidentity = \" \"\nlease_duration = \"3s\"\nrenew_deadline = \"3s\"\nretry_period = \"5s\"\n",
+    );
+    let errs = errors(&toml);
+    assert!(
+        find(&errs, "manager.renew_deadline")
+            .message
+            .contains("lease_duration")
+    );
+    assert!(
+        find(&errs, "manager.retry_period")
+            .message
+            .contains("renew_deadline")
+    );
+    assert_eq!(find(&errs, "manager.identity").line, ln(&toml, "identity"));
+    let ok = BASE.replace(
+        "[manager]\n",
+        "[manager]\nidentity = \"m1\"\nlease_duration = \"3s\"\nrenew_deadline = \"2s\"\nretry_period = \"500ms\"\n",
+    );
+    let s = load_str(&ok, "t.toml").unwrap();
+    assert_eq!(s.manager.identity.as_deref(), Some("m1"));
+}

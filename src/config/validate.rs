@@ -155,6 +155,43 @@ impl Checker {
             );
         }
         self.checked(at(&at(&base, "embedded"), "runtime"), &m.embedded.runtime);
+        self.leases(&base, m);
+    }
+
+    /// Client-go's leader-election rules: a holder must give up (renew
+    /// deadline) before others may take over (lease duration), and must try
+    /// to renew more than once within its deadline.
+    fn leases(&mut self, base: &[Seg], m: &Manager) {
+        if m.identity.as_ref().is_some_and(|i| i.trim().is_empty()) {
+            self.err(
+                at(base, "identity"),
+                "must not be empty (leave the key out to generate one)",
+            );
+        }
+        self.positive(at(base, "lease_duration"), &m.lease_duration);
+        self.positive(at(base, "renew_deadline"), &m.renew_deadline);
+        self.positive(at(base, "retry_period"), &m.retry_period);
+        let (d, r, p) = (
+            m.lease_duration.parsed(),
+            m.renew_deadline.parsed(),
+            m.retry_period.parsed(),
+        );
+        if let (Some(d), Some(r)) = (d, r)
+            && r >= d
+        {
+            self.err(
+                at(base, "renew_deadline"),
+                "must be shorter than manager.lease_duration (a cut-off holder must stop before another replica takes over)",
+            );
+        }
+        if let (Some(r), Some(p)) = (r, p)
+            && p >= r
+        {
+            self.err(
+                at(base, "retry_period"),
+                "must be shorter than manager.renew_deadline (a holder must get more than one try to renew)",
+            );
+        }
     }
 
     fn telemetry(&mut self, t: &Telemetry) {

@@ -75,9 +75,37 @@ pub struct Handle {
     pub member: Arc<Member>,
     pub stores: Vec<Store<PostgresCluster>>,
     pub stats: Arc<Stats>,
+    tasks: Arc<Tasks>,
+}
+
+/// The tasks of one member controller, so that it can be stopped when this
+/// replica loses the member's Lease (`ha`): dropping a reconcile at an
+/// await point is safe because every multi-step operation records its
+/// intent first.
+#[derive(Default)]
+struct Tasks(std::sync::Mutex<Vec<tokio::task::AbortHandle>>);
+
+impl Tasks {
+    fn spawn(&self, f: impl std::future::Future<Output = ()> + Send + 'static) {
+        let h = tokio::spawn(f).abort_handle();
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(h);
+    }
 }
 
 impl Handle {
+    /// Stops the controller: watches, shard controllers, in-flight reconciles.
+    pub fn stop(&self) {
+        for h in self
+            .tasks
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            h.abort();
+        }
+    }
+
     /// (healthy, total) PostgresClusters from the caches.
     pub fn health(&self) -> (usize, usize) {
         let mut healthy = 0;
@@ -122,6 +150,7 @@ pub fn start(
         stats: stats.clone(),
         backup,
     });
+    let tasks = Arc::new(Tasks::default());
     let mut senders = vec![];
     let mut stores = vec![];
     for shard in 0..shards {
@@ -143,7 +172,7 @@ pub fn start(
             .touched_objects();
         let ctx = ctx.clone();
         let name = member.name.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             Controller::for_stream(stream, reader)
                 .with_config(ControllerConfig::default().concurrency(workers.max(1) as u16))
                 .reconcile_on(rx)
@@ -165,12 +194,13 @@ pub fn start(
             let _ = senders[s].unbounded_send(r);
         })
     };
-    tokio::spawn(index::run(client.clone(), idx, trigger));
-    tokio::spawn(label_shards(client, shards, member.name.clone()));
+    tasks.spawn(index::run(client.clone(), idx, trigger));
+    tasks.spawn(label_shards(client, shards, member.name.clone()));
     Handle {
         member,
         stores,
         stats,
+        tasks,
     }
 }
 

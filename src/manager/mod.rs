@@ -16,8 +16,11 @@ use std::time::Duration;
 /// A running manager (the embedded clusters stay alive while it lives).
 pub struct Manager {
     pub fleet: Arc<Fleet>,
-    pub controllers: Vec<controller::Handle>,
-    /// One engine per `[rollouts.<name>]`; aborted with the manager.
+    /// Member ownership (Leases) and the controllers of the members this
+    /// replica owns; dropping it stops them (see [`Manager::release`]).
+    pub ha: crate::ha::Ha,
+    /// Runs the `[rollouts.<name>]` engines while this replica owns the
+    /// fleet's lowest-named member (so exactly one replica runs them).
     pub rollouts: Vec<AbortOnDrop>,
     /// The fleet's backup dispatcher (schedules, caps, archiving checks).
     pub backups: AbortOnDrop,
@@ -69,23 +72,32 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
         m.probe_failure_threshold.max(1),
     );
     let backup_env = Arc::new(crate::backup::repo::BackupEnv::from_settings(settings));
-    let mut controllers = vec![];
     for member in &fleet.members {
         let is_embedded = kubeconfigs.contains_key(&member.name);
         tokio::spawn(bootstrap::install(
             member.clone(),
             apply_examples && is_embedded,
         ));
-        controllers.push(controller::start(
-            member.clone(),
-            m.shards_per_cluster,
-            m.workers_per_cluster,
-            // The default repository is a directory on this machine: only
-            // the embedded runtimes' instances can reach it. Real clusters
-            // archive and back up only to a configured repository.
-            (settings.backups.repository.is_some() || is_embedded).then(|| backup_env.clone()),
-        ));
     }
+    let (shards, workers) = (m.shards_per_cluster, m.workers_per_cluster);
+    let has_repository = settings.backups.repository.is_some();
+    let embedded_names: std::collections::BTreeSet<String> = kubeconfigs.keys().cloned().collect();
+    let env = backup_env.clone();
+    let starter: crate::ha::Starter = Arc::new(move |member: Arc<crate::fleet::Member>| {
+        // The default repository is a directory on this machine: only
+        // the embedded runtimes' instances can reach it. Real clusters
+        // archive and back up only to a configured repository.
+        let backup = (has_repository || embedded_names.contains(&member.name)).then(|| env.clone());
+        controller::start(member, shards, workers, backup)
+    });
+    let identity = crate::ha::identity::resolve(m.identity.as_deref(), &m.state_dir)?;
+    let ha = crate::ha::Ha::start(
+        &fleet,
+        identity,
+        crate::ha::Timings::from_settings(m),
+        starter,
+    )
+    .await;
     let mut dispatcher = crate::backup::dispatch::Dispatcher::new(
         &settings.backups,
         backup_env.clone(),
@@ -95,21 +107,35 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
     if settings.backups.repository.is_none() {
         dispatcher.members = Some(kubeconfigs.keys().cloned().collect());
     }
+    let owned = ha.ownership.clone();
+    dispatcher.acts_on = Some(Arc::new(move |member: &str| owned.owns(member)));
     let dispatcher = Arc::new(dispatcher);
     let backups = AbortOnDrop(tokio::spawn(dispatcher.clone().run()));
-    let mut rollouts = vec![];
+    let mut engines = vec![];
     for name in settings.rollouts.keys() {
-        let engine = crate::rollout::engine::Engine::new(
+        engines.push(Arc::new(crate::rollout::engine::Engine::new(
             name,
             settings,
             fleet.clone(),
             Arc::new(crate::rollout::engine::SystemClock),
-        )?;
-        rollouts.push(AbortOnDrop(tokio::spawn(Arc::new(engine).run())));
+        )?));
+    }
+    let mut rollouts = vec![];
+    // Every replica reads the same config, so all agree on this member.
+    let lead = fleet.members.iter().map(|m| m.name.as_str()).min();
+    if let Some(rx) = lead.and_then(|l| ha.ownership.subscribe(l))
+        && !engines.is_empty()
+    {
+        rollouts.push(AbortOnDrop(crate::ha::while_owned(rx, move || {
+            engines
+                .iter()
+                .map(|e| AbortOnDrop(tokio::spawn(e.clone().run())))
+                .collect::<Vec<_>>()
+        })));
     }
     Ok(Manager {
         fleet,
-        controllers,
+        ha,
         rollouts,
         backups,
         sim,
@@ -117,6 +143,32 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
 }
 
 impl Manager {
+    /// The controllers running on this replica (the members it owns).
+    pub fn controllers(&self) -> Vec<controller::Handle> {
+        self.ha.ownership.controllers()
+    }
+
+    /// Per member: its owner as last observed and whether it is this replica.
+    pub fn ownership(&self) -> Vec<crate::ha::MemberOwnership> {
+        self.ha.ownership.snapshot()
+    }
+
+    /// Graceful stop: controllers and engines end, the Leases are given
+    /// back so another replica takes over at once.
+    pub async fn release(self) {
+        let Manager {
+            ha,
+            rollouts,
+            backups,
+            sim,
+            ..
+        } = self;
+        drop((rollouts, backups));
+        ha.release().await;
+        // Embedded members must outlive the release of their Leases.
+        drop(sim);
+    }
+
     /// One line: members ready, PostgresClusters healthy / total.
     pub fn summary(&self) -> String {
         let ready = self
@@ -127,7 +179,7 @@ impl Manager {
             .count();
         let (mut healthy, mut total) = (0, 0);
         let mut parts = vec![];
-        for h in &self.controllers {
+        for h in &self.controllers() {
             let (ok, n) = h.health();
             healthy += ok;
             total += n;
@@ -181,6 +233,7 @@ pub async fn run_cli(config: Option<&Path>) -> anyhow::Result<i32> {
             }
             _ = tokio::signal::ctrl_c() => {
                 println!("stopping; state stays in {}", settings.manager.state_dir.display());
+                mgr.release().await;
                 return Ok(0);
             }
         }

@@ -28,6 +28,9 @@ enum Outcome {
     Held(String),
     /// Our write lost a race; the next round reads again.
     Conflict,
+    /// The Lease we held was deleted under us: stop at once, since others
+    /// may create it anew right away.
+    Gone,
 }
 
 impl Elector {
@@ -82,6 +85,12 @@ impl Elector {
                 self.slot.lose(Some(by));
             }
             Ok(Ok(Outcome::Conflict)) => {}
+            Ok(Ok(Outcome::Gone)) => {
+                if self.renewed.take().is_some() {
+                    tracing::warn!(cluster = %member, "lease deleted; stopping");
+                }
+                self.slot.lose(None);
+            }
             Ok(Err(e)) => {
                 tracing::debug!(cluster = %member, error = %super::redacted(&e), "lease round failed")
             }
@@ -130,6 +139,11 @@ impl Elector {
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 self.last = None;
                 Ok(Outcome::Conflict)
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 && current.is_some() => {
+                self.last = None;
+                self.seen = None;
+                Ok(Outcome::Gone)
             }
             Err(e) => Err(e),
         }

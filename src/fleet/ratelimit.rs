@@ -60,16 +60,18 @@ impl<S> Layer<S> for RateLimit {
     }
 }
 
+const LEASES: &str = "/apis/coordination.k8s.io/";
+
 pub struct Limited<S> {
     inner: S,
     limit: RateLimit,
 }
 
-impl<S, R> Service<R> for Limited<S>
+impl<S, B> Service<http::Request<B>> for Limited<S>
 where
-    S: Service<R> + Send + 'static,
+    S: Service<http::Request<B>> + Send + 'static,
     S::Future: Send,
-    R: Send + 'static,
+    B: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -79,8 +81,15 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: R) -> Self::Future {
-        let wait = self.limit.reserve();
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        // Ownership Leases (`ha`) skip the limit: a renewal queued behind a
+        // burst of reconcile writes would lose the member exactly when it
+        // is busiest, and they are only a request or two per retry period.
+        let wait = if req.uri().path().starts_with(LEASES) {
+            Duration::ZERO
+        } else {
+            self.limit.reserve()
+        };
         // The client's futures send nothing until polled, so holding the
         // future back holds the request back.
         let fut = self.inner.call(req);

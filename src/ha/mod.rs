@@ -282,3 +282,59 @@ pub fn while_owned<G: Send + 'static>(
 fn redacted(e: &kube::Error) -> String {
     e.to_string().lines().next().unwrap_or_default().to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Counts live guards: the work `while_owned` runs.
+    struct Guard(Arc<AtomicUsize>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    async fn until(what: &str, f: impl Fn() -> bool) {
+        for _ in 0..500 {
+            if f() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("never: {what}");
+    }
+
+    #[tokio::test]
+    async fn fleet_work_runs_only_while_the_member_is_owned() {
+        let state = |mine| MemberOwnership {
+            member: "a".into(),
+            owner: None,
+            mine,
+        };
+        let (tx, rx) = watch::channel(state(false));
+        let (live, starts) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (l, s) = (live.clone(), starts.clone());
+        let task = while_owned(rx, move || {
+            l.fetch_add(1, Ordering::SeqCst);
+            s.fetch_add(1, Ordering::SeqCst);
+            Guard(l.clone())
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(starts.load(Ordering::SeqCst), 0);
+        tx.send_replace(state(true));
+        until("started", || live.load(Ordering::SeqCst) == 1).await;
+        tx.send_replace(state(false));
+        until("stopped", || live.load(Ordering::SeqCst) == 0).await;
+        tx.send_replace(state(true));
+        until("started again", || starts.load(Ordering::SeqCst) == 2).await;
+        assert_eq!(live.load(Ordering::SeqCst), 1);
+        drop(tx);
+        until("stopped with the manager", || {
+            live.load(Ordering::SeqCst) == 0
+        })
+        .await;
+        let _ = task.await;
+    }
+}

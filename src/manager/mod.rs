@@ -179,15 +179,26 @@ impl Manager {
             .count();
         let (mut healthy, mut total) = (0, 0);
         let mut parts = vec![];
-        for h in &self.controllers() {
-            let (ok, n) = h.health();
-            healthy += ok;
-            total += n;
-            parts.push(format!(
-                "{} {} {ok}/{n}",
-                h.member.name,
-                h.member.state().label()
-            ));
+        let controllers = self.controllers();
+        for o in self.ownership() {
+            let Some(member) = self.fleet.get(&o.member) else {
+                continue;
+            };
+            let state = member.state().label();
+            match controllers.iter().find(|h| h.member.name == o.member) {
+                Some(h) => {
+                    let (ok, n) = h.health();
+                    healthy += ok;
+                    total += n;
+                    parts.push(format!("{} {state} {ok}/{n}", o.member));
+                }
+                // Reconciled by another replica (or by nobody yet).
+                None => parts.push(format!(
+                    "{} {state} owner {}",
+                    o.member,
+                    o.owner.as_deref().unwrap_or("none")
+                )),
+            }
         }
         format!(
             "clusters ready {ready}/{} · PostgresClusters healthy {healthy}/{total} · {}",

@@ -260,3 +260,91 @@ async fn a_manager_cut_off_from_one_cluster_loses_only_that_one_and_it_does_not_
     );
     assert_eq!(m1.ha.ownership.reconciles(cut), before);
 }
+
+/// One rollout, two replicas, members owned by either: only the owner of
+/// the lowest-named member runs the engine, so `max_concurrency = 1` holds
+/// fleet-wide, and the owners' controllers do the restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rollout_under_two_replicas_updates_one_cluster_at_a_time() {
+    let env = Env::start("ha-rollout").await;
+    let none = BTreeMap::new();
+    // The clusters exist and are healthy before any engine looks at them.
+    let setup = env.manager("m0", &none).await;
+    env.crds_served().await;
+    for m in MEMBERS {
+        for i in 0..2 {
+            env.create_pgc_at(m, &format!("pg{i}"), "15.18").await;
+        }
+    }
+    for m in MEMBERS {
+        for i in 0..2 {
+            let name = format!("pg{i}");
+            eventually(&format!("{m}/{name} healthy"), || env.healthy(m, &name)).await;
+        }
+    }
+    setup.release().await;
+    let rollout = "\n[rollouts.r]\ntarget_version = \"15.20\"\nprogress_deadline = \"24h\"\n\
+        [[rollouts.r.stages]]\nname = \"all\"\nclusters = \"env=test\"\nmax_concurrency = 1\n";
+    let (m1, m2) = tokio::join!(
+        env.manager_with("m1", &none, rollout),
+        env.manager_with("m2", &none, rollout)
+    );
+    let both = [("m1", &m1), ("m2", &m2)];
+    eventually("every member owned by exactly one manager", || {
+        settled(&env, &both)
+    })
+    .await;
+    let most_in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    eventually_within(takeover_patience() * 4, "every cluster at 15.20", || {
+        let env = &env;
+        let most = most_in_flight.clone();
+        async move {
+            let pgcs = env.all_pgcs().await?;
+            // Asked to move (spec) but not yet there (status).
+            let in_flight = pgcs
+                .iter()
+                .filter(|(_, pg)| {
+                    let st = pg.status.clone().unwrap_or_default();
+                    pg.spec.version == "15.20"
+                        && (st.current_version.as_deref() != Some("15.20")
+                            || st.phase.as_deref() != Some("Healthy"))
+                })
+                .count();
+            most.fetch_max(in_flight, Ordering::SeqCst);
+            let done = pgcs
+                .iter()
+                .filter(|(_, pg)| {
+                    let st = pg.status.clone().unwrap_or_default();
+                    st.current_version.as_deref() == Some("15.20")
+                        && st.phase.as_deref() == Some("Healthy")
+                })
+                .count();
+            if done == pgcs.len() && done == 6 {
+                Ok(())
+            } else {
+                Err(format!("{done}/{} done, {in_flight} in flight", pgcs.len()))
+            }
+        }
+    })
+    .await;
+    let most = most_in_flight.load(Ordering::SeqCst);
+    assert!(most <= 1, "{most} clusters updated at once");
+    // The engine's own marks: each update started after the previous one
+    // finished (two engines would interleave them).
+    let mut spans: Vec<_> = env
+        .all_pgcs()
+        .await
+        .unwrap()
+        .iter()
+        .map(|(m, pg)| {
+            let mark =
+                pgfleet::rollout::marks::read(&pg.metadata.annotations.clone().unwrap_or_default())
+                    .unwrap_or_else(|| panic!("{m}/{:?} has no rollout mark", pg.metadata.name));
+            (mark.started, mark.finished.expect("finished mark"))
+        })
+        .collect();
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(w[1].0 >= w[0].1, "overlapping updates: {spans:?}");
+    }
+}

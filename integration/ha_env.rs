@@ -63,6 +63,16 @@ impl Env {
     /// A manager named `identity` over all members; `via` replaces the
     /// kubeconfig of some members (e.g. one that goes through a proxy).
     pub async fn manager(&self, identity: &str, via: &BTreeMap<String, PathBuf>) -> Manager {
+        self.manager_with(identity, via, "").await
+    }
+
+    /// [`Env::manager`] with more TOML (e.g. a `[rollouts.r]`) appended.
+    pub async fn manager_with(
+        &self,
+        identity: &str,
+        via: &BTreeMap<String, PathBuf>,
+        extra: &str,
+    ) -> Manager {
         let mut toml = format!(
             "[manager]\nidentity = \"{identity}\"\nstate_dir = \"{}\"\n\
              probe_interval = \"500ms\"\nprobe_timeout = \"500ms\"\nprobe_failure_threshold = 2\n\
@@ -74,11 +84,12 @@ impl Env {
         for c in &self.sim.clusters {
             let kc = via.get(&c.name).unwrap_or(&c.kubeconfig);
             toml.push_str(&format!(
-                "\n[[clusters]]\nname = \"{}\"\nkubeconfig = \"{}\"\n",
+                "\n[[clusters]]\nname = \"{}\"\nkubeconfig = \"{}\"\nlabels = {{ env = \"test\" }}\n",
                 c.name,
                 kc.display()
             ));
         }
+        toml.push_str(extra);
         let settings = pgfleet::config::load_str(&toml, "test")
             .unwrap_or_else(|e| panic!("test config is invalid:\n{e}\n{toml}"));
         pgfleet::manager::start(&settings, false).await.unwrap()
@@ -131,6 +142,10 @@ impl Env {
     }
 
     pub async fn create_pgc(&self, member: &str, name: &str) {
+        self.create_pgc_at(member, name, "15.20").await;
+    }
+
+    pub async fn create_pgc_at(&self, member: &str, name: &str, version: &str) {
         let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client(member));
         let obj = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
         match ns.create(&PostParams::default(), &obj).await {
@@ -141,12 +156,28 @@ impl Env {
         let pg: PostgresCluster = serde_json::from_value(json!({
             "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
             "metadata": {"name": name, "namespace": NS},
-            "spec": {"clusterSize": 1, "version": "15.20", "storage": {"size": "1Gi"}}}))
+            "spec": {"clusterSize": 1, "version": version, "storage": {"size": "1Gi"}}}))
         .unwrap();
         Api::<PostgresCluster>::namespaced(self.client(member), NS)
             .create(&PostParams::default(), &pg)
             .await
             .unwrap();
+    }
+
+    /// Every PostgresCluster of the test namespace, over all members.
+    pub async fn all_pgcs(&self) -> Result<Vec<(String, PostgresCluster)>, String> {
+        let mut out = vec![];
+        for m in MEMBERS {
+            let api: Api<PostgresCluster> = Api::namespaced(self.client(m), NS);
+            for pg in api
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                out.push((m.to_string(), pg));
+            }
+        }
+        Ok(out)
     }
 
     pub async fn healthy(&self, member: &str, name: &str) -> Result<(), String> {

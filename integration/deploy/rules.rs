@@ -19,10 +19,6 @@ pub const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     // Retention deletes the records of backups the instance's `expire` no
     // longer lists (backup/run.rs); the virtual runtime lists none.
     ("pgfleet.io", "postgresbackups", "delete", ""),
-    // HA ownership Leases (src/ha, DESIGN §2), one per member cluster.
-    ("coordination.k8s.io", "leases", "get", "pgfleet-system"),
-    ("coordination.k8s.io", "leases", "create", "pgfleet-system"),
-    ("coordination.k8s.io", "leases", "update", "pgfleet-system"),
 ];
 
 /// A minimal ServiceMonitor CRD (the Prometheus Operator's, schema elided).

@@ -242,11 +242,28 @@ pub async fn run_cli(config: Option<&Path>) -> anyhow::Result<i32> {
                     last = line;
                 }
             }
-            _ = tokio::signal::ctrl_c() => {
+            _ = stop_signal() => {
                 println!("stopping; state stays in {}", settings.manager.state_dir.display());
                 mgr.release().await;
                 return Ok(0);
             }
         }
     }
+}
+
+/// Ctrl-C, or SIGTERM (what Kubernetes sends a pod it stops): both are a
+/// graceful stop that hands this replica's members over at once.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }

@@ -70,9 +70,22 @@ pub struct ApiState {
 
 impl ApiState {
     /// The state of a running manager with the default hooks.
+    /// Owners and controllers come from the Leases (an HA replica runs
+    /// only the controllers of the members it owns).
     pub fn of(settings: &Settings, mgr: &crate::manager::Manager) -> ApiState {
-        let identity = identity();
-        let hooks = Hooks::single(identity.clone(), mgr.controllers.clone());
+        let ownership = mgr.ha.ownership.clone();
+        let identity = Some(ownership.identity().to_string());
+        let (o1, o2) = (ownership.clone(), ownership);
+        let hooks = Hooks {
+            metrics: Arc::new(|| "# EOF\n".to_string()),
+            owner: Arc::new(move |member| {
+                o1.snapshot()
+                    .into_iter()
+                    .find(|m| m.member == member)
+                    .and_then(|m| m.owner)
+            }),
+            controllers: Arc::new(move || o2.controllers()),
+        };
         ApiState::new(settings, mgr.fleet.clone(), identity, hooks)
     }
 
@@ -91,19 +104,6 @@ impl ApiState {
             lists: Arc::default(),
         }
     }
-}
-
-/// This replica's name: `POD_NAME` or `HOSTNAME`, else the host name file.
-pub fn identity() -> Option<String> {
-    ["POD_NAME", "HOSTNAME"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-        })
 }
 
 /// Every route.

@@ -12,6 +12,7 @@ pub mod crd;
 pub mod fleet;
 pub mod ha;
 pub mod manager;
+pub mod metrics;
 pub mod postgres;
 pub mod rollout;
 pub mod sim;

@@ -2,7 +2,11 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = pgfleet::cli::Cli::parse();
-    pgfleet::telemetry::init_logging();
+    // `run` installs logging and traces itself once its `[telemetry]`
+    // settings are loaded (pgfleet::telemetry::init).
+    if !matches!(cli.command, pgfleet::cli::Command::Run { .. }) {
+        pgfleet::telemetry::init_logging();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

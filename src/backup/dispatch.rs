@@ -219,6 +219,7 @@ impl Dispatcher {
     pub async fn round(&self) -> anyhow::Result<usize> {
         let now = self.now();
         let pgcs = self.observe().await;
+        crate::metrics::pgc::observe(pgcs.iter().map(|p| (p.member.name.as_str(), &p.pg)));
         let repo = self.repository_id();
         let mut running = if self.acts_on.is_some() {
             self.foreign_running(&repo).await
@@ -351,10 +352,12 @@ impl Dispatcher {
         };
         let chosen = schedule::select(&caps, &running, &candidates, now);
         let mut started = 0;
+        let sweep = crate::telemetry::spans::backup_sweep(chosen.len());
         for c in chosen {
             let (i, slot, record) = &origin[c];
             let p = &pgcs[*i];
-            match self.start(p, *slot, record.clone(), now).await {
+            let starting = self.start(p, *slot, record.clone(), now);
+            match tracing::Instrument::instrument(starting, sweep.clone()).await {
                 Ok(()) => started += 1,
                 Err(e) => {
                     tracing::warn!(cluster = %p.key(), error = %e, "could not start a backup")
@@ -443,10 +446,14 @@ impl Dispatcher {
         };
         let id = format!("{}/{ns}/{name}", p.member.name);
         let wake = self.wake.clone();
-        let handle = tokio::spawn(async move {
-            run::run(job).await;
-            wake.notify_one();
-        });
+        let span = crate::telemetry::spans::backup_job(&p.member.name, &ns, &job.cluster, &name);
+        let handle = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                run::run(job).await;
+                wake.notify_one();
+            },
+            span,
+        ));
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())

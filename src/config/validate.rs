@@ -206,6 +206,14 @@ impl Checker {
             );
         }
         self.checked(at(&base, "protocol"), &t.protocol);
+        if t.protocol.parsed() == Some(&super::choices::OtlpProtocol::Grpc) {
+            // Supporting it would link tonic, a second RPC stack, for the
+            // same spans (docs/observability.md).
+            self.err(
+                at(&base, "protocol"),
+                "\"grpc\" is not supported by this build: use \"http/protobuf\" (the collector's OTLP/HTTP port, usually 4318)",
+            );
+        }
         if !(0.0..=1.0).contains(&t.sampling_ratio) {
             self.err(at(&base, "sampling_ratio"), "must be between 0.0 and 1.0");
         }

@@ -131,6 +131,7 @@ pub fn start(
     backup: Option<Arc<crate::backup::repo::BackupEnv>>,
 ) -> Handle {
     let shards = shards.max(1);
+    crate::metrics::reconcile::member_started(&member.name);
     // Stable for the member's lifetime; follows kubeconfig changes (fleet::swap).
     let client = member.client();
     let stats = Arc::new(Stats::default());
@@ -176,7 +177,11 @@ pub fn start(
             Controller::for_stream(stream, reader)
                 .with_config(ControllerConfig::default().concurrency(workers.max(1) as u16))
                 .reconcile_on(rx)
-                .run(reconcile::reconcile, reconcile::error_policy, ctx)
+                .run(
+                    move |pg, ctx| observed(pg, ctx, shard),
+                    reconcile::error_policy,
+                    ctx,
+                )
                 .for_each(|r| {
                     if let Err(e) = r {
                         tracing::debug!(cluster = %name, shard, error = %e, "controller event");
@@ -202,6 +207,22 @@ pub fn start(
         stats,
         tasks,
     }
+}
+
+/// A reconcile inside its span (a trace of its own), timed and counted for
+/// the metrics (`crate::metrics::reconcile` says what its queue depth is).
+async fn observed(
+    pg: Arc<PostgresCluster>,
+    ctx: Arc<Ctx>,
+    shard: u32,
+) -> Result<kube::runtime::controller::Action, reconcile::Error> {
+    use tracing::Instrument;
+    let (ns, name) = (pg.namespace().unwrap_or_default(), pg.name_any());
+    let span = crate::telemetry::spans::reconcile(&ctx.member, &ns, &name, shard);
+    let timer = crate::metrics::reconcile::start(&ctx.member);
+    let result = reconcile::reconcile(pg, ctx).instrument(span).await;
+    timer.finish(result.is_ok());
+    result
 }
 
 /// Gives every PostgresCluster its shard label (new ones, and all of them

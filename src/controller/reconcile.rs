@@ -305,7 +305,11 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         && cur != target
         && st.switchover.is_some()
     {
-        return super::switchover::resume(&pg, &ctx, &obs, &owner, cur, target).await;
+        use tracing::Instrument;
+        let span = crate::telemetry::spans::switchover(&ctx.member, &ns, &name, cur, target);
+        return super::switchover::resume(&pg, &ctx, &obs, &owner, cur, target)
+            .instrument(span)
+            .await;
     }
     if let Some(action) = super::switchover::take_request(&pg, &ctx, &obs, &owner).await? {
         return Ok(action);
@@ -777,5 +781,6 @@ async fn cleanup(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     }
     ctx.index.remove_owner(&ns, &name);
     ctx.expect.forget(&ns, &name);
+    crate::metrics::forget_postgrescluster(&ctx.member, &ns, &name);
     Ok(Action::await_change())
 }

@@ -356,6 +356,7 @@ async fn resume(
     ctx.stats
         .failovers
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    crate::metrics::ops::failover_completed(&ctx.member, record.duration_ms);
     publish(
         ctx,
         pg,

@@ -273,6 +273,11 @@ pub async fn resume(
     ctx.stats
         .switchovers
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let requested = pg.status.as_ref().and_then(|s| s.switchover.as_ref());
+    crate::metrics::ops::switchover_completed(
+        &ctx.member,
+        requested.and_then(|s| s.requested_at.as_deref()),
+    );
     publish(
         ctx,
         pg,

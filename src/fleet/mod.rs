@@ -65,6 +65,7 @@ impl Member {
             } else {
                 tracing::info!(cluster = %self.name, state = s.label(), "member cluster connection changed");
                 *cur = s;
+                crate::metrics::cluster_state(&self.name, cur);
                 true
             }
         });
@@ -180,6 +181,7 @@ async fn member(
     .await
     .with_context(|| format!("member cluster {}", entry.name))?;
     let (client, backend) = swap::Swappable::new(client);
+    crate::metrics::cluster_state(&entry.name, &ConnState::Connecting);
     Ok(Member {
         name: entry.name.clone(),
         labels: entry.labels.clone(),

@@ -217,6 +217,7 @@ pub async fn run_cli(config: Option<&Path>) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
+    let telemetry = crate::telemetry::init(&settings.telemetry)?;
     let mgr = start(&settings, true).await?;
     let api_state = crate::api::ApiState::of(&settings, &mgr);
     let (addr, _api) = crate::api::spawn(settings.manager.listen_addr(), api_state).await?;
@@ -245,6 +246,7 @@ pub async fn run_cli(config: Option<&Path>) -> anyhow::Result<i32> {
             _ = stop_signal() => {
                 println!("stopping; state stays in {}", settings.manager.state_dir.display());
                 mgr.release().await;
+                telemetry.shutdown().await;
                 return Ok(0);
             }
         }

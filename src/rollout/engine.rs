@@ -22,6 +22,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
+use tracing::Instrument;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 
@@ -47,6 +48,8 @@ pub struct Engine {
     seen: Mutex<BTreeMap<String, Vec<Pgc>>>,
     /// The longest pause between rounds.
     pub tick: Duration,
+    /// The rollout's trace (its root context is stored with the control).
+    trace: crate::telemetry::rollout::RolloutTrace,
 }
 
 /// The planner's form of a configured rollout.
@@ -84,6 +87,10 @@ impl Engine {
             .cloned()
             .ok_or_else(|| anyhow::anyhow!("no rollout named {name:?} in [rollouts]"))?;
         Ok(Engine {
+            trace: crate::telemetry::rollout::RolloutTrace::new(
+                name,
+                &config.version().to_string(),
+            ),
             spec: spec_of(name, &config),
             config,
             windows: settings
@@ -234,6 +241,7 @@ impl Engine {
         loop {
             let wait = match self.round().await {
                 Ok(d) => {
+                    crate::metrics::rollout::observe(&self.spec.name, &d.status);
                     let line = d.status.to_string();
                     if line != last {
                         tracing::info!(rollout = %self.spec.name, status = %line, "rollout progress");
@@ -267,8 +275,24 @@ impl Engine {
         };
         let name = &self.spec.name;
         let target = &self.spec.target_version;
+        // Rounds that only watch (most of them) need no trace context.
+        let idle = d.finish.is_empty()
+            && d.fail.is_empty()
+            && d.revert.is_empty()
+            && d.start.is_empty()
+            && d.halt.is_none();
+        let root = match idle {
+            true => None,
+            false => self.trace.root(&self.reachable(obs)).await,
+        };
+        let root = root.as_ref();
         for (r, at) in &d.finish {
-            if let Err(e) = self.patch(r, marks::finish_patch(*at)).await {
+            if let Some(m) = find(r).and_then(|p| p.mark.as_ref()) {
+                self.trace.wait(root, r, m.started, *at);
+            }
+            let span = self.trace.span("rollout.finish", r, root);
+            let patched = self.patch(r, marks::finish_patch(*at));
+            if let Err(e) = patched.instrument(span.clone()).await {
                 tracing::warn!(rollout = %name, error = %e, "could not record a finish");
                 continue;
             }
@@ -278,16 +302,20 @@ impl Engine {
                 "RolloutSucceeded",
                 format!("rollout {name}: runs {target}"),
             )
+            .instrument(span)
             .await;
         }
         for (r, reason) in &d.fail {
-            if self.patch(r, marks::fail_patch(reason)).await.is_ok() {
+            let span = self.trace.span("rollout.fail", r, root);
+            let patched = self.patch(r, marks::fail_patch(reason));
+            if patched.instrument(span.clone()).await.is_ok() {
                 self.event(
                     r,
                     EventType::Warning,
                     "RolloutFailed",
                     format!("rollout {name}: {reason}"),
                 )
+                .instrument(span)
                 .await;
             }
         }
@@ -302,7 +330,12 @@ impl Engine {
             };
             next.control.reason = Some(h.reason.clone());
             tracing::warn!(rollout = %name, reason = %h.reason, "rollout halted");
-            control::write(&self.reachable(obs), name, next).await?;
+            let members = self.reachable(obs);
+            let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+            let span = self.trace.halt_span(&names.join(","), root);
+            control::write(&members, name, next)
+                .instrument(span)
+                .await?;
         }
         for r in &d.revert {
             let Some(prev) = find(r)
@@ -311,7 +344,9 @@ impl Engine {
             else {
                 continue;
             };
-            if let Err(e) = self.patch(r, marks::revert_patch(&prev)).await {
+            let span = self.trace.span("rollout.revert", r, root);
+            let patched = self.patch(r, marks::revert_patch(&prev));
+            if let Err(e) = patched.instrument(span.clone()).await {
                 // Retried next round (the decision is made again).
                 tracing::warn!(rollout = %name, error = %e, "could not revert");
                 continue;
@@ -322,17 +357,14 @@ impl Engine {
                 "RolloutReverted",
                 format!("rollout {name}: back to {prev}"),
             )
+            .instrument(span)
             .await;
         }
         for r in &d.start {
             let Some(p) = find(r) else { continue };
-            if let Err(e) = self
-                .patch(
-                    r,
-                    marks::start_patch(name, &p.spec_version, target, self.now()),
-                )
-                .await
-            {
+            let span = self.trace.span("rollout.start", r, root);
+            let patch = marks::start_patch(name, &p.spec_version, target, self.now());
+            if let Err(e) = self.patch(r, patch).instrument(span.clone()).await {
                 tracing::warn!(rollout = %name, error = %e, "could not start");
                 continue;
             }
@@ -346,6 +378,7 @@ impl Engine {
                     p.spec_version
                 ),
             )
+            .instrument(span)
             .await;
         }
         Ok(())

@@ -1,0 +1,34 @@
+//! Failovers and switchovers: counted and timed where they complete
+//! (`controller/switch.rs`, `controller/switchover.rs`), per member cluster
+//! (per-PostgresCluster history is in its status: `lastFailover`,
+//! `lastSwitchover`).
+
+use super::{ClusterLabel, get};
+
+/// A failover completed in `cluster`; `duration_ms` is detection → rewired.
+pub fn failover_completed(cluster: &str, duration_ms: Option<i64>) {
+    let m = get();
+    let l = ClusterLabel::new(cluster);
+    m.failovers.get_or_create(&l).inc();
+    if let Some(ms) = duration_ms.filter(|ms| *ms >= 0) {
+        m.failover_duration
+            .get_or_create(&l)
+            .observe(ms as f64 / 1000.0);
+    }
+}
+
+/// A switchover completed in `cluster`; `requested_at` (RFC 3339) is when
+/// its intent was recorded, so the duration spans manager restarts too.
+pub fn switchover_completed(cluster: &str, requested_at: Option<&str>) {
+    let m = get();
+    let l = ClusterLabel::new(cluster);
+    m.switchovers.get_or_create(&l).inc();
+    let took = requested_at
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_milliseconds());
+    if let Some(ms) = took.filter(|ms| *ms >= 0) {
+        m.switchover_duration
+            .get_or_create(&l)
+            .observe(ms as f64 / 1000.0);
+    }
+}

@@ -334,6 +334,54 @@ async fn a_rollout_is_one_trace_across_the_clusters_it_touched() {
         }
     }
 
+    // The root's context is stored with the rollout's control, so a
+    // restarted manager parents its spans on the same trace.
+    let control: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(
+        client_from(&kubeconfigs[touched[0]]).await,
+        "pgfleet-system",
+    );
+    let stored = control
+        .get("pgfleet-rollout-x")
+        .await
+        .unwrap()
+        .data
+        .and_then(|d| d.get("traceparent").cloned())
+        .expect("a traceparent in the rollout's control ConfigMap");
+    let hex: String = trace_id.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(stored.split('-').nth(1), Some(hex.as_str()), "{stored}");
+
+    // A rolling update that switched over left a trace of its switchover,
+    // linked to the reconcile that ran it.
+    for m in touched {
+        let pgcs: Api<PostgresCluster> = Api::namespaced(client_from(&kubeconfigs[*m]).await, "db");
+        let switched = pgcs
+            .get("pg0")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.last_switchover);
+        if switched.is_none() {
+            continue;
+        }
+        let span = eventually(&format!("a switchover span of {m}"), || {
+            let found = spans(&store).into_iter().find(|f| {
+                f.span.name == "switchover" && attr(&f.span, "cluster").as_deref() == Some(*m)
+            });
+            async move { found.ok_or("none yet") }
+        })
+        .await;
+        assert!(
+            span.span.parent_span_id.is_empty(),
+            "a switchover is a root"
+        );
+        for key in ["namespace", "name", "from", "to"] {
+            assert!(
+                attr(&span.span, key).is_some(),
+                "switchover span without {key}"
+            );
+        }
+    }
+
     // Reconcile spans carry cluster, namespace, name and shard.
     let reconciles: Vec<&Flat> = all.iter().filter(|f| f.span.name == "reconcile").collect();
     assert!(!reconciles.is_empty(), "reconcile spans exported");

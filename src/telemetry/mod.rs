@@ -100,10 +100,16 @@ pub fn init(t: &Telemetry) -> anyhow::Result<Guard> {
     let (otel, provider) = match &t.otlp_endpoint {
         Some(endpoint) => {
             let (tracer, provider) = export::pipeline(endpoint, t.sampling_ratio)?;
+            // Spans follow their own filter, not `log_level`: quieting the
+            // logs must not cut traces. pgfleet's spans are all at info;
+            // the kube client's per-request spans (debug) stay out.
+            let spans = tracing_subscriber::filter::Targets::new()
+                .with_target("pgfleet", tracing::Level::INFO);
             let layer = tracing_opentelemetry::layer()
                 .with_tracer(tracer)
                 .with_level(true)
-                .with_threads(false);
+                .with_threads(false)
+                .with_filter(spans);
             (Some(layer), Some(provider))
         }
         None => (None, None),
@@ -113,16 +119,17 @@ pub fn init(t: &Telemetry) -> anyhow::Result<Guard> {
             .with_writer(std::io::stderr)
             .with_ansi(false)
             .event_format(format::Text::new())
+            .with_filter(filter(&t.log_level))
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .event_format(format::Json)
+            .with_filter(filter(&t.log_level))
             .boxed(),
     };
     tracing_subscriber::registry()
         .with(fmt)
         .with(otel)
-        .with(filter(&t.log_level))
         .try_init()
         .map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
     TRACING.store(provider.is_some(), Ordering::Relaxed);

@@ -119,3 +119,17 @@ fn json_lines_carry_trace_and_span_ids() {
     );
     assert_eq!(inside["span_id"].as_str().map(str::len), Some(16));
 }
+
+#[test]
+fn grpc_is_rejected_with_the_reason() {
+    let toml = "[telemetry]\nprotocol = \"grpc\"\n[[clusters]]\nname = \"a\"\nembedded = true\n";
+    let errs = crate::config::load_str(toml, "test")
+        .err()
+        .expect("grpc is refused")
+        .to_string();
+    assert!(errs.contains("telemetry.protocol"), "{errs}");
+    assert!(errs.contains("http/protobuf"), "{errs}");
+    let ok =
+        "[telemetry]\nprotocol = \"http/protobuf\"\n[[clusters]]\nname = \"a\"\nembedded = true\n";
+    assert!(crate::config::load_str(ok, "test").is_ok());
+}

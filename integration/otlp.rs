@@ -12,25 +12,20 @@
 
 #[path = "common/controller.rs"]
 mod fleet;
+#[path = "common/otlp.rs"]
+mod receiver;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::routing::post;
 use base64::Engine as _;
 use fleet::{TestFleet, client_from, eventually, eventually_within, pgc_object, temp_dir};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Api;
 use kube::api::PostParams;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use pgfleet::crd::PostgresCluster;
-use prost::Message;
+use receiver::{Flat, Received, all_values, attr, spans};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const API_TOKEN: &str = "seeded-api-token-7f3c9e1d2b";
@@ -38,94 +33,6 @@ const PASSWORD: &str = "seeded-secret-password-4a8b6c";
 const MEMBERS: [&str; 3] = ["east", "west", "north"];
 /// A rolling update of two instances per cluster on a shared machine.
 const ROLLOUT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(240);
-
-/// Every export request the receiver got.
-type Received = Arc<Mutex<Vec<ExportTraceServiceRequest>>>;
-
-async fn receive(State(store): State<Received>, body: Bytes) -> impl axum::response::IntoResponse {
-    match ExportTraceServiceRequest::decode(body) {
-        Ok(req) => {
-            store.lock().unwrap().push(req);
-            (
-                axum::http::StatusCode::OK,
-                [("content-type", "application/x-protobuf")],
-                Vec::new(),
-            )
-        }
-        Err(_) => (
-            axum::http::StatusCode::BAD_REQUEST,
-            [("content-type", "text/plain")],
-            b"not an ExportTraceServiceRequest".to_vec(),
-        ),
-    }
-}
-
-/// A span with its resource attributes, flattened.
-#[derive(Clone, Debug)]
-struct Flat {
-    span: Span,
-    resource: Vec<KeyValue>,
-}
-
-fn spans(store: &Received) -> Vec<Flat> {
-    let mut out = vec![];
-    for req in store.lock().unwrap().iter() {
-        for rs in &req.resource_spans {
-            let resource = rs
-                .resource
-                .as_ref()
-                .map(|r| r.attributes.clone())
-                .unwrap_or_default();
-            for ss in &rs.scope_spans {
-                for s in &ss.spans {
-                    out.push(Flat {
-                        span: s.clone(),
-                        resource: resource.clone(),
-                    });
-                }
-            }
-        }
-    }
-    out
-}
-
-fn text(v: &Option<AnyValue>) -> String {
-    match v.as_ref().and_then(|v| v.value.as_ref()) {
-        Some(any_value::Value::StringValue(s)) => s.clone(),
-        Some(any_value::Value::IntValue(i)) => i.to_string(),
-        Some(any_value::Value::BoolValue(b)) => b.to_string(),
-        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
-        Some(other) => format!("{other:?}"),
-        None => String::new(),
-    }
-}
-
-fn attr(s: &Span, key: &str) -> Option<String> {
-    s.attributes
-        .iter()
-        .find(|kv| kv.key == key)
-        .map(|kv| text(&kv.value))
-}
-
-/// Every attribute value of a span: its own, its events', its links' and
-/// its resource's.
-fn all_values(f: &Flat) -> Vec<String> {
-    let s = &f.span;
-    let mut kvs: Vec<&KeyValue> = s.attributes.iter().chain(f.resource.iter()).collect();
-    for e in &s.events {
-        kvs.extend(e.attributes.iter());
-    }
-    for l in &s.links {
-        kvs.extend(l.attributes.iter());
-    }
-    let mut out: Vec<String> = kvs
-        .iter()
-        .flat_map(|kv| [kv.key.clone(), text(&kv.value)])
-        .collect();
-    out.push(s.name.clone());
-    out.extend(s.events.iter().map(|e| e.name.clone()));
-    out
-}
 
 /// Writes the fleet config: three embedded members, a rollout over the
 /// first two (waves 0 and 1) for PostgresClusters labelled `app=otlp`.
@@ -168,13 +75,7 @@ max_concurrency = 2
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_is_one_trace_across_the_clusters_it_touched() {
     let dir = temp_dir("otlp");
-    let store: Received = Arc::default();
-    let app = Router::new()
-        .route("/v1/traces", post(receive))
-        .with_state(store.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (port, store) = receiver::start().await;
 
     let cfg = config(&dir, port);
     let stderr = std::fs::File::create(dir.join("stderr.log")).unwrap();

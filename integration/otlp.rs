@@ -72,17 +72,18 @@ max_concurrency = 2
     path
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rollout_is_one_trace_across_the_clusters_it_touched() {
-    let dir = temp_dir("otlp");
-    let (port, store) = receiver::start().await;
-
-    let cfg = config(&dir, port);
-    let stderr = std::fs::File::create(dir.join("stderr.log")).unwrap();
+/// Runs `pgfleet run` on `cfg` (stderr to `<tag>.log` in `dir`); returns the
+/// process and the kubeconfigs of the embedded clusters it printed.
+async fn manager(
+    cfg: &std::path::Path,
+    dir: &std::path::Path,
+    tag: &str,
+) -> (tokio::process::Child, BTreeMap<String, PathBuf>) {
+    let stderr = std::fs::File::create(dir.join(format!("{tag}.log"))).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_pgfleet"))
         .args(["run", "--config"])
-        .arg(&cfg)
-        .current_dir(&dir)
+        .arg(cfg)
+        .current_dir(dir)
         .env_remove("RUST_LOG")
         .env_remove("PGFLEET_LOG")
         .env("OTEL_BSP_SCHEDULE_DELAY", "300")
@@ -99,13 +100,31 @@ async fn a_rollout_is_one_trace_across_the_clusters_it_touched() {
             .await
             .expect("the manager printing its embedded clusters")
             .unwrap()
-            .expect("the manager exited early (see stderr.log in the test dir)");
+            .expect("the manager exited early (see its log in the test dir)");
         let words: Vec<&str> = line.split_whitespace().collect();
         if words.first() == Some(&"embedded") {
             kubeconfigs.insert(words[2].to_string(), PathBuf::from(words[words.len() - 1]));
         }
     }
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, kubeconfigs)
+}
+
+/// Stops a manager as an operator would (SIGINT: it flushes its spans).
+async fn stop(mut child: tokio::process::Child) {
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().unwrap_or_default().to_string()])
+        .status();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_is_one_trace_across_the_clusters_it_touched() {
+    let dir = temp_dir("otlp");
+    let (port, store) = receiver::start().await;
+
+    let cfg = config(&dir, port);
+    let (child, kubeconfigs) = manager(&cfg, &dir, "first").await;
 
     let touched = &MEMBERS[..2];
     for m in touched {
@@ -204,6 +223,7 @@ async fn a_rollout_is_one_trace_across_the_clusters_it_touched() {
         .collect();
     assert_eq!(roots.len(), 1, "one root in trace {trace_id:?}");
     assert_eq!(roots[0].span.name, "rollout");
+    let root_id = roots[0].span.span_id.clone();
     assert_eq!(attr(&roots[0].span, "rollout").as_deref(), Some("x"));
     for f in trace {
         let mut s = &f.span;
@@ -335,13 +355,52 @@ async fn a_rollout_is_one_trace_across_the_clusters_it_touched() {
         }
     }
 
-    let _ = std::process::Command::new("kill")
-        .args(["-INT", &child.id().unwrap_or_default().to_string()])
-        .status();
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait()).await;
-    let logs = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
-    for s in &secrets {
-        assert!(!logs.contains(s.as_str()), "a secret in the manager's log");
+    stop(child).await;
+
+    // A new manager (the same state) parents the rollout's later work on
+    // the stored root: a PostgresCluster added now joins the same trace.
+    let (child, kubeconfigs) = manager(&cfg, &dir, "second").await;
+    let west = client_from(&kubeconfigs[touched[1]]).await;
+    let pgcs: Api<PostgresCluster> = Api::namespaced(west, "db");
+    let mut pg = pgc_object(
+        "pg1",
+        json!({"clusterSize": 1, "version": "15.18", "storage": {"size": "1Gi"}}),
+    );
+    pg.metadata.labels = Some([("app".to_string(), "otlp".to_string())].into());
+    eventually("creating pg1 through the second manager's cluster", || {
+        let (pgcs, pg) = (pgcs.clone(), pg.clone());
+        async move {
+            pgcs.create(&PostParams::default(), &pg)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await;
+    let later = eventually_within(ROLLOUT_PATIENCE, "rollout.finish of pg1", || {
+        let found = spans(&store).into_iter().find(|f| {
+            f.span.name == "rollout.finish" && attr(&f.span, "name").as_deref() == Some("pg1")
+        });
+        async move { found.ok_or("none yet") }
+    })
+    .await;
+    assert_eq!(
+        &later.span.trace_id, trace_id,
+        "pg1's finish joins the rollout's trace"
+    );
+    assert_eq!(
+        &later.span.parent_span_id, &root_id,
+        "parented on the stored root"
+    );
+    stop(child).await;
+
+    for tag in ["first", "second"] {
+        let logs = std::fs::read_to_string(dir.join(format!("{tag}.log"))).unwrap_or_default();
+        for s in &secrets {
+            assert!(
+                !logs.contains(s.as_str()),
+                "a secret in the {tag} manager's log"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -303,6 +303,41 @@ async fn a_rollout_is_one_trace_across_the_clusters_it_touched() {
         }
     }
 
+    // On-demand backups: the dispatcher round that starts one is a
+    // `backup.sweep` trace with a `backup` span per job and its cluster.
+    for m in touched {
+        let backups: Api<pgfleet::crd::PostgresBackup> =
+            Api::namespaced(client_from(&kubeconfigs[*m]).await, "db");
+        let record = serde_json::from_value(json!({
+            "apiVersion": "pgfleet.io/v1", "kind": "PostgresBackup",
+            "metadata": {"name": "now"},
+            "spec": {"cluster": "pg0", "trigger": "manual"},
+        }))
+        .unwrap();
+        backups
+            .create(&PostParams::default(), &record)
+            .await
+            .unwrap();
+    }
+    for m in touched {
+        eventually(&format!("a backup span of {m} under its sweep"), || {
+            let all = spans(&store);
+            let found = all.iter().any(|f| {
+                f.span.name == "backup"
+                    && attr(&f.span, "cluster").as_deref() == Some(*m)
+                    && attr(&f.span, "backup").as_deref() == Some("now")
+                    && all.iter().any(|p| {
+                        p.span.name == "backup.sweep"
+                            && p.span.span_id == f.span.parent_span_id
+                            && p.span.trace_id == f.span.trace_id
+                            && p.span.parent_span_id.is_empty()
+                    })
+            });
+            async move { if found { Ok(()) } else { Err("none yet") } }
+        })
+        .await;
+    }
+
     // Reconcile spans carry cluster, namespace, name and shard.
     let reconciles: Vec<&Flat> = all.iter().filter(|f| f.span.name == "reconcile").collect();
     assert!(!reconciles.is_empty(), "reconcile spans exported");

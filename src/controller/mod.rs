@@ -220,7 +220,14 @@ async fn observed(
     let (ns, name) = (pg.namespace().unwrap_or_default(), pg.name_any());
     let span = crate::telemetry::spans::reconcile(&ctx.member, &ns, &name, shard);
     let timer = crate::metrics::reconcile::start(&ctx.member);
-    let result = reconcile::reconcile(pg, ctx).instrument(span).await;
+    let result = async {
+        let result = reconcile::reconcile(pg, ctx).await;
+        // At debug: one line per reconcile, carrying its trace id.
+        tracing::debug!(ok = result.is_ok(), "reconciled");
+        result
+    }
+    .instrument(span)
+    .await;
     timer.finish(result.is_ok());
     result
 }

@@ -123,6 +123,7 @@ pub fn init(t: &Telemetry) -> anyhow::Result<Guard> {
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
+            .with_ansi(false)
             .event_format(format::Json)
             .with_filter(filter(&t.log_level))
             .boxed(),

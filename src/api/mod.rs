@@ -77,7 +77,7 @@ impl ApiState {
         let identity = Some(ownership.identity().to_string());
         let (o1, o2) = (ownership.clone(), ownership);
         let hooks = Hooks {
-            metrics: Arc::new(|| "# EOF\n".to_string()),
+            metrics: Arc::new(crate::metrics::encode),
             owner: Arc::new(move |member| {
                 o1.snapshot()
                     .into_iter()

@@ -311,12 +311,19 @@ async fn a_rollout_under_two_replicas_updates_one_cluster_at_a_time() {
                 })
                 .count();
             most.fetch_max(in_flight, Ordering::SeqCst);
+            // Done: there, and the engine has recorded it (its finished
+            // mark follows the status by one engine round).
             let done = pgcs
                 .iter()
                 .filter(|(_, pg)| {
                     let st = pg.status.clone().unwrap_or_default();
+                    let marked = pgfleet::rollout::marks::read(
+                        &pg.metadata.annotations.clone().unwrap_or_default(),
+                    )
+                    .is_some_and(|m| m.finished.is_some());
                     st.current_version.as_deref() == Some("15.20")
                         && st.phase.as_deref() == Some("Healthy")
+                        && marked
                 })
                 .count();
             if done == pgcs.len() && done == 6 {

@@ -16,6 +16,7 @@
 use super::repo::BackupEnv;
 use super::run::{self, Job};
 use super::schedule::{self, Candidate, Caps, Due, Running};
+use super::time::{parse_ts, ts};
 use crate::clock::Clock;
 use crate::config::backups::Backups;
 use crate::crd::{PostgresBackup, PostgresCluster};
@@ -73,16 +74,6 @@ impl Pgc {
             self.pg.name_any()
         )
     }
-}
-
-fn ts(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
-fn parse_ts(s: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
 }
 
 impl Dispatcher {

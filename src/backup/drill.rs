@@ -9,6 +9,7 @@
 use super::dispatch::DRILL_OF;
 use super::run::{event, patch_cluster_status};
 use super::schedule::{self, Due};
+use super::time::{parse_ts, ts};
 use crate::config::backups::Drills;
 use crate::crd::{PostgresBackup, PostgresCluster};
 use crate::fleet::Member;
@@ -28,16 +29,6 @@ const SLOT_LABEL: &str = "pgfleet.io/drill-slot";
 /// When the drill started, on the dispatcher's clock (the timeout and the
 /// duration are measured on it, not on the API server's).
 const STARTED: &str = "pgfleet.io/drill-started";
-
-fn ts(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
-fn parse_ts(s: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
-}
 
 pub fn drill_name(source: &str) -> String {
     format!("{source}-drill")

@@ -9,3 +9,4 @@ pub mod drill;
 pub mod repo;
 pub mod run;
 pub mod schedule;
+mod time;

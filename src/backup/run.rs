@@ -3,6 +3,7 @@
 //! applying retention; plus the small status writes the dispatcher makes.
 
 use super::schedule;
+use super::time::ts;
 use crate::clock::Clock;
 use crate::controller::events::Recorder;
 use crate::crd::{PostgresBackup, PostgresCluster};
@@ -33,10 +34,6 @@ pub struct Job {
     pub clock: Arc<dyn Clock>,
     /// Held while pgBackRest runs for this cluster.
     pub lock: Arc<tokio::sync::Mutex<()>>,
-}
-
-fn ts(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 fn human(bytes: i64) -> String {

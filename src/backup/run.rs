@@ -5,14 +5,13 @@
 use super::schedule;
 use super::time::ts;
 use crate::clock::Clock;
-use crate::controller::events::Recorder;
 use crate::crd::{PostgresBackup, PostgresCluster};
 use crate::fleet::Member;
 use crate::postgres::exec::run_verb;
 use chrono::{DateTime, Utc};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Reporter};
-use kube::{Api, Resource, ResourceExt};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,30 +55,16 @@ pub async fn event(
     reason: &str,
     note: String,
 ) {
-    let recorder = Recorder::new(
+    crate::controller::events::on_postgres_cluster(
         member.client(),
-        Reporter {
-            controller: "pgfleet-backup".into(),
-            instance: None,
-        },
-    );
-    let reference = k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some(PostgresCluster::api_version(&()).to_string()),
-        kind: Some(PostgresCluster::kind(&()).to_string()),
-        name: Some(cluster.to_string()),
-        namespace: Some(ns.to_string()),
-        ..Default::default()
-    };
-    let ev = Event {
+        "pgfleet-backup",
+        ns,
+        cluster,
         type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&ev, &reference).await {
-        tracing::debug!(error = %e, "could not publish backup event");
-    }
+        reason,
+        note,
+    )
+    .await;
 }
 
 /// Merge-patches the PostgresCluster's status (best effort; logged).

@@ -72,6 +72,45 @@ impl Recorder {
     }
 }
 
+/// An Event about a PostgresCluster known by name only (fleet operations:
+/// backups, drills, rollouts), from `controller`; best effort, a failure is
+/// logged at debug level and otherwise ignored.
+pub async fn on_postgres_cluster(
+    client: kube::Client,
+    controller: &str,
+    ns: &str,
+    name: &str,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    use kube::Resource;
+    let recorder = Recorder::new(
+        client,
+        Reporter {
+            controller: controller.into(),
+            instance: None,
+        },
+    );
+    let reference = ObjectReference {
+        api_version: Some(crate::crd::PostgresCluster::api_version(&()).to_string()),
+        kind: Some(crate::crd::PostgresCluster::kind(&()).to_string()),
+        name: Some(name.to_string()),
+        namespace: Some(ns.to_string()),
+        ..Default::default()
+    };
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &reference).await {
+        tracing::debug!(error = %e, controller, reason, "could not publish an event");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,12 +12,11 @@ use super::plan::{
     Unreachable,
 };
 use crate::config::{Rollout, Settings};
-use crate::controller::events::Recorder;
 use crate::crd::PostgresCluster;
 use crate::fleet::{ConnState, Fleet};
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Reporter};
-use kube::{Api, Resource};
+use kube::runtime::events::EventType;
+use kube::Api;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -412,34 +411,15 @@ impl Engine {
         let Ok(m) = self.member(&r.member) else {
             return;
         };
-        let recorder = Recorder::new(
+        crate::controller::events::on_postgres_cluster(
             m.client(),
-            Reporter {
-                controller: "pgfleet-rollout".into(),
-                instance: None,
-            },
-        );
-        let reference = pgc_reference(&r.namespace, &r.name);
-        let ev = Event {
+            "pgfleet-rollout",
+            &r.namespace,
+            &r.name,
             type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(e) = recorder.publish(&ev, &reference).await {
-            tracing::debug!(error = %e, "could not publish rollout event");
-        }
-    }
-}
-
-/// An object reference without fetching the object.
-fn pgc_reference(ns: &str, name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
-    k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some(PostgresCluster::api_version(&()).to_string()),
-        kind: Some(PostgresCluster::kind(&()).to_string()),
-        name: Some(name.to_string()),
-        namespace: Some(ns.to_string()),
-        ..Default::default()
+            reason,
+            note,
+        )
+        .await;
     }
 }

@@ -13,6 +13,7 @@ pub mod index;
 pub mod plan;
 pub mod pooler;
 pub mod reconcile;
+mod restore;
 pub mod rolling;
 pub mod switch;
 pub mod switchover;

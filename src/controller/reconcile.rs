@@ -43,7 +43,7 @@ pub enum Error {
     Exec(#[from] postgres::exec::ExecError),
 }
 
-fn kerr<'a>(
+pub(crate) fn kerr<'a>(
     step: &'static str,
     kind: &'static str,
     name: &'a str,
@@ -175,53 +175,6 @@ where
 /// Instance pods are only ever created, never applied over: applying a new
 /// image to a running pod would restart it outside the rolling update's
 /// order. An existing pod (the index lagging behind) is left as it is.
-/// Where the first instance of a cluster bootstrapped from a backup
-/// restores from: the source's repository path, a backup label (a named
-/// PostgresBackup of the same member cluster, or a pgBackRest label), and a
-/// point in time.
-async fn restore_env(
-    ctx: &Ctx,
-    pg: &PostgresCluster,
-    ns: &str,
-    cred_env: &[Value],
-) -> Result<Vec<Value>, Error> {
-    let mut env = cred_env.to_vec();
-    let (Some(b), Some(backup)) = (
-        pg.spec
-            .bootstrap
-            .as_ref()
-            .and_then(|b| b.from_backup.as_ref()),
-        ctx.backup.as_ref(),
-    ) else {
-        return Ok(env);
-    };
-    let member = b
-        .member_cluster
-        .clone()
-        .unwrap_or_else(|| ctx.member.clone());
-    let src_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
-    let path = crate::backup::repo::repo_path(&backup.repository, &member, &src_ns, &b.cluster);
-    let var = |n: &str, v: &str| json!({"name": n, "value": v});
-    env.push(var("PGFLEET_RESTORE_REPO_PATH", &path));
-    if let Some(name) = &b.backup {
-        let label = if member == ctx.member {
-            Api::<crate::crd::PostgresBackup>::namespaced(ctx.client.clone(), &src_ns)
-                .get_opt(name)
-                .await
-                .map_err(kerr("get", "PostgresBackup", name))?
-                .and_then(|pb| pb.status.and_then(|s| s.label))
-                .unwrap_or_else(|| name.clone())
-        } else {
-            name.clone()
-        };
-        env.push(var("PGFLEET_RESTORE_SET", &label));
-    }
-    if let Some(t) = &b.target_time {
-        env.push(var("PGFLEET_RESTORE_TARGET_TIME", t));
-    }
-    Ok(env)
-}
-
 async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
     let name = pod["metadata"]["name"]
         .as_str()
@@ -241,30 +194,6 @@ async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(kerr("create", "Pod", &name)(e)),
     }
-}
-
-/// A cluster restored from a backup holds the source's roles and password
-/// hashes: in the same member cluster its Secrets start with the source's
-/// passwords, so clients and replicas can log in. (Across member clusters,
-/// or when the source is gone, the passwords must be reset by hand:
-/// docs/backups.md.)
-async fn restored_password(
-    ctx: &Ctx,
-    pg: &PostgresCluster,
-    ns: &str,
-    which: &str,
-) -> Option<String> {
-    let b = pg.spec.bootstrap.as_ref()?.from_backup.as_ref()?;
-    if b.member_cluster.as_deref().is_some_and(|m| m != ctx.member) {
-        return None;
-    }
-    let src_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &src_ns)
-        .get_opt(&format!("{}-{which}", b.cluster))
-        .await
-        .ok()??;
-    let bytes = secret.data?.get("password")?.0.clone();
-    String::from_utf8(bytes).ok()
 }
 
 fn random_password() -> String {
@@ -327,7 +256,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     for (which, user) in [("superuser", "postgres"), ("replication", "replicator")] {
         let sname = owner.secret_name(which);
         if !obs.secrets.contains(&sname) {
-            let password = match restored_password(&ctx, &pg, &ns, which).await {
+            let password = match super::restore::restored_password(&ctx, &pg, &ns, which).await {
                 Some(p) if obs.pvcs.is_empty() => p,
                 _ => random_password(),
             };
@@ -532,9 +461,10 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         .unwrap_or_default();
     for (o, init) in &ip.create {
         let (init, env) = match (*init, &pg.spec.bootstrap) {
-            ("initdb", Some(b)) if b.from_backup.is_some() => {
-                ("restore", restore_env(&ctx, &pg, &ns, &cred_env).await?)
-            }
+            ("initdb", Some(b)) if b.from_backup.is_some() => (
+                "restore",
+                super::restore::restore_env(&ctx, &pg, &ns, &cred_env).await?,
+            ),
             _ => (*init, cred_env.clone()),
         };
         let init = &init;

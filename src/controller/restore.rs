@@ -1,0 +1,80 @@
+//! Bootstrapping a PostgresCluster from a backup (`spec.bootstrap.fromBackup`):
+//! where its first instance restores from, and the passwords it starts with.
+
+use super::Ctx;
+use super::reconcile::{Error, kerr};
+use crate::crd::PostgresCluster;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use serde_json::{Value, json};
+
+/// Where the first instance of a cluster bootstrapped from a backup
+/// restores from: the source's repository path, a backup label (a named
+/// PostgresBackup of the same member cluster, or a pgBackRest label), and a
+/// point in time.
+pub async fn restore_env(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    ns: &str,
+    cred_env: &[Value],
+) -> Result<Vec<Value>, Error> {
+    let mut env = cred_env.to_vec();
+    let (Some(b), Some(backup)) = (
+        pg.spec
+            .bootstrap
+            .as_ref()
+            .and_then(|b| b.from_backup.as_ref()),
+        ctx.backup.as_ref(),
+    ) else {
+        return Ok(env);
+    };
+    let member = b
+        .member_cluster
+        .clone()
+        .unwrap_or_else(|| ctx.member.clone());
+    let src_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
+    let path = crate::backup::repo::repo_path(&backup.repository, &member, &src_ns, &b.cluster);
+    let var = |n: &str, v: &str| json!({"name": n, "value": v});
+    env.push(var("PGFLEET_RESTORE_REPO_PATH", &path));
+    if let Some(name) = &b.backup {
+        let label = if member == ctx.member {
+            Api::<crate::crd::PostgresBackup>::namespaced(ctx.client.clone(), &src_ns)
+                .get_opt(name)
+                .await
+                .map_err(kerr("get", "PostgresBackup", name))?
+                .and_then(|pb| pb.status.and_then(|s| s.label))
+                .unwrap_or_else(|| name.clone())
+        } else {
+            name.clone()
+        };
+        env.push(var("PGFLEET_RESTORE_SET", &label));
+    }
+    if let Some(t) = &b.target_time {
+        env.push(var("PGFLEET_RESTORE_TARGET_TIME", t));
+    }
+    Ok(env)
+}
+
+/// A cluster restored from a backup holds the source's roles and password
+/// hashes: in the same member cluster its Secrets start with the source's
+/// passwords, so clients and replicas can log in. (Across member clusters,
+/// or when the source is gone, the passwords must be reset by hand:
+/// docs/backups.md.)
+pub async fn restored_password(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    ns: &str,
+    which: &str,
+) -> Option<String> {
+    let b = pg.spec.bootstrap.as_ref()?.from_backup.as_ref()?;
+    if b.member_cluster.as_deref().is_some_and(|m| m != ctx.member) {
+        return None;
+    }
+    let src_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &src_ns)
+        .get_opt(&format!("{}-{which}", b.cluster))
+        .await
+        .ok()??;
+    let bytes = secret.data?.get("password")?.0.clone();
+    String::from_utf8(bytes).ok()
+}

@@ -14,9 +14,9 @@ use super::plan::{
 use crate::config::{Rollout, Settings};
 use crate::crd::PostgresCluster;
 use crate::fleet::{ConnState, Fleet};
+use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::Api;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

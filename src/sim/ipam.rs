@@ -29,10 +29,14 @@ impl Ipam {
         Ipam {
             pod_net: [127, 10 + i],
             svc_net: [127, 120 + i],
-            // Service addresses are listened on by the process runtime's
-            // proxy; a random start keeps clusters of different processes
-            // (parallel tests, two sims) from picking the same ones.
+            // Pod and Service addresses are listened on by real programs
+            // (PostgreSQL, the proxy) with the process runtime; a random
+            // start keeps clusters of different processes (parallel tests,
+            // two sims) from picking the same ones. The bind check at
+            // allocation cannot: both pick an address before either listens,
+            // and the loser's PostgreSQL then never starts.
             state: Mutex::new(State {
+                next_pod: rand::random_range(0..60_000),
                 next_svc: rand::random_range(0..60_000),
                 ..State::default()
             }),

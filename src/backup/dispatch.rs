@@ -29,6 +29,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod checks;
+
 /// A label on throwaway drill clusters: they are never backed up.
 pub const DRILL_OF: &str = "pgfleet.io/drill-of";
 
@@ -452,56 +454,6 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Asks each primary how archiving goes (at most every
-    /// `archive_interval`); creates the stanza the first time.
-    async fn check_archiving(&self, pgcs: &[Pgc], now: DateTime<Utc>) {
-        for p in pgcs {
-            let st = p.pg.status.clone().unwrap_or_default();
-            let Some(primary) = st.current_primary.clone() else {
-                continue;
-            };
-            if p.pg.labels().contains_key(DRILL_OF) {
-                continue;
-            }
-            if st.phase.as_deref() != Some("Healthy") && st.phase.as_deref() != Some("Updating") {
-                continue;
-            }
-            let key = p.key();
-            let due = {
-                let checked = self
-                    .archive_checked
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                checked.get(&key).is_none_or(|t| {
-                    (now - *t).to_std().unwrap_or_default() >= self.archive_interval
-                })
-            };
-            if !due {
-                continue;
-            }
-            self.archive_checked
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key, now);
-            // In the background, and never next to a backup of the same
-            // cluster (pgBackRest holds one lock per stanza): skipped when
-            // the cluster is busy, tried again next interval.
-            let Ok(guard) = self.cluster_lock(&p.key()).try_lock_owned() else {
-                continue;
-            };
-            // The stanza is (re)created until archiving works.
-            let init = st
-                .archive
-                .as_ref()
-                .is_none_or(|a| a.failing || a.last_archived_at.is_none());
-            let (member, pg) = (p.member.clone(), p.pg.clone());
-            tokio::spawn(async move {
-                run::check_archive(&member, &pg, &primary, init, now).await;
-                drop(guard);
-            });
-        }
-    }
-
     /// Serialises pgBackRest commands per PostgresCluster within this process.
     fn cluster_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.locks
@@ -512,44 +464,6 @@ impl Dispatcher {
             .clone()
     }
 
-    /// Finishes drills in flight and starts due ones (one per cluster).
-    async fn drills(&self, pgcs: &[Pgc], now: DateTime<Utc>) {
-        let query = &self.cfg.drills.query;
-        for p in pgcs.iter().filter(|p| p.pg.labels().contains_key(DRILL_OF)) {
-            super::drill::check(&p.member, &p.pg, query, now).await;
-        }
-        for p in pgcs {
-            let st = p.pg.status.clone().unwrap_or_default();
-            let busy = pgcs.iter().any(|d| {
-                d.member.name == p.member.name
-                    && d.pg.namespace() == p.pg.namespace()
-                    && d.pg.labels().get(DRILL_OF) == Some(&p.pg.name_any())
-            });
-            if busy
-                || p.pg.labels().contains_key(DRILL_OF)
-                || st.current_primary.is_none()
-                || p.pg.metadata.deletion_timestamp.is_some()
-            {
-                continue;
-            }
-            if let Err(e) = super::drill::maybe_start(
-                &self.cfg.drills,
-                self.cfg.window.get(),
-                self.cfg.start_deadline.get(),
-                &p.member,
-                &p.pg,
-                &p.backups,
-                now,
-            )
-            .await
-            {
-                tracing::warn!(cluster = %p.key(), error = %e, "could not start a restore drill");
-            }
-        }
-    }
-
-    /// Rounds until the task is dropped; cron ticks and finished backups
-    /// wake it early, otherwise it looks every `tick`.
     /// The fleet-level cron expressions (default, overrides, drills).
     fn cron_expressions(&self) -> Vec<String> {
         let mut v: Vec<String> = std::iter::once(self.cfg.default_schedule.raw().to_string())
@@ -596,6 +510,8 @@ impl Dispatcher {
         Some(sched)
     }
 
+    /// Rounds until the task is dropped; cron ticks and finished backups
+    /// wake it early, otherwise it looks every `tick`.
     pub async fn run(self: Arc<Self>) {
         let _ticks = self.cron_ticks().await;
         // A new PostgresBackup (an on-demand request) starts without waiting

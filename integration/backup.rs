@@ -126,12 +126,15 @@ async fn ready_for_writes(e: &Env, cluster: &str) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn point_in_time_restore_holds_exactly_the_rows_before_the_target() {
     let (e, _store) = setup("pitr", "").await;
+    // Two instances: the backup comes from the standby (--backup-standby
+    // through the primary's pgBackRest TLS server), and restoring it proves
+    // that such a backup is whole.
     e.create(
         "src",
-        serde_json::json!({"clusterSize": 1, "version": "15"}),
+        serde_json::json!({"clusterSize": 2, "version": "15"}),
     )
     .await;
-    e.wait_healthy("src", 1).await;
+    let primary = e.wait_healthy("src", 2).await;
     let (rw, pw) = ready_for_writes(&e, "src").await;
     sql(
         &rw,
@@ -142,6 +145,11 @@ async fn point_in_time_restore_holds_exactly_the_rows_before_the_target() {
     request_backup(&e, "src", "src-full").await;
     let b = wait_phase(&e, "src-full", "Completed").await;
     assert!(b.label.is_some() && b.size_bytes.unwrap_or(0) > 0, "{b:?}");
+    let from = b.instance.clone().unwrap_or_default();
+    assert!(
+        from.starts_with("src-") && from != primary,
+        "taken from the standby, not the primary {primary}: {b:?}"
+    );
     assert!(b.wal_start.is_some() && b.wal_stop.is_some(), "{b:?}");
 
     sql(

@@ -2,11 +2,13 @@
 //! over a window, caps, PostgresBackup records, retention, WAL-archiving
 //! health and restore drills. `schedule` decides (pure); `dispatch` observes
 //! the fleet and acts, `run` carries out one backup; `repo` renders what the
-//! instances need.
+//! instances need; `tls` lets a standby's backup reach the primary.
 
 pub mod dispatch;
 pub mod drill;
 pub mod repo;
 pub mod run;
 pub mod schedule;
+pub mod source;
 mod time;
+pub mod tls;

@@ -203,17 +203,36 @@ pub async fn run(job: Job) {
     // Idempotent: the stanza exists after the first time. Its error is the
     // better reason when the repository cannot be reached at all.
     let init = run_verb(&client, ns, &job.primary, &["backup-init"], BACKUP_TIMEOUT).await;
+    let mut instance = job.primary.clone();
     let out = match init {
-        Ok(_) => {
-            run_verb(
-                &client,
-                ns,
-                &job.primary,
-                &["backup", job.kind.as_str()],
-                BACKUP_TIMEOUT,
-            )
-            .await
-        }
+        Ok(_) => match standby_of(&job).await {
+            Some(s) => {
+                patch_backup(&job.member, ns, &job.backup, json!({"instance": s})).await;
+                let verb = ["backup", job.kind.as_str(), "--standby"];
+                match run_verb(&client, ns, &s, &verb, BACKUP_TIMEOUT).await {
+                    Ok(o) => {
+                        instance = s;
+                        Ok(o)
+                    }
+                    // The primary can still take it (pgBackRest cleans up
+                    // the aborted attempt); why the standby could not is
+                    // said, not hidden.
+                    Err(e) => {
+                        event(&job.member, ns, &job.cluster, EventType::Warning, "BackupFromStandbyFailed",
+                            format!("{}: backup from standby {s} failed ({e}); taking it on the primary {}", job.backup, job.primary)).await;
+                        patch_backup(
+                            &job.member,
+                            ns,
+                            &job.backup,
+                            json!({"instance": job.primary}),
+                        )
+                        .await;
+                        on_primary(&job).await
+                    }
+                }
+            }
+            None => on_primary(&job).await,
+        },
         Err(e) => Err(e),
     };
     let outcome = out.map_err(|e| e.to_string()).and_then(|o| {
@@ -262,15 +281,62 @@ pub async fn run(job: Job) {
         EventType::Normal,
         "BackupCompleted",
         format!(
-            "{} ({}, {}) on {}",
+            "{} ({}, {}) {}",
             job.backup,
             o.label,
             o.size.map(human).unwrap_or_default(),
-            job.primary
+            match instance == job.primary {
+                true => format!("on the primary {instance}"),
+                false => format!("from the standby {instance}"),
+            }
         ),
     )
     .await;
     expire(&job).await;
+}
+
+async fn on_primary(job: &Job) -> Result<String, crate::postgres::exec::ExecError> {
+    let verb = ["backup", job.kind.as_str()];
+    run_verb(
+        &job.member.client(),
+        &job.namespace,
+        &job.primary,
+        &verb,
+        BACKUP_TIMEOUT,
+    )
+    .await
+}
+
+/// The standby to back up from (backup::source), from the cluster's
+/// reported instances and their Pods; `None` (the primary) when they cannot
+/// be read.
+async fn standby_of(job: &Job) -> Option<String> {
+    let client = job.member.client();
+    let pg = Api::<PostgresCluster>::namespaced(client.clone(), &job.namespace)
+        .get(&job.cluster)
+        .await
+        .ok()?;
+    let selector = format!(
+        "{}={}",
+        crate::controller::build::LABEL_CLUSTER,
+        job.cluster
+    );
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, &job.namespace)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .ok()?;
+    let instances = pg.status.map(|s| s.instances).unwrap_or_default();
+    let candidates: Vec<super::source::Candidate> = instances
+        .iter()
+        .map(|i| super::source::Candidate {
+            status: i,
+            serves_tls: pods
+                .items
+                .iter()
+                .any(|p| p.name_any() == i.name && super::tls::serves(p)),
+        })
+        .collect();
+    super::source::standby(&job.primary, &candidates).map(str::to_string)
 }
 
 /// Retention: pgBackRest expires by count; records whose backup is gone

@@ -120,6 +120,16 @@ pub fn secret(o: &Owner, which: &str, username: &str, password: &str) -> Value {
     })
 }
 
+/// The pgBackRest TLS pair of the cluster (backup::tls).
+pub fn tls_secret(o: &Owner, name: &str, ca: &str, cert: &str, key: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": o.meta(name, &[], true),
+        "type": "kubernetes.io/tls",
+        "stringData": {"ca.crt": ca, "tls.crt": cert, "tls.key": key},
+    })
+}
+
 /// The configuration of every instance. Its hash is also written into
 /// postgresql.conf, so `pgfleet-instance reload <hash>` can wait until the
 /// kubelet has refreshed the mounted ConfigMap (which lags on real clusters).
@@ -286,21 +296,37 @@ pub fn pod(
 
 /// `-rw` (primary), `-ro` (replicas) and `-r` (any instance).
 pub fn services(o: &Owner) -> Vec<Value> {
-    [("rw", Some("primary")), ("ro", Some("replica")), ("r", None)]
-        .into_iter()
-        .map(|(suffix, role)| {
-            let mut selector = json!({LABEL_CLUSTER: o.name, LABEL_KIND: "instance"});
-            if let Some(r) = role {
-                selector[LABEL_ROLE] = json!(r);
-            }
-            with_hash(json!({
-                "apiVersion": "v1", "kind": "Service",
-                "metadata": o.meta(&format!("{}-{suffix}", o.name), &[], true),
-                "spec": {"type": "ClusterIP", "selector": selector,
-                         "ports": [{"name": "postgresql", "port": 5432, "targetPort": 5432, "protocol": "TCP"}]},
-            }))
-        })
-        .collect()
+    [
+        ("rw", Some("primary")),
+        ("ro", Some("replica")),
+        ("r", None),
+    ]
+    .into_iter()
+    .map(|(suffix, role)| {
+        let mut selector = json!({LABEL_CLUSTER: o.name, LABEL_KIND: "instance"});
+        if let Some(r) = role {
+            selector[LABEL_ROLE] = json!(r);
+        }
+        with_hash(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": o.meta(&format!("{}-{suffix}", o.name), &[], true),
+            "spec": {"type": "ClusterIP", "selector": selector,
+                     "ports": ports(suffix)},
+        }))
+    })
+    .collect()
+}
+
+/// PostgreSQL on every Service; `-rw` also carries pgBackRest's TLS server,
+/// which a standby's backup drives the primary through (backup::tls).
+fn ports(suffix: &str) -> Value {
+    let mut ports =
+        vec![json!({"name": "postgresql", "port": 5432, "targetPort": 5432, "protocol": "TCP"})];
+    if suffix == "rw" {
+        let p = crate::backup::tls::PORT;
+        ports.push(json!({"name": "pgbackrest", "port": p, "targetPort": p, "protocol": "TCP"}));
+    }
+    json!(ports)
 }
 
 /// At most one instance voluntarily disrupted at a time.

@@ -15,6 +15,7 @@ pub mod pooler;
 pub mod reconcile;
 mod restore;
 pub mod rolling;
+mod secrets;
 pub mod switch;
 pub mod switchover;
 pub mod update;

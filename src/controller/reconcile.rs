@@ -9,7 +9,7 @@ use super::validate::validate;
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::{PostgresClusterStatus, ReclaimPolicy};
 use crate::postgres;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -196,13 +196,6 @@ async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
     }
 }
 
-fn random_password() -> String {
-    const CHARS: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
-    (0..32)
-        .map(|_| CHARS[rand::random_range(0..CHARS.len())] as char)
-        .collect()
-}
-
 async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let ns = pg.namespace().unwrap_or_default();
     let name = pg.name_any();
@@ -253,51 +246,12 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let ip = plan::plan_instances(&name, size, current_primary.as_deref(), &obs);
     let primary_name = ip.primary.map(|o| owner.instance_name(o));
 
-    for (which, user) in [("superuser", "postgres"), ("replication", "replicator")] {
-        let sname = owner.secret_name(which);
-        if !obs.secrets.contains(&sname) {
-            let password = match super::restore::restored_password(&ctx, &pg, &ns, which).await {
-                Some(p) if obs.pvcs.is_empty() => p,
-                _ => random_password(),
-            };
-            let secret: Secret =
-                serde_json::from_value(build::secret(&owner, which, user, &password))
-                    .map_err(|e| Error::Finalizer(format!("building secret: {e}")))?;
-            match Api::<Secret>::namespaced(ctx.client.clone(), &ns)
-                .create(
-                    &PostParams {
-                        field_manager: Some(FIELD_MANAGER.into()),
-                        ..Default::default()
-                    },
-                    &secret,
-                )
-                .await
-            {
-                Ok(_) if obs.pvcs.is_empty() => {
-                    event(
-                        &ctx,
-                        &pg,
-                        EventType::Normal,
-                        "CreatedSecret",
-                        format!("generated {which} credentials in Secret {sname}"),
-                    )
-                    .await
-                }
-                // Never silent: the instances still hold the old password.
-                Ok(_) => {
-                    event(
-                        &ctx,
-                        &pg,
-                        EventType::Warning,
-                        "CredentialsRegenerated",
-                        format!("Secret {sname} was deleted; new {which} credentials were generated, but existing instances keep the old password until it is changed in PostgreSQL (ALTER ROLE)"),
-                    )
-                    .await
-                }
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(kerr("create", "Secret", &sname)(e)),
-            }
-        }
+    super::secrets::credentials(&pg, &ctx, &obs, &owner).await?;
+    let is_drill = pg.labels().contains_key(crate::backup::dispatch::DRILL_OF);
+    // A drill's throwaway copy takes no backups, so needs no TLS server.
+    let backup_tls = ctx.backup.is_some() && !is_drill;
+    if backup_tls {
+        super::secrets::backup_tls(&pg, &ctx, &obs, &owner).await?;
     }
 
     let sync_names = pg.spec.synchronous.as_ref().map(|s| {
@@ -324,7 +278,6 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let mut params = postgres::effective_parameters(&pg.spec.postgresql.parameters, sync_names);
     // A restore drill's throwaway copy archives nothing: it is deleted
     // minutes later and must not leave a stanza behind.
-    let is_drill = pg.labels().contains_key(crate::backup::dispatch::DRILL_OF);
     let backrest = ctx.backup.as_ref().map(|b| {
         // (It still needs the repository to restore from.)
         if !is_drill {
@@ -459,6 +412,14 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         .as_ref()
         .map(|b| crate::backup::repo::credential_env(&b.repository))
         .unwrap_or_default();
+    // What every new Pod gets besides its spec.
+    let finish = |pod: Value| {
+        let pod = with_config(pod, &cm_hash);
+        match backup_tls {
+            true => crate::backup::tls::mount(pod, &name),
+            false => pod,
+        }
+    };
     for (o, init) in &ip.create {
         let (init, env) = match (*init, &pg.spec.bootstrap) {
             ("initdb", Some(b)) if b.from_backup.is_some() => (
@@ -478,10 +439,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         create_pod(
             &ctx,
             &ns,
-            &with_config(
-                build::pod(&owner, &pg, *o, role_of(*o), init, &env),
-                &cm_hash,
-            ),
+            &finish(build::pod(&owner, &pg, *o, role_of(*o), init, &env)),
         )
         .await?;
         ctx.expect
@@ -503,10 +461,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         create_pod(
             &ctx,
             &ns,
-            &with_config(
-                build::pod(&owner, &pg, *o, role_of(*o), "clone", &cred_env),
-                &cm_hash,
-            ),
+            &finish(build::pod(&owner, &pg, *o, role_of(*o), "clone", &cred_env)),
         )
         .await?;
         ctx.expect

@@ -18,6 +18,8 @@
 #   PGFLEET_SECRETS        dir with superuser-password and replication-password
 #   PGFLEET_RESTORE_REPO_PATH, PGFLEET_RESTORE_SET, PGFLEET_RESTORE_TARGET_TIME
 #                          where `PGFLEET_INIT=restore` restores from
+#   PGFLEET_BACKUP_TLS     dir with ca.crt, tls.crt, tls.key: pgBackRest's TLS
+#                          server runs, and backups may come from a standby
 #   PGBACKREST_REPO1_S3_KEY, PGBACKREST_REPO1_S3_KEY_SECRET
 #                          object-store credentials (never in pgbackrest.conf)
 set -eu
@@ -64,6 +66,32 @@ pgbr() {
     archive-push|archive-get|restore) set -- --pg1-path="${PGDATA:?}" "$@" ;;
   esac
   "${PGFLEET_PGBACKREST:-pgbackrest}" --config="$PGBR_CONF" --stanza=db "$cmd" "$@"
+}
+
+# pgBackRest's TLS server, for backups from a standby (docs/backups.md):
+# every instance runs it when the manager mounted the cluster's certificate
+# (PGFLEET_BACKUP_TLS); a standby's backup drives the primary's through the
+# -rw Service. Only the cluster's own certificate (CN pgfleet) gets in.
+TLS_DIR=${PGFLEET_BACKUP_TLS:-}
+TLS_PORT=8432
+# pgBackRest wants a key file only its owner can read; the Secret's files
+# are group-readable.
+TLS_KEY="${SOCKDIR}/pgbackrest-tls.key"
+tls_on() { [ -n "$TLS_DIR" ] && [ -s "$TLS_DIR/tls.crt" ] && [ -f "$PGBR_CONF" ]; }
+tls_key() { (umask 077 && cat "$TLS_DIR/tls.key" > "$TLS_KEY"); }
+
+# Runs (and restarts) the TLS server for the life of the container.
+serve_backrest() {
+  tls_on || return 0
+  tls_key
+  while :; do
+    "${PGFLEET_PGBACKREST:-pgbackrest}" --config="$PGBR_CONF" server \
+      --tls-server-address="${POD_IP:-*}" --tls-server-port="$TLS_PORT" \
+      --tls-server-cert-file="$TLS_DIR/tls.crt" --tls-server-key-file="$TLS_KEY" \
+      --tls-server-ca-file="$TLS_DIR/ca.crt" --tls-server-auth=pgfleet=db >&2 ||
+      log "pgbackrest server exited ($?); starting it again"
+    sleep 1
+  done
 }
 
 # Set by `demote` until `promote`/`unfence`: the run loop must restart a
@@ -215,6 +243,8 @@ cmd_run() {
       *) rm -f "$PGDATA/../pgfleet.restore-incomplete"; do_clone ;;
     esac
   fi
+  serve_backrest &
+  srv=$!
   stop=0
   pid=""
   trap 'stop=1; [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null' TERM INT
@@ -233,6 +263,7 @@ cmd_run() {
     log "postgres stopped; starting it again as $(wanted_role)"
     sleep 0.2
   done
+  kill "$srv" 2>/dev/null || true
 }
 
 # RFC 3339 (UTC) of a timestamptz expression, for the SQL below.
@@ -386,11 +417,26 @@ BACKUP_FIELDS="
     'walStart', b->'archive'->>'start', 'walStop', b->'archive'->>'stop',
     'lsnStart', b->'lsn'->>'start', 'lsnStop', b->'lsn'->>'stop'"
 
-# `backup full|diff|incr`: on the primary; prints the backup just taken
-# (pgBackRest makes a diff/incr without a prior full a full one).
+# `backup full|diff|incr [--standby]`: on the primary, or with --standby on
+# a streaming standby, which copies the files while pgBackRest drives the
+# primary through its TLS server; prints the backup just taken (pgBackRest
+# makes a diff/incr without a prior full a full one).
 cmd_backup() {
-  case "${2:-}" in full|diff|incr) ;; *) log "usage: backup full|diff|incr"; exit 64 ;; esac
-  pgbr backup --type="$2" >&2
+  case "${2:-}:${3:-}" in full:|diff:|incr:|full:--standby|diff:--standby|incr:--standby) ;;
+    *) log "usage: backup full|diff|incr [--standby]"; exit 64 ;; esac
+  if [ -z "${3:-}" ]; then
+    pgbr backup --type="$2" >&2
+  else
+    tls_on || { log "no pgBackRest TLS certificate here (PGFLEET_BACKUP_TLS): cannot back up from a standby"; exit 78; }
+    [ "$(sql 'SELECT pg_is_in_recovery()')" = t ] || { log "not a standby: back up on the primary instead"; exit 1; }
+    tls_key
+    # pg1 is the primary (same paths in every pod), pg2 this standby.
+    pgbr backup --type="$2" --backup-standby \
+      --pg1-host="${PGFLEET_PRIMARY_HOST:?}" --pg1-host-type=tls --pg1-host-port="$TLS_PORT" \
+      --pg1-host-cert-file="$TLS_DIR/tls.crt" --pg1-host-key-file="$TLS_KEY" \
+      --pg1-host-ca-file="$TLS_DIR/ca.crt" \
+      --pg2-path="$PGDATA" --pg2-socket-path="$SOCKDIR" --pg2-port=5432 --pg2-user=postgres >&2
+  fi
   j=$(info_json)
   out=$(sqlj j "$j" "SELECT json_build_object('contract', $CONTRACT, $BACKUP_FIELDS)
     FROM json_array_elements(:'j'::json) s, json_array_elements(s->'backup') b
@@ -463,5 +509,5 @@ case "${1:-}" in
   checkpoint) cmd_checkpoint ;;
   slots) cmd_slots "$@" ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|checkpoint|slots NAME...|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|checkpoint|slots NAME...|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL" >&2; exit 64 ;;
 esac

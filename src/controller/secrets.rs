@@ -1,0 +1,125 @@
+//! The Secrets a PostgresCluster's instances need, made once and never
+//! overwritten: credentials (superuser, replication) and, when backups are
+//! configured, the pgBackRest TLS pair (backup::tls).
+
+use super::Ctx;
+use super::build::{self, Owner};
+use super::plan::Observed;
+use super::reconcile::{Error, FIELD_MANAGER, event, kerr};
+use crate::crd::PostgresCluster;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::PostParams;
+use kube::runtime::events::EventType;
+use serde_json::Value;
+
+/// Creates a missing credentials Secret: with the password a restore
+/// inherits from its source when the cluster has no data yet, random
+/// otherwise. A Secret deleted under running instances is regenerated, and
+/// said loudly: the instances keep the old password.
+pub async fn credentials(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+) -> Result<(), Error> {
+    for (which, user) in [("superuser", "postgres"), ("replication", "replicator")] {
+        let sname = owner.secret_name(which);
+        if obs.secrets.contains(&sname) {
+            continue;
+        }
+        let password =
+            match super::restore::restored_password(ctx, pg, &owner.namespace, which).await {
+                Some(p) if obs.pvcs.is_empty() => p,
+                _ => random_password(),
+            };
+        let created = create(ctx, owner, build::secret(owner, which, user, &password)).await?;
+        match (created, obs.pvcs.is_empty()) {
+            (false, _) => {}
+            (true, true) => {
+                event(
+                    ctx,
+                    pg,
+                    EventType::Normal,
+                    "CreatedSecret",
+                    format!("generated {which} credentials in Secret {sname}"),
+                )
+                .await
+            }
+            (true, false) => {
+                event(
+                    ctx,
+                    pg,
+                    EventType::Warning,
+                    "CredentialsRegenerated",
+                    format!("Secret {sname} was deleted; new {which} credentials were generated, but existing instances keep the old password until it is changed in PostgreSQL (ALTER ROLE)"),
+                )
+                .await
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Creates the cluster's pgBackRest TLS Secret when it is missing.
+pub async fn backup_tls(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+) -> Result<(), Error> {
+    let sname = crate::backup::tls::secret_name(&owner.name);
+    if obs.secrets.contains(&sname) {
+        return Ok(());
+    }
+    let (ca, cert, key) = crate::backup::tls::issue(&owner.name, &owner.namespace)
+        .map_err(|e| Error::Finalizer(format!("issuing the backup TLS certificate: {e}")))?;
+    if create(
+        ctx,
+        owner,
+        build::tls_secret(owner, &sname, &ca, &cert, &key),
+    )
+    .await?
+    {
+        event(
+            ctx,
+            pg,
+            EventType::Normal,
+            "CreatedSecret",
+            format!(
+                "issued the pgBackRest TLS certificate (backups from a standby) in Secret {sname}"
+            ),
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// Creates a Secret; false when one of that name exists already.
+async fn create(ctx: &Ctx, owner: &Owner, secret: Value) -> Result<bool, Error> {
+    let name = secret["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let secret: Secret = serde_json::from_value(secret)
+        .map_err(|e| Error::Finalizer(format!("building secret {name}: {e}")))?;
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match Api::<Secret>::namespaced(ctx.client.clone(), &owner.namespace)
+        .create(&pp, &secret)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(kerr("create", "Secret", &name)(e)),
+    }
+}
+
+fn random_password() -> String {
+    const CHARS: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+    (0..32)
+        .map(|_| CHARS[rand::random_range(0..CHARS.len())] as char)
+        .collect()
+}

@@ -59,6 +59,9 @@ pub struct Ctx {
     pub stats: Arc<Stats>,
     /// The backup repository; instances archive WAL to it when set.
     pub backup: Option<Arc<crate::backup::repo::BackupEnv>>,
+    /// Every member cluster of the fleet: a restore from another member
+    /// reads the source's backup records and passwords there.
+    pub peers: Vec<Arc<Member>>,
 }
 
 /// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
@@ -131,6 +134,7 @@ pub fn start(
     shards: u32,
     workers: u32,
     backup: Option<Arc<crate::backup::repo::BackupEnv>>,
+    peers: Vec<Arc<Member>>,
 ) -> Handle {
     let shards = shards.max(1);
     crate::metrics::reconcile::member_started(&member.name);
@@ -152,6 +156,7 @@ pub fn start(
         shards,
         stats: stats.clone(),
         backup,
+        peers,
     });
     let tasks = Arc::new(Tasks::default());
     let mut senders = vec![];

@@ -32,20 +32,26 @@ pub async fn restore_env(
         .member_cluster
         .clone()
         .unwrap_or_else(|| ctx.member.clone());
+    if source_client(ctx, &member).is_none() {
+        return Err(Error::Finalizer(format!(
+            "spec.bootstrap.fromBackup.memberCluster: {member} is not a member cluster of this fleet"
+        )));
+    }
     let src_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
     let path = crate::backup::repo::repo_path(&backup.repository, &member, &src_ns, &b.cluster);
     let var = |n: &str, v: &str| json!({"name": n, "value": v});
     env.push(var("PGFLEET_RESTORE_REPO_PATH", &path));
     if let Some(name) = &b.backup {
-        let label = if member == ctx.member {
-            Api::<crate::crd::PostgresBackup>::namespaced(ctx.client.clone(), &src_ns)
+        // A PostgresBackup's label, read where the record lives; else the
+        // name is taken as a pgBackRest label.
+        let label = match source_client(ctx, &member) {
+            Some(client) => Api::<crate::crd::PostgresBackup>::namespaced(client, &src_ns)
                 .get_opt(name)
                 .await
                 .map_err(kerr("get", "PostgresBackup", name))?
                 .and_then(|pb| pb.status.and_then(|s| s.label))
-                .unwrap_or_else(|| name.clone())
-        } else {
-            name.clone()
+                .unwrap_or_else(|| name.clone()),
+            None => name.clone(),
         };
         env.push(var("PGFLEET_RESTORE_SET", &label));
     }
@@ -56,10 +62,9 @@ pub async fn restore_env(
 }
 
 /// A cluster restored from a backup holds the source's roles and password
-/// hashes: in the same member cluster its Secrets start with the source's
-/// passwords, so clients and replicas can log in. (Across member clusters,
-/// or when the source is gone, the passwords must be reset by hand:
-/// docs/backups.md.)
+/// hashes: its Secrets start with the source's passwords (read in the
+/// source's member cluster), so clients and replicas can log in. When the
+/// source's Secrets are gone they must be reset by hand (docs/backups.md).
 pub async fn restored_password(
     ctx: &Ctx,
     pg: &PostgresCluster,
@@ -67,14 +72,24 @@ pub async fn restored_password(
     which: &str,
 ) -> Option<String> {
     let b = pg.spec.bootstrap.as_ref()?.from_backup.as_ref()?;
-    if b.member_cluster.as_deref().is_some_and(|m| m != ctx.member) {
-        return None;
-    }
+    let client = source_client(ctx, b.member_cluster.as_deref().unwrap_or(&ctx.member))?;
     let src_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &src_ns)
+    let secret = Api::<Secret>::namespaced(client, &src_ns)
         .get_opt(&format!("{}-{which}", b.cluster))
         .await
         .ok()??;
     let bytes = secret.data?.get("password")?.0.clone();
     String::from_utf8(bytes).ok()
+}
+
+/// A client for the member cluster holding a restore's source: this one,
+/// or a peer the manager is connected to; `None` for an unknown member.
+fn source_client(ctx: &Ctx, member: &str) -> Option<kube::Client> {
+    if member == ctx.member {
+        return Some(ctx.client.clone());
+    }
+    ctx.peers
+        .iter()
+        .find(|m| m.name == member)
+        .map(|m| m.client())
 }

@@ -100,12 +100,21 @@ async fn three_instances_become_ready_with_one_primary_and_services_by_role() {
     assert_eq!(primary, "orders-1", "a new cluster bootstraps instance 1");
 
     // What else a PostgresCluster becomes: one bound PVC per instance, the
-    // two generated credentials, the ConfigMap with the instance script,
+    // two generated credentials and (backups are configured: the embedded
+    // default repository) the pgBackRest TLS pair, the ConfigMap with the
+    // instance script,
     // the PodDisruptionBudget; the controller's finalizer is on the object.
     let client = f.client(M);
     let kids = child_names(&client, "shop", "orders").await;
     assert_eq!(kids.pvcs, instance_names("orders", &[1, 2, 3]));
-    assert_eq!(kids.secrets, ["orders-replication", "orders-superuser"]);
+    assert_eq!(
+        kids.secrets,
+        [
+            "orders-backup-tls",
+            "orders-replication",
+            "orders-superuser"
+        ]
+    );
     assert_eq!(kids.config_maps, ["orders-config"]);
     assert_eq!(kids.services, ["orders-r", "orders-ro", "orders-rw"]);
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "shop");

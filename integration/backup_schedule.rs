@@ -1,7 +1,8 @@
 //! Backup scheduling across a fleet (issue 5), virtual runtime: three member
 //! clusters × ten PostgresClusters, the dispatcher driven round by round on a
 //! manual clock. Spread over the window, caps, one record per slot, late
-//! slots skipped with an Event and never replayed, on-demand records.
+//! slots skipped with an Event and never replayed, on-demand records; backups
+//! from the standby, and the fallback to the primary.
 #![allow(clippy::unwrap_used)]
 
 #[path = "common/controller.rs"]
@@ -212,5 +213,85 @@ async fn a_backup_created_by_hand_runs_on_demand() {
         records(&f).await.len(),
         1,
         "nothing else was started at 00:30"
+    );
+}
+
+/// Backups of a cluster with a healthy standby come from the standby; when
+/// that step fails (injected: every `--standby` exec exits 1), the same
+/// attempt is taken on the primary and an Event says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backups_come_from_the_standby_and_fall_back_to_the_primary() {
+    const M: &str = "member-1";
+    let f = TestFleet::start("backup-standby", &[M]).await;
+    f.mgr.backups.0.abort();
+    let spec = json!({"clusterSize": 2, "version": "15.20", "storage": {"size": "1Gi"}});
+    f.create(M, "db", "pair", spec).await;
+    f.wait_healthy(M, "db", "pair", 2).await;
+    let toml = format!("{}\n{BACKUPS}", settings_toml(&f.dir, &[M]));
+    let settings = pgfleet::config::load_str(&toml, "test").unwrap_or_else(|e| panic!("{e}"));
+    let clock = Arc::new(ManualClock::new(SystemTime::from(tomorrow(0, 30))));
+    let env = Arc::new(BackupEnv::from_settings(&settings));
+    let d = Dispatcher::new(&settings.backups, env, f.mgr.fleet.clone(), clock);
+    let api: kube::Api<PostgresBackup> = kube::Api::namespaced(f.client(M), "db");
+    let backup = |name: &'static str| {
+        let (d, api) = (&d, api.clone());
+        async move {
+            let obj: PostgresBackup = serde_json::from_value(json!({
+                "apiVersion": "pgfleet.io/v1", "kind": "PostgresBackup",
+                "metadata": {"name": name}, "spec": {"cluster": "pair"}}))
+            .unwrap();
+            api.create(&PostParams::default(), &obj).await.unwrap();
+            eventually("the backup completed", || async {
+                d.round().await.map_err(|e| e.to_string())?;
+                let b = api.get(name).await.map_err(|e| e.to_string())?;
+                match phase(&b) {
+                    "Completed" => Ok(b.status.unwrap_or_default()),
+                    "Failed" => panic!("{name} failed: {:?}", b.status),
+                    _ => Err(format!("{:?}", b.status)),
+                }
+            })
+            .await
+        }
+    };
+    let primary = f
+        .pgc(M, "db")
+        .get("pair")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .current_primary
+        .unwrap();
+    let standby = if primary == "pair-1" {
+        "pair-2"
+    } else {
+        "pair-1"
+    };
+
+    let first = backup("pair-a").await;
+    assert_eq!(first.instance.as_deref(), Some(standby), "{first:?}");
+
+    let sim = f.sim_cluster(M);
+    let mut faults = sim.cluster.faults.get();
+    faults.failing_exec = vec!["--standby".into()];
+    sim.cluster.faults.set(faults);
+    let second = backup("pair-b").await;
+    assert_eq!(
+        second.instance.as_deref(),
+        Some(primary.as_str()),
+        "{second:?}"
+    );
+    assert_eq!(
+        second.attempts, 1,
+        "the fallback is part of the same attempt"
+    );
+    let evs = events_about(&f.client(M), "db", "pair").await;
+    let why = evs
+        .iter()
+        .find(|(r, _)| r == "BackupFromStandbyFailed")
+        .unwrap_or_else(|| panic!("no BackupFromStandbyFailed event: {evs:?}"));
+    assert!(
+        why.1.contains(standby) && why.1.contains("injected failure"),
+        "{why:?}"
     );
 }

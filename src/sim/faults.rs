@@ -27,6 +27,11 @@ pub struct FaultSpec {
     /// pull and a database start), so timings of rolling work look real.
     /// Honoured by the virtual runtime.
     pub pod_start_delay_ms: u64,
+    /// `pods/exec` calls whose command line (argv joined by spaces)
+    /// contains one of these exit 1 without running, saying so on stderr:
+    /// one step of a multi-step operation failing (e.g. `--standby` for
+    /// backups from a standby). Every runtime.
+    pub failing_exec: Vec<String>,
 }
 
 pub struct Faults {

@@ -67,6 +67,14 @@ pub async fn exec(
     if command.is_empty() {
         return Err(ApiError::bad_request("you must specify at least 1 command"));
     }
+    let line = command.join(" ");
+    let injected = ctx
+        .cluster
+        .faults
+        .get()
+        .failing_exec
+        .into_iter()
+        .find(|f| line.contains(f.as_str()));
     let want_stdin = q.flag("stdin");
     let (mut parts, _) = req.into_parts();
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
@@ -79,6 +87,13 @@ pub async fn exec(
     Ok(ws.on_upgrade(move |socket| async move {
         let v5 = socket.protocol().and_then(|p| p.to_str().ok()) == Some(PROTOCOLS[0]);
         session(socket, v5, want_stdin, move |stdin, stdout, stderr| {
+            if let Some(f) = injected {
+                return Box::pin(async move {
+                    let msg = format!("injected failure (faults.failing_exec {f:?})\n");
+                    let _ = stderr.send(Bytes::from(msg)).await;
+                    ExecOutcome::Exited(1)
+                });
+            }
             runtime.exec(ExecRequest {
                 namespace: ns,
                 pod,

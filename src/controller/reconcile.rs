@@ -9,7 +9,7 @@ use super::validate::validate;
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::{PostgresClusterStatus, ReclaimPolicy};
 use crate::postgres;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -149,7 +149,12 @@ async fn publish(
     }
 }
 
-async fn ssa<K>(ctx: &Ctx, ns: &str, kind: &'static str, obj: &Value) -> Result<(), Error>
+pub(super) async fn ssa<K>(
+    ctx: &Ctx,
+    ns: &str,
+    kind: &'static str,
+    obj: &Value,
+) -> Result<(), Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -254,122 +259,8 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         super::secrets::backup_tls(&pg, &ctx, &obs, &owner).await?;
     }
 
-    let sync_names = pg.spec.synchronous.as_ref().map(|s| {
-        let others: Vec<String> = ip
-            .keep
-            .iter()
-            .filter(|o| Some(**o) != ip.primary)
-            .map(|o| owner.instance_name(*o))
-            .collect();
-        let mode = match s.mode {
-            crate::crd::cluster::SyncMode::Quorum => "ANY",
-            crate::crd::cluster::SyncMode::First => "FIRST",
-        };
-        format!(
-            "{mode} {} ({})",
-            s.number,
-            others
-                .iter()
-                .map(|n| format!("\"{n}\""))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    });
-    let mut params = postgres::effective_parameters(&pg.spec.postgresql.parameters, sync_names);
-    // A restore drill's throwaway copy archives nothing: it is deleted
-    // minutes later and must not leave a stanza behind.
-    let backrest = ctx.backup.as_ref().map(|b| {
-        // (It still needs the repository to restore from.)
-        if !is_drill {
-            for (k, v) in crate::backup::repo::archive_parameters() {
-                params.entry(k.to_string()).or_insert_with(|| v.to_string());
-            }
-        }
-        let path = crate::backup::repo::repo_path(&b.repository, &ctx.member, &ns, &name);
-        crate::backup::repo::render_conf(&b.repository, &path, &b.retention, build::PGDATA)
-    });
-    let cm = build::config_map(
-        &owner,
-        &params,
-        &pg.spec.postgresql.pg_hba,
-        backrest.as_deref(),
-    );
-    let mut pending: Vec<String> = prev
-        .as_ref()
-        .map(|s| s.pending_restart.clone())
-        .unwrap_or_default();
-    if obs.config_hash.as_deref() != cm["metadata"]["annotations"][ANN_HASH].as_str() {
-        ssa::<ConfigMap>(&ctx, &ns, "ConfigMap", &cm).await?;
-        if let Some(old) = &obs.config_params {
-            let (reload, restart) = postgres::changed_parameters(old, &params);
-            for p in restart {
-                if !pending.contains(&p) {
-                    pending.push(p);
-                }
-            }
-            let ready = obs.pods.values().filter(|p| p.ready).count();
-            // Restart-only changes are reloaded too (PostgreSQL then flags
-            // them pending), but only reload-only ones make a Reloaded event.
-            if ready > 0 && !reload.is_empty() {
-                event(
-                    &ctx,
-                    &pg,
-                    EventType::Normal,
-                    "Reloaded",
-                    format!(
-                        "configuration reloading on {} instances (changed: {})",
-                        ready,
-                        reload.join(", ")
-                    ),
-                )
-                .await;
-            }
-            if !pending.is_empty() {
-                event(
-                    &ctx,
-                    &pg,
-                    EventType::Normal,
-                    "PendingRestart",
-                    format!("parameters need a restart: {}", pending.join(", ")),
-                )
-                .await;
-            }
-        } else {
-            event(
-                &ctx,
-                &pg,
-                EventType::Normal,
-                "CreatedConfig",
-                format!("ConfigMap {}", owner.config_name()),
-            )
-            .await;
-        }
-    }
-    // Every ready instance loads the current configuration exactly once; a
-    // failed reload is retried on the next round (the pod's annotation says
-    // what it last loaded).
-    let cm_hash = cm["metadata"]["annotations"][ANN_HASH]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    for p in obs.pods.values().filter(|p| p.ready && !p.deleting) {
-        if p.config.as_deref() == Some(cm_hash.as_str()) {
-            continue;
-        }
-        postgres::exec::run_verb(
-            &ctx.client,
-            &ns,
-            &p.name,
-            &["reload", &cm_hash],
-            Duration::from_secs(120),
-        )
-        .await?;
-        let patch = json!({"metadata": {"annotations": {build::ANN_CONFIG: cm_hash}}});
-        Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-            .patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(kerr("annotate", "Pod", &p.name))?;
-    }
+    let (cm_hash, mut pending) =
+        super::config::reconcile(&pg, &ctx, &obs, &owner, &ip, is_drill).await?;
     for svc in build::services(&owner) {
         let sname = svc["metadata"]["name"]
             .as_str()

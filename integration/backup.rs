@@ -132,6 +132,23 @@ async fn ready_for_writes(e: &Env, cluster: &str) -> (String, String) {
     (rw, pw)
 }
 
+/// A one-instance cluster holding rows 1..=`rows` (none for 0); returns
+/// (-rw address, password).
+async fn single_with_rows(e: &Env, cluster: &str, rows: i64) -> (String, String) {
+    e.create(
+        cluster,
+        serde_json::json!({"clusterSize": 1, "version": "15"}),
+    )
+    .await;
+    e.wait_healthy(cluster, 1).await;
+    let (rw, pw) = ready_for_writes(e, cluster).await;
+    if rows > 0 {
+        let q = format!("INSERT INTO marks(id) SELECT generate_series(1, {rows})");
+        sql(&rw, &pw, &q).await;
+    }
+    (rw, pw)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn point_in_time_restore_holds_exactly_the_rows_before_the_target() {
     let (e, _store) = setup("pitr", "").await;
@@ -240,19 +257,7 @@ async fn a_restore_into_another_member_cluster_holds_the_rows_and_the_sources_pa
         "[[clusters]]\nname = \"pg-b\"\nembedded = true\n",
     )
     .await;
-    e.create(
-        "src",
-        serde_json::json!({"clusterSize": 1, "version": "15"}),
-    )
-    .await;
-    e.wait_healthy("src", 1).await;
-    let (rw, pw) = ready_for_writes(&e, "src").await;
-    sql(
-        &rw,
-        &pw,
-        "INSERT INTO marks(id) SELECT generate_series(1, 10)",
-    )
-    .await;
+    let (_, pw) = single_with_rows(&e, "src", 10).await;
     request_backup(&e, "src", "src-full").await;
     wait_phase(&e, "src-full", "Completed").await;
 
@@ -322,10 +327,7 @@ async fn an_unreachable_object_store_fails_the_backup_with_the_reason_and_a_retr
         e.mgr.fleet.clone(),
         clock.clone(),
     );
-    e.create("b", serde_json::json!({"clusterSize": 1, "version": "15"}))
-        .await;
-    e.wait_healthy("b", 1).await;
-    let (rw, pw) = ready_for_writes(&e, "b").await;
+    let (rw, pw) = single_with_rows(&e, "b", 0).await;
     store.stop();
     request_backup(&e, "b", "b-1").await;
     let st = loop {
@@ -398,16 +400,7 @@ async fn a_restore_drill_passes_on_a_good_backup_and_fails_on_a_damaged_one() {
         e.mgr.fleet.clone(),
         clock.clone(),
     );
-    e.create("d", serde_json::json!({"clusterSize": 1, "version": "15"}))
-        .await;
-    e.wait_healthy("d", 1).await;
-    let (rw, pw) = ready_for_writes(&e, "d").await;
-    sql(
-        &rw,
-        &pw,
-        "INSERT INTO marks(id) SELECT generate_series(1, 5)",
-    )
-    .await;
+    single_with_rows(&e, "d", 5).await;
     request_backup(&e, "d", "d-full").await;
     while backup_status(&e, "d-full").await.phase.as_deref() != Some("Completed") {
         d.round().await.unwrap();

@@ -300,3 +300,39 @@ async fn a_changed_kubeconfig_file_is_followed_by_the_controllers() {
     drop(moved);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A restore from a member cluster the fleet does not have is refused with
+/// a condition and an Event naming it, before anything runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_from_an_unknown_member_cluster_is_invalid_and_creates_nothing() {
+    let f = TestFleet::start("restore-unknown-member", &["alpha"]).await;
+    let mut s = spec(1);
+    s["bootstrap"] = json!({"fromBackup": {"cluster": "src", "memberCluster": "nowhere"}});
+    f.create("alpha", "db", "copy", s).await;
+    let api = f.pgc("alpha", "db");
+    let invalid = |pg: &PostgresCluster| {
+        pg.status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Invalid"))
+            .map(|c| (c.status.clone(), c.message.clone()))
+    };
+    eventually("Invalid=True naming the member", || async {
+        let pg = api.get("copy").await.map_err(|e| e.to_string())?;
+        match invalid(&pg) {
+            Some((st, msg)) if st == "True" && msg.contains("nowhere is not a member cluster") => {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let kids = child_names(&f.client("alpha"), "db", "copy").await;
+    assert!(kids.pods.is_empty() && kids.pvcs.is_empty(), "{kids:?}");
+    // The events say it once, as for any invalid spec.
+    let evs = events_about(&f.client("alpha"), "db", "copy").await;
+    assert!(
+        evs.iter()
+            .any(|(r, n)| r == "InvalidSpec" && n.contains("nowhere")),
+        "{evs:?}"
+    );
+}

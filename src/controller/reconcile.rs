@@ -208,7 +208,15 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let prev = pg.status.clone();
     let now = crate::sim::cluster::now_rfc3339();
     let obs = ctx.expect.adjust(&ns, &name, ctx.index.get(&ns, &name));
-    if let Err(errs) = validate(&pg.spec) {
+    let mut errs = validate(&pg.spec).err().unwrap_or_default();
+    // Only before the first instance exists: a running cluster restored
+    // long ago keeps being reconciled if its source member leaves the fleet.
+    if obs.pvcs.is_empty()
+        && let Some(e) = super::restore::unknown_source(&ctx, &pg)
+    {
+        errs.push(e);
+    }
+    if !errs.is_empty() {
         // Touch nothing that runs; only say why.
         let reason = errs.join("; ");
         let was = prev

@@ -32,10 +32,8 @@ pub async fn restore_env(
         .member_cluster
         .clone()
         .unwrap_or_else(|| ctx.member.clone());
-    if source_client(ctx, &member).is_none() {
-        return Err(Error::Finalizer(format!(
-            "spec.bootstrap.fromBackup.memberCluster: {member} is not a member cluster of this fleet"
-        )));
+    if let Some(e) = unknown_source(ctx, pg) {
+        return Err(Error::Finalizer(e));
     }
     let src_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
     let path = crate::backup::repo::repo_path(&backup.repository, &member, &src_ns, &b.cluster);
@@ -80,6 +78,19 @@ pub async fn restored_password(
         .ok()??;
     let bytes = secret.data?.get("password")?.0.clone();
     String::from_utf8(bytes).ok()
+}
+
+/// Why a restore's source cannot be found: a `memberCluster` this fleet
+/// does not have (the spec alone cannot tell; only the manager knows its
+/// members).
+pub fn unknown_source(ctx: &Ctx, pg: &PostgresCluster) -> Option<String> {
+    let b = pg.spec.bootstrap.as_ref()?.from_backup.as_ref()?;
+    let m = b.member_cluster.as_deref()?;
+    source_client(ctx, m).is_none().then(|| {
+        format!(
+            "spec.bootstrap.fromBackup.memberCluster: {m} is not a member cluster of this fleet"
+        )
+    })
 }
 
 /// A client for the member cluster holding a restore's source: this one,

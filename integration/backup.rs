@@ -14,7 +14,7 @@ mod env;
 mod s3;
 
 use env::{Env, NS, connect};
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use pgfleet::backup::dispatch::Dispatcher;
 use pgfleet::backup::repo::BackupEnv;
@@ -286,23 +286,12 @@ async fn a_restore_into_another_member_cluster_holds_the_rows_and_the_sources_pa
     .await;
     // Its Secret carries the source's password, read in pg-a, which is the
     // one the restored data holds.
-    let secret = Api::<Secret>::namespaced(b.clone(), NS)
-        .get("copy-superuser")
-        .await
-        .unwrap();
-    let copy_pw = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
+    let copy_pw = env::password(&b, "copy").await;
     assert!(
         copy_pw == pw,
         "copy-superuser does not hold the source's password"
     );
-    let ip = Api::<Service>::namespaced(b, NS)
-        .get("copy-rw")
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .cluster_ip
-        .unwrap();
+    let ip = env::service_ip(&b, "copy-rw").await;
     assert_eq!(
         ids(&ip, &copy_pw).await,
         (1..=10).collect::<BTreeSet<i64>>()

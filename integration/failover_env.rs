@@ -140,19 +140,11 @@ labels = {{ env = "test" }}
     }
 
     pub async fn service_ip(&self, svc: &str) -> String {
-        let s = Api::<Service>::namespaced(self.client.clone(), NS)
-            .get(svc)
-            .await
-            .unwrap();
-        s.spec.unwrap().cluster_ip.unwrap()
+        service_ip(&self.client, svc).await
     }
 
     pub async fn password(&self, cluster: &str) -> String {
-        let s = Api::<Secret>::namespaced(self.client.clone(), NS)
-            .get(&format!("{cluster}-superuser"))
-            .await
-            .unwrap();
-        String::from_utf8(s.data.unwrap()["password"].0.clone()).unwrap()
+        password(&self.client, cluster).await
     }
 
     pub async fn force_delete_pod(&self, pod: &str) {
@@ -176,6 +168,24 @@ impl Drop for Env {
 }
 
 /// A database session through a Service address.
+/// The ClusterIP of Service `svc` in `NS` of the cluster `client` talks to.
+pub async fn service_ip(client: &kube::Client, svc: &str) -> String {
+    let s = Api::<Service>::namespaced(client.clone(), NS)
+        .get(svc)
+        .await
+        .unwrap();
+    s.spec.unwrap().cluster_ip.unwrap()
+}
+
+/// The superuser password of PostgresCluster `cluster` in `NS`.
+pub async fn password(client: &kube::Client, cluster: &str) -> String {
+    let s = Api::<Secret>::namespaced(client.clone(), NS)
+        .get(&format!("{cluster}-superuser"))
+        .await
+        .unwrap();
+    String::from_utf8(s.data.unwrap()["password"].0.clone()).unwrap()
+}
+
 pub async fn connect(
     host: &str,
     port: u16,

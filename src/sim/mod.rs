@@ -14,6 +14,7 @@ pub mod ipam;
 pub mod kinds;
 pub mod patch;
 pub mod persist;
+pub mod pod_security;
 pub mod process;
 pub mod rbac;
 pub mod resources;

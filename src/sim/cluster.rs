@@ -323,7 +323,7 @@ impl Cluster {
         } else if let Some(m) = v["metadata"].as_object_mut() {
             m.remove("namespace");
         }
-        validate_name(rt, name)?;
+        super::names::validate_object(rt, name, v)?;
         match old {
             Some(o) => {
                 if sub == Sub::Status {
@@ -621,42 +621,4 @@ fn admit_pod(level: Option<PsaLevel>, name: &str, pod: &Value) -> Result<(), Api
     super::pod_security::admit(level, name, pod).map_err(|msg| {
         ApiError::new(403, "Forbidden", msg).with_details(json!({"name": name, "kind": "pods"}))
     })
-}
-
-/// DNS-1123 subdomain names (labels for namespaces), as kube checks them.
-fn validate_name(rt: &ResourceType, name: &str) -> Result<(), ApiError> {
-    let label_only = rt.plural == "namespaces" || rt.plural == "services";
-    let ok_char = |c: char| {
-        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (!label_only && c == '.')
-    };
-    let valid = !name.is_empty()
-        && name.len() <= if label_only { 63 } else { 253 }
-        && name.chars().all(ok_char)
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .last()
-            .is_some_and(|c| c.is_ascii_alphanumeric());
-    if valid || rt.plural == "events" {
-        return Ok(());
-    }
-    let what = if label_only {
-        "RFC 1123 label"
-    } else {
-        "RFC 1123 subdomain"
-    };
-    Err(ApiError::invalid(
-        &rt.kind,
-        name,
-        vec![(
-            "metadata.name".into(),
-            "FieldValueInvalid".into(),
-            format!(
-                "metadata.name: Invalid value: \"{name}\": a lowercase {what} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-            ),
-        )],
-    ))
 }

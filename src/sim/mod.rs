@@ -12,6 +12,7 @@ pub mod gc;
 pub mod hostexec;
 pub mod ipam;
 pub mod kinds;
+pub mod names;
 pub mod patch;
 pub mod persist;
 pub mod pod_security;

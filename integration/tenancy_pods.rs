@@ -10,7 +10,7 @@ mod fleet;
 
 use fleet::*;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::Api;
+use kube::{Api, ResourceExt};
 use kube::api::PostParams;
 use serde_json::json;
 
@@ -28,7 +28,20 @@ async fn database_and_pooler_pods_run_in_a_restricted_namespace() {
     let spec = json!({"clusterSize": 2, "version": "15.18", "storage": {"size": "1Gi"},
                       "pooler": {"enabled": true}});
     f.create("member-1", "tenant", "orders", spec).await;
-    f.wait_healthy("member-1", "tenant", "orders", 2).await;
+    // (`wait_healthy` counts the pooler Pods as instances.)
+    let pgs = f.pgc("member-1", "tenant");
+    eventually("orders Healthy with 2 ready instances", || {
+        let pgs = pgs.clone();
+        async move {
+            let pg = pgs.get("orders").await.map_err(|e| e.to_string())?;
+            let st = pg.status.unwrap_or_default();
+            match st.phase.as_deref() == Some("Healthy") && st.ready_instances == 2 {
+                true => Ok(()),
+                false => Err(format!("{st:?}")),
+            }
+        }
+    })
+    .await;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "tenant");
     let pooler = eventually("the pooler pod Ready", || {
@@ -48,9 +61,13 @@ async fn database_and_pooler_pods_run_in_a_restricted_namespace() {
         }
     })
     .await;
-    let instances = instance_pods(&pods, "orders").await;
+    let instances: Vec<Pod> = instance_pods(&pods, "orders")
+        .await
+        .into_values()
+        .filter(|p| p.labels().get("pgfleet.io/kind").map(String::as_str) == Some("instance"))
+        .collect();
     assert_eq!(instances.len(), 2);
-    for p in instances.values().chain([&pooler]) {
+    for p in instances.iter().chain([&pooler]) {
         let spec = p.spec.as_ref().unwrap();
         assert_eq!(spec.automount_service_account_token, Some(false));
         let psc = spec.security_context.as_ref().unwrap();

@@ -25,7 +25,9 @@ fn obj<T: DeserializeOwned>(v: Value) -> T {
 async fn client_with_token(s: &TestSim, token: &str) -> kube::Client {
     let c = s.cluster();
     let ca = c.cluster.ca_pem.get().unwrap();
-    let path = s.dir.join(format!("token-{}.kubeconfig", &token[..4.min(token.len())]));
+    let path = s
+        .dir
+        .join(format!("token-{}.kubeconfig", &token[..4.min(token.len())]));
     std::fs::write(
         &path,
         pgfleet::sim::kubeconfig_yaml(&c.name, c.addr, token, ca),
@@ -64,7 +66,10 @@ async fn a_secret_creator_cannot_choose_a_service_account_token() {
     let data = created.data.unwrap();
     let issued = String::from_utf8(data["token"].0.clone()).unwrap();
     assert_ne!(issued, chosen, "the creator's token was kept");
-    assert_eq!(data["namespace"].0, b"default", "the namespace is the controller's");
+    assert_eq!(
+        data["namespace"].0, b"default",
+        "the namespace is the controller's"
+    );
 
     // The chosen token authenticates nobody; the issued one is the robot.
     let forged = client_with_token(&s, chosen).await;
@@ -82,8 +87,7 @@ async fn a_secret_creator_cannot_choose_a_service_account_token() {
     );
     assert_eq!(err.code, 403, "authenticated, no role bound: {err:?}");
     assert!(
-        err.message
-            .contains("system:serviceaccount:default:robot"),
+        err.message.contains("system:serviceaccount:default:robot"),
         "{err:?}"
     );
 
@@ -168,8 +172,7 @@ async fn names_and_labels_a_real_api_server_refuses_are_refused() {
     let err = api_err(svcs.create(&pp, &svc(&long)).await);
     assert_eq!(err.code, 422);
     assert!(
-        err.message
-            .contains("must be no more than 63 characters"),
+        err.message.contains("must be no more than 63 characters"),
         "{err:?}"
     );
     svcs.create(&pp, &svc(&"a".repeat(63))).await.unwrap();
@@ -181,10 +184,15 @@ async fn names_and_labels_a_real_api_server_refuses_are_refused() {
     for bad in ["a..b", "a.-b", "Upper", &"a".repeat(254)] {
         let err = api_err(cms.create(&pp, &cm(bad, json!({}))).await);
         assert_eq!(err.code, 422, "{bad}: {err:?}");
-        assert!(err.message.contains("metadata.name: Invalid value"), "{err:?}");
+        assert!(
+            err.message.contains("metadata.name: Invalid value"),
+            "{err:?}"
+        );
     }
     cms.create(&pp, &cm("a.b-c.1", json!({}))).await.unwrap();
-    cms.create(&pp, &cm(&"a".repeat(253), json!({}))).await.unwrap();
+    cms.create(&pp, &cm(&"a".repeat(253), json!({})))
+        .await
+        .unwrap();
     // A label value over 63 characters (a long name copied into a label).
     let err = api_err(
         cms.create(
@@ -202,7 +210,10 @@ async fn names_and_labels_a_real_api_server_refuses_are_refused() {
     // RBAC names are path segments: kube's own `system:` roles are valid.
     let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
     roles
-        .create(&pp, &obj(json!({"metadata": {"name": "system:tenant-reader"}, "rules": []})))
+        .create(
+            &pp,
+            &obj(json!({"metadata": {"name": "system:tenant-reader"}, "rules": []})),
+        )
         .await
         .unwrap();
 }
@@ -284,7 +295,9 @@ async fn a_restricted_namespace_refuses_a_violating_pod_like_kube() {
         .patch(
             "tenant",
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}),
+            ),
         )
         .await
         .unwrap();
@@ -311,7 +324,11 @@ async fn mode_in_pod(pods: &Api<Pod>, pod: &str, path: &str) -> String {
         .await
         .unwrap();
     let mut out = String::new();
-    proc.stdout().unwrap().read_to_string(&mut out).await.unwrap();
+    proc.stdout()
+        .unwrap()
+        .read_to_string(&mut out)
+        .await
+        .unwrap();
     let _ = proc.join().await;
     out.trim().to_string()
 }
@@ -342,7 +359,10 @@ async fn process_runtime_writes_secret_files_owner_only_under_restricted() {
         .await
         .unwrap();
     Api::<ConfigMap>::namespaced(client.clone(), "tenant")
-        .create(&pp, &obj(json!({"metadata": {"name": "cfg"}, "data": {"a": "1"}})))
+        .create(
+            &pp,
+            &obj(json!({"metadata": {"name": "cfg"}, "data": {"a": "1"}})),
+        )
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "tenant");
@@ -370,8 +390,17 @@ async fn process_runtime_writes_secret_files_owner_only_under_restricted() {
         (p.status?.phase.as_deref() == Some("Running")).then_some(())
     })
     .await;
-    assert_eq!(mode_in_pod(&pods, "reader", "/etc/plain/password").await, "600");
-    assert_eq!(mode_in_pod(&pods, "reader", "/etc/moded/password").await, "440");
-    assert_eq!(mode_in_pod(&pods, "reader", "/etc/proj/password").await, "600");
+    assert_eq!(
+        mode_in_pod(&pods, "reader", "/etc/plain/password").await,
+        "600"
+    );
+    assert_eq!(
+        mode_in_pod(&pods, "reader", "/etc/moded/password").await,
+        "440"
+    );
+    assert_eq!(
+        mode_in_pod(&pods, "reader", "/etc/proj/password").await,
+        "600"
+    );
     assert_eq!(mode_in_pod(&pods, "reader", "/etc/cfg/a").await, "644");
 }

@@ -10,8 +10,8 @@ mod fleet;
 
 use fleet::*;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::{Api, ResourceExt};
 use kube::api::PostParams;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,7 +57,11 @@ async fn database_and_pooler_pods_run_in_a_restricted_namespace() {
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            if ready { Ok(p) } else { Err(format!("{:?}", p.status)) }
+            if ready {
+                Ok(p)
+            } else {
+                Err(format!("{:?}", p.status))
+            }
         }
     })
     .await;
@@ -94,7 +98,9 @@ async fn database_and_pooler_pods_run_in_a_restricted_namespace() {
     assert!(
         err.message.starts_with(
             "pods \"debug\" is forbidden: violates PodSecurity \"restricted:latest\": "
-        ) && err.message.contains("runAsUser=0 (container \"shell\" must not set runAsUser=0)"),
+        ) && err
+            .message
+            .contains("runAsUser=0 (container \"shell\" must not set runAsUser=0)"),
         "{err:?}"
     );
     assert!(pods.get_opt("debug").await.unwrap().is_none());

@@ -63,7 +63,10 @@ async fn forge(f: &TestFleet, member: &str, data: serde_json::Value) {
         .unwrap();
 }
 
-async fn stored_data(f: &TestFleet, member: &str) -> Option<std::collections::BTreeMap<String, String>> {
+async fn stored_data(
+    f: &TestFleet,
+    member: &str,
+) -> Option<std::collections::BTreeMap<String, String>> {
     Api::<ConfigMap>::namespaced(f.client(member), control::NAMESPACE)
         .get_opt(&control::object_name("r"))
         .await
@@ -135,7 +138,10 @@ async fn a_forged_control_on_another_member_changes_nothing() {
     assert_eq!(home["state"], "paused");
     assert_eq!(home["revision"], "1");
     let forged = stored_data(&f, "member-2").await.unwrap();
-    assert_eq!(forged["revision"], max, "the forged copy is neither read nor written");
+    assert_eq!(
+        forged["revision"], max,
+        "the forged copy is neither read nor written"
+    );
     command(&e, &f, "resume", None).await.unwrap();
 
     // On the home: approvals of stages the rollout lacks are refused when

@@ -207,7 +207,10 @@ pub fn apply(
         }
         Command::Approve(stage) => {
             if !stages.contains(&stage.as_str()) {
-                bail!("the rollout has no stage {stage:?} (stages: {})", stages.join(", "));
+                bail!(
+                    "the rollout has no stage {stage:?} (stages: {})",
+                    stages.join(", ")
+                );
             }
             s.control.approved.insert(stage.clone());
         }

@@ -191,7 +191,12 @@ impl Engine {
     pub fn failures(&self, pgcs: &[Pgc]) -> u32 {
         let n = pgcs
             .iter()
-            .filter(|p| matches!(plan::pgc_state(&self.spec, p), plan::PgcState::Failed { .. }))
+            .filter(|p| {
+                matches!(
+                    plan::pgc_state(&self.spec, p),
+                    plan::PgcState::Failed { .. }
+                )
+            })
             .count();
         u32::try_from(n).unwrap_or(u32::MAX)
     }

@@ -23,7 +23,11 @@ const QUALIFIED_RE: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
 
 /// kube's `RegexError`: the message, the examples, the regex.
 fn regex_error(msg: &str, re: &str, examples: &[&str]) -> String {
-    let ex: String = examples.iter().map(|e| format!("'{e}', ")).collect::<Vec<_>>().join(" or ");
+    let ex: String = examples
+        .iter()
+        .map(|e| format!("'{e}', "))
+        .collect::<Vec<_>>()
+        .join(" or ");
     format!("{msg} (e.g. {ex}regex used for validation is '{re}')")
 }
 
@@ -135,8 +139,7 @@ fn is_qualified_name_part(s: &str) -> bool {
     let ok = |c: char| c.is_ascii_alphanumeric();
     !s.is_empty()
         && s.len() <= 63
-        && s.chars()
-            .all(|c| ok(c) || c == '-' || c == '_' || c == '.')
+        && s.chars().all(|c| ok(c) || c == '-' || c == '_' || c == '.')
         && s.starts_with(ok)
         && s.ends_with(ok)
 }
@@ -175,7 +178,9 @@ pub fn label_problems(labels: Option<&Value>) -> Vec<(String, String)> {
         }
         let ok = |c: char| c.is_ascii_alphanumeric();
         let val_ok = val.is_empty()
-            || (val.chars().all(|c| ok(c) || c == '-' || c == '_' || c == '.')
+            || (val
+                .chars()
+                .all(|c| ok(c) || c == '-' || c == '_' || c == '.')
                 && val.starts_with(ok)
                 && val.ends_with(ok));
         if !val_ok {
@@ -228,7 +233,10 @@ mod tests {
             ]
         );
         let long = format!("a{}", "b".repeat(63));
-        assert_eq!(dns1035_label(&long), vec!["must be no more than 63 characters"]);
+        assert_eq!(
+            dns1035_label(&long),
+            vec!["must be no more than 63 characters"]
+        );
     }
 
     #[test]
@@ -246,10 +254,14 @@ mod tests {
     #[test]
     fn labels_are_checked_like_kube() {
         let long = "x".repeat(64);
-        let labels = serde_json::json!({"pgfleet.io/cluster": long, "ok": "", "bad key!": "v", "v": "-x"});
+        let labels =
+            serde_json::json!({"pgfleet.io/cluster": long, "ok": "", "bad key!": "v", "v": "-x"});
         let p = label_problems(Some(&labels));
         assert_eq!(p.len(), 3, "{p:?}");
-        assert!(p.iter().any(|(_, m)| m.ends_with("must be no more than 63 characters")));
+        assert!(
+            p.iter()
+                .any(|(_, m)| m.ends_with("must be no more than 63 characters"))
+        );
         assert!(path_segment("system:controller:x").is_empty());
         assert!(!path_segment("a/b").is_empty());
     }

@@ -254,7 +254,7 @@ async fn a_failure_in_the_second_stage_halts_the_rollout_and_names_the_cluster()
     assert!(reason.contains("db/pg00 on member-2"), "{reason}");
     assert!(reason.contains("ImagePullBackOff"), "{reason}");
     // The halt is stored (a restarted manager sees it) and nothing new starts.
-    let stored = control::read(&f.mgr.fleet.members, "r").await;
+    let stored = control::read(e.control_home(), "r").await.unwrap();
     assert_eq!(
         stored.control.state,
         pgfleet::rollout::plan::ControlState::Paused
@@ -287,8 +287,8 @@ async fn a_failure_in_the_second_stage_halts_the_rollout_and_names_the_cluster()
     );
 
     // An operator aborts: the in-flight ones go back, the canary stays.
-    let s = control::apply(stored, &control::Command::Abort, 0, "test").unwrap();
-    control::write(&f.mgr.fleet.members, "r", s).await.unwrap();
+    let s = control::apply(stored, &control::Command::Abort, 0, &[], "test").unwrap();
+    control::write(e.control_home(), "r", s).await.unwrap();
     rounds_until(&e, "the aborted in-flight clusters to revert", |d| {
         d.revert.is_empty() && matches!(d.status.state, RolloutState::Aborted { .. })
     })

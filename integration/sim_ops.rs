@@ -222,7 +222,10 @@ async fn admin_endpoint_sets_faults() {
 
     let (code, _) = admin_request(admin, "GET", "/clusters/a/faults", "wrong", None).await;
     assert_eq!(code, 401);
-    let (code, body) = admin_request(admin, "GET", "/clusters", "", None).await;
+    // The listing needs a cluster's token too (it names servers).
+    let (code, _) = admin_request(admin, "GET", "/clusters", "", None).await;
+    assert_eq!(code, 401);
+    let (code, body) = admin_request(admin, "GET", "/clusters", &token, None).await;
     assert_eq!(code, 200);
     assert!(body.contains(&format!("{}", s.cluster().addr)), "{body}");
 

@@ -9,7 +9,6 @@ use crate::crd::{PostgresBackup, PostgresCluster};
 use crate::fleet::Fleet;
 use crate::rollout::control::{self, Stored};
 use crate::rollout::engine::{Engine, Observation};
-use crate::rollout::plan::{self, PgcState};
 use anyhow::Context;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -80,37 +79,33 @@ pub struct RolloutCommanded {
 }
 
 /// Applies `word` (pause, resume, abort, rollback, approve + `stage`) to
-/// the rollout's stored control and writes it to every reachable member.
+/// the rollout's stored control and writes it to the control home
+/// (`rollout::control`). `_fleet` is unused since controls have one home;
+/// kept so callers need not change.
 pub async fn rollout_command(
     engine: &Engine,
-    fleet: &Arc<Fleet>,
+    _fleet: &Arc<Fleet>,
     obs: &Observation,
     word: &str,
     stage: Option<&str>,
     who: &str,
 ) -> anyhow::Result<RolloutCommanded> {
     let name = &engine.spec.name;
-    if let Some(stage) = stage.filter(|_| word == "approve")
-        && !engine.spec.stages.iter().any(|s| s.name == stage)
-    {
-        anyhow::bail!("rollout {name} has no stage {stage:?}");
+    if let Some(why) = &obs.control_error {
+        anyhow::bail!("rollout {name}: {why}");
     }
     let command = control::parse_command(word, stage)?;
-    let failures = obs
-        .pgcs
-        .iter()
-        .filter(|p| matches!(plan::pgc_state(&engine.spec, p), PgcState::Failed { .. }))
-        .count() as u32;
-    let next = control::apply(obs.stored.clone(), &command, failures, who)?;
-    let reachable: Vec<_> = fleet
-        .members
-        .iter()
-        .filter(|m| obs.members.iter().any(|o| o.name == m.name && o.reachable))
-        .cloned()
-        .collect();
-    control::write(&reachable, name, next.clone()).await?;
+    let stages: Vec<&str> = engine.spec.stages.iter().map(|s| s.name.as_str()).collect();
+    let next = control::apply(
+        obs.stored.clone(),
+        &command,
+        engine.failures(&obs.pgcs),
+        &stages,
+        who,
+    )?;
+    control::write(engine.control_home(), name, next.clone()).await?;
     Ok(RolloutCommanded {
         stored: next,
-        stored_in: reachable.len(),
+        stored_in: 1,
     })
 }

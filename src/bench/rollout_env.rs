@@ -290,8 +290,8 @@ pub async fn halt_run(env: &Env, concurrency: usize, k: usize) -> Result<HaltRun
         }
     })
     .await?;
-    // The engine stores the halt on every member in turn; the first copy
-    // is what `control::read` returns from then on.
+    // The engine stores the halt on its control home (one of the members);
+    // that copy is what `control::read` returns from then on.
     let mut stored = vec![];
     for m in &env.members {
         let cm_name = control::object_name(&name);
@@ -313,6 +313,7 @@ pub async fn halt_run(env: &Env, concurrency: usize, k: usize) -> Result<HaltRun
         );
     }
     let engine = engine(env, &toml, &name)?;
+    let home = engine.control_home().clone();
     let t0 = Instant::now();
     let task = AbortOnDrop(tokio::spawn(engine.run()));
     let halts = futures::future::select_all(stored.iter_mut().map(|s| &mut s.at));
@@ -331,7 +332,7 @@ pub async fn halt_run(env: &Env, concurrency: usize, k: usize) -> Result<HaltRun
         .await
         .ok()
         .and_then(Result::ok);
-    let stored = control::read(&env.mgr.fleet.members, &name).await;
+    let stored = control::read(&home, &name).await?;
     ensure!(
         stored.control.state == ControlState::Paused,
         "{name}: the stored control reads {:?}",

@@ -123,6 +123,10 @@ pub struct Manager {
     pub renew_deadline: HumanDuration,
     /// How often Leases are renewed or tried.
     pub retry_period: HumanDuration,
+    /// The member cluster whose `pgfleet-system` namespace holds the rollout
+    /// controls (the only copy read); unset: the lowest-named cluster. See
+    /// `rollout::control` for why one home.
+    pub control_member: Option<String>,
     pub embedded: Embedded,
 }
 
@@ -144,6 +148,7 @@ impl Default for Manager {
             lease_duration: Checked::new("15s"),
             renew_deadline: Checked::new("10s"),
             retry_period: Checked::new("2s"),
+            control_member: None,
             embedded: Embedded::default(),
         }
     }

@@ -26,6 +26,14 @@ pub(crate) fn validate(settings: &Settings) -> Vec<Problem> {
     v.manager(&settings.manager);
     v.telemetry(&settings.telemetry);
     v.clusters(&settings.clusters);
+    if let Some(home) = &settings.manager.control_member
+        && !settings.clusters.iter().any(|c| &c.name == home)
+    {
+        v.err(
+            vec![Seg::key("manager"), Seg::key("control_member")],
+            "must name one of the [[clusters]] entries",
+        );
+    }
     v.backups(&settings.backups);
     for (name, rollout) in &settings.rollouts {
         v.rollout(name, rollout);

@@ -82,11 +82,14 @@ pub fn pod(o: &Owner, n: u32) -> Value {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": o.namespace, "labels": labels, "ownerReferences": owner_ref(o)},
         "spec": {
-            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": true},
+            "securityContext": super::build::pod_security_context(false),
+            // The pooler never talks to the Kubernetes API.
+            "automountServiceAccountToken": false,
             "enableServiceLinks": false,
             "containers": [{
                 "name": "pgbouncer",
                 "image": DEFAULT_IMAGE,
+                "securityContext": super::build::container_security_context(),
                 "command": ["/bin/sh", "/etc/pgbouncer/start.sh"],
                 "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
                 "ports": [{"name": "pgbouncer", "containerPort": PORT, "protocol": "TCP"}],

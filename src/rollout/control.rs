@@ -1,9 +1,21 @@
 //! Operator commands for a rollout (pause, resume, abort, rollback,
 //! approve), stored durably in Kubernetes (DESIGN §3): a ConfigMap
-//! `pgfleet-rollout-<name>` in namespace `pgfleet-system` of every reachable
-//! member cluster. Each write carries a revision one above the highest seen;
-//! readers take the copy with the highest revision, so a command survives
-//! any single member cluster (or the manager) going away.
+//! `pgfleet-rollout-<name>` in namespace `pgfleet-system` of ONE member
+//! cluster, the control home.
+//!
+//! Why one home: the controls decide what the whole fleet does (an approval
+//! starts a stage on every member), so only a copy the platform team alone
+//! can write may count. The home is `[manager] control_member`, else the
+//! lowest-named configured cluster: a cluster the platform team runs, where
+//! tenants get no rights in `pgfleet-system`. A ConfigMap of that name on any
+//! other member is ignored — a member cluster admin (or anyone who can write
+//! `pgfleet-system` there) cannot approve, resume or un-abort a rollout.
+//! While the home is unreachable nothing new starts (the engine counts the
+//! rollout as paused) and commands fail, rather than trusting another copy.
+//!
+//! What is read is still checked ([`trusted`]): approvals only for stages the
+//! rollout has, acknowledged failures never more than the failures observed,
+//! revisions with checked arithmetic.
 
 use super::plan::{Control, ControlState};
 use crate::fleet::Member;
@@ -28,6 +40,16 @@ pub struct Stored {
 
 pub fn object_name(rollout: &str) -> String {
     format!("pgfleet-rollout-{rollout}")
+}
+
+/// The member whose control counts: `configured` when it names a member,
+/// else the lowest-named member. None only for an empty fleet or a
+/// configured name the fleet does not have (config validation refuses that).
+pub fn home_of(members: &[Arc<Member>], configured: Option<&str>) -> Option<Arc<Member>> {
+    match configured {
+        Some(name) => members.iter().find(|m| m.name == name).cloned(),
+        None => members.iter().min_by(|a, b| a.name.cmp(&b.name)).cloned(),
+    }
 }
 
 fn state_name(s: ControlState) -> &'static str {
@@ -66,30 +88,33 @@ fn from_config_map(cm: &ConfigMap) -> Stored {
     }
 }
 
-/// Reads the newest stored control among the given members (default when
-/// none holds one). Unreachable members are skipped.
-pub async fn read(members: &[Arc<Member>], rollout: &str) -> Stored {
-    let mut best = Stored::default();
-    for m in members {
-        let api: Api<ConfigMap> = Api::namespaced(m.client(), NAMESPACE);
-        match api.get_opt(&object_name(rollout)).await {
-            Ok(Some(cm)) => {
-                let s = from_config_map(&cm);
-                if s.revision > best.revision {
-                    best = s;
-                }
-            }
-            Ok(None) => {}
-            Err(e) => tracing::debug!(cluster = %m.name, error = %e, "reading rollout control"),
-        }
-    }
-    best
+/// What of a stored control the engine may act on: approvals of stages
+/// the rollout has (others are dropped: an approval is consent to one named
+/// stage, and a stage added later must be approved again), and at most
+/// `failures` acknowledged failures (an acknowledgement forgives failures an
+/// operator saw, never future ones).
+pub fn trusted(mut s: Stored, stages: &[&str], failures: u32) -> Stored {
+    s.control.approved.retain(|a| stages.contains(&a.as_str()));
+    s.acknowledged = s.acknowledged.min(failures);
+    s
 }
 
-/// Writes `next` (with a revision above the newest) to every reachable
-/// member; fails only when no member took it.
-pub async fn write(members: &[Arc<Member>], rollout: &str, mut next: Stored) -> anyhow::Result<()> {
-    next.revision = read(members, rollout).await.revision + 1;
+/// Reads the stored control from the home (default when it holds none).
+/// Fails when the home cannot be read: no other copy is trusted instead.
+pub async fn read(home: &Member, rollout: &str) -> anyhow::Result<Stored> {
+    let api: Api<ConfigMap> = Api::namespaced(home.client(), NAMESPACE);
+    let cm = api.get_opt(&object_name(rollout)).await.with_context(|| {
+        format!(
+            "reading the control of rollout {rollout} from its home, member cluster {}",
+            home.name
+        )
+    })?;
+    Ok(cm.as_ref().map(from_config_map).unwrap_or_default())
+}
+
+/// Writes `next` to the home with a revision one above the stored one.
+pub async fn write(home: &Member, rollout: &str, mut next: Stored) -> anyhow::Result<()> {
+    next.revision = next_revision(read(home, rollout).await?.revision)?;
     let approved: Vec<&str> = next.control.approved.iter().map(String::as_str).collect();
     let cm = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
@@ -103,36 +128,34 @@ pub async fn write(members: &[Arc<Member>], rollout: &str, mut next: Stored) -> 
             "revision": next.revision.to_string(),
         },
     });
-    let mut stored = 0;
-    let mut errors = vec![];
-    for m in members {
-        let ns: Api<Namespace> = Api::all(m.client());
-        let nsobj =
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
-        let pp = PatchParams::apply("pgfleet-rollout");
-        let res = async {
-            ns.patch(NAMESPACE, &pp, &Patch::Apply(&nsobj)).await?;
-            Api::<ConfigMap>::namespaced(m.client(), NAMESPACE)
-                .patch(
-                    &object_name(rollout),
-                    &pp.clone().force(),
-                    &Patch::Apply(&cm),
-                )
-                .await
-        }
-        .await;
-        match res {
-            Ok(_) => stored += 1,
-            Err(e) => errors.push(format!("{}: {e}", m.name)),
-        }
-    }
-    if stored == 0 {
-        bail!(
-            "no member cluster could store the rollout control: {}",
-            errors.join("; ")
-        );
-    }
+    let ns: Api<Namespace> = Api::all(home.client());
+    let nsobj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
+    let pp = PatchParams::apply("pgfleet-rollout");
+    ns.patch(NAMESPACE, &pp, &Patch::Apply(&nsobj))
+        .await
+        .with_context(|| format!("creating namespace {NAMESPACE} on {}", home.name))?;
+    Api::<ConfigMap>::namespaced(home.client(), NAMESPACE)
+        .patch(
+            &object_name(rollout),
+            &pp.clone().force(),
+            &Patch::Apply(&cm),
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "storing the control of rollout {rollout} on its home, member cluster {}",
+                home.name
+            )
+        })?;
     Ok(())
+}
+
+/// The revision after `current`; an exhausted counter is an error, never a
+/// wrap to 0 or a panic.
+pub fn next_revision(current: u64) -> anyhow::Result<u64> {
+    current.checked_add(1).with_context(|| {
+        format!("the stored rollout control has revision {current}, the highest there is; delete the ConfigMap to start over")
+    })
 }
 
 /// An operator command.
@@ -147,8 +170,15 @@ pub enum Command {
 }
 
 /// Applies a command to the stored control; `failures` is the number of
-/// failed PostgresClusters right now (for `Resume`).
-pub fn apply(mut s: Stored, cmd: &Command, failures: u32, who: &str) -> anyhow::Result<Stored> {
+/// failed PostgresClusters right now (for `Resume`); `stages` the rollout's
+/// stage names (only those can be approved).
+pub fn apply(
+    mut s: Stored,
+    cmd: &Command,
+    failures: u32,
+    stages: &[&str],
+    who: &str,
+) -> anyhow::Result<Stored> {
     match cmd {
         Command::Pause => {
             s.control.state = ControlState::Paused;
@@ -176,6 +206,12 @@ pub fn apply(mut s: Stored, cmd: &Command, failures: u32, who: &str) -> anyhow::
             s.control.reason = Some(format!("rolled back by {who}"));
         }
         Command::Approve(stage) => {
+            if !stages.contains(&stage.as_str()) {
+                bail!(
+                    "the rollout has no stage {stage:?} (stages: {})",
+                    stages.join(", ")
+                );
+            }
             s.control.approved.insert(stage.clone());
         }
     }
@@ -198,4 +234,47 @@ pub fn parse_command(word: &str, stage: Option<&str>) -> anyhow::Result<Command>
             bail!("unknown rollout command {other:?} (pause, resume, abort, rollback, approve)")
         }
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revisions_never_wrap() {
+        assert_eq!(next_revision(41).unwrap(), 42);
+        assert!(next_revision(u64::MAX).is_err());
+    }
+
+    #[test]
+    fn only_real_stages_are_approved_and_acknowledgements_are_clamped() {
+        let mut s = Stored::default();
+        s.control.approved = ["canary", "all", "../x"].map(String::from).into();
+        s.acknowledged = u32::MAX;
+        let t = trusted(s, &["canary", "rest"], 2);
+        assert_eq!(
+            t.control.approved.into_iter().collect::<Vec<_>>(),
+            vec!["canary"]
+        );
+        assert_eq!(t.acknowledged, 2);
+        let err = apply(
+            Stored::default(),
+            &Command::Approve("bogus".into()),
+            0,
+            &["canary"],
+            "t",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("no stage \"bogus\""), "{err}");
+        let ok = apply(
+            Stored::default(),
+            &Command::Approve("canary".into()),
+            0,
+            &["canary"],
+            "t",
+        )
+        .unwrap();
+        assert!(ok.control.approved.contains("canary"));
+    }
 }

@@ -31,6 +31,9 @@ pub struct Observation {
     pub members: Vec<Member>,
     pub pgcs: Vec<Pgc>,
     pub stored: Stored,
+    /// Why the control could not be read from its home (then `stored` is a
+    /// pause that exists only in memory and commands are refused).
+    pub control_error: Option<String>,
     /// Unreachable members this engine never listed: their PostgresClusters
     /// are unknown, so the rollout can neither count them nor finish.
     pub unknown: Vec<String>,
@@ -40,6 +43,8 @@ pub struct Engine {
     pub spec: RolloutSpec,
     config: Rollout,
     fleet: Arc<Fleet>,
+    /// The member holding the only trusted copy of the control.
+    home: Arc<crate::fleet::Member>,
     windows: BTreeMap<String, Option<crate::config::window::Window>>,
     clock: Arc<dyn Clock>,
     /// The last listing of each member: while one is unreachable its
@@ -85,7 +90,12 @@ impl Engine {
             .get(name)
             .cloned()
             .ok_or_else(|| anyhow::anyhow!("no rollout named {name:?} in [rollouts]"))?;
+        let home = control::home_of(&fleet.members, settings.manager.control_member.as_deref())
+            .ok_or_else(|| {
+                anyhow::anyhow!("[manager] control_member names no member cluster of the fleet")
+            })?;
         Ok(Engine {
+            home,
             trace: crate::telemetry::rollout::RolloutTrace::new(
                 name,
                 &config.version().to_string(),
@@ -162,12 +172,66 @@ impl Engine {
             pgcs.extend(mine.iter().cloned());
             seen.insert(m.name.clone(), mine);
         }
-        let stored = control::read(&reachable, &self.spec.name).await;
+        let (stored, control_error) = self.read_control(&reachable, &pgcs).await;
         Observation {
             members,
             pgcs,
             stored,
+            control_error,
             unknown,
+        }
+    }
+
+    /// The member whose control ConfigMap is the only one read and written.
+    pub fn control_home(&self) -> &Arc<crate::fleet::Member> {
+        &self.home
+    }
+
+    /// Failed PostgresClusters now (what a resume acknowledges).
+    pub fn failures(&self, pgcs: &[Pgc]) -> u32 {
+        let n = pgcs
+            .iter()
+            .filter(|p| {
+                matches!(
+                    plan::pgc_state(&self.spec, p),
+                    plan::PgcState::Failed { .. }
+                )
+            })
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// The control from its home, checked against this rollout
+    /// ([`control::trusted`]). When the home cannot be read the rollout
+    /// counts as paused (in memory only): nothing starts on an untrusted or
+    /// unknown control.
+    async fn read_control(
+        &self,
+        reachable: &[Arc<crate::fleet::Member>],
+        pgcs: &[Pgc],
+    ) -> (Stored, Option<String>) {
+        let read = if reachable.iter().any(|m| m.name == self.home.name) {
+            control::read(&self.home, &self.spec.name).await
+        } else {
+            Err(anyhow::anyhow!(
+                "member cluster {} (the rollout control home) is unreachable",
+                self.home.name
+            ))
+        };
+        match read {
+            Ok(s) => {
+                let stages: Vec<&str> = self.spec.stages.iter().map(|s| s.name.as_str()).collect();
+                (control::trusted(s, &stages, self.failures(pgcs)), None)
+            }
+            Err(e) => {
+                let why = format!("{e:#}");
+                let mut s = Stored::default();
+                s.control.state = ControlState::Paused;
+                s.control.reason = Some(format!(
+                    "the rollout control cannot be read ({why}); nothing new starts until it can"
+                ));
+                (s, Some(why))
+            }
         }
     }
 
@@ -320,6 +384,7 @@ impl Engine {
         }
         if let Some(h) = &d.halt
             && obs.stored.control.state == ControlState::Active
+            && obs.control_error.is_none()
         {
             let mut next = obs.stored.clone();
             next.control.state = match h.on_failure {
@@ -329,10 +394,8 @@ impl Engine {
             };
             next.control.reason = Some(h.reason.clone());
             tracing::warn!(rollout = %name, reason = %h.reason, "rollout halted");
-            let members = self.reachable(obs);
-            let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
-            let span = self.trace.halt_span(&names.join(","), root);
-            control::write(&members, name, next)
+            let span = self.trace.halt_span(&self.home.name, root);
+            control::write(&self.home, name, next)
                 .instrument(span)
                 .await?;
         }

@@ -1,9 +1,10 @@
 //! The sim's admin endpoint, on its own port so it stays reachable while a
 //! cluster refuses connections: fault injection per cluster, dropping
 //! watches, and compacting watch history. Requests carry the addressed
-//! cluster's bearer token.
+//! cluster's bearer token; every route, the listing too, answers 401 without
+//! one.
 //!
-//! - `GET  /clusters` — names and servers
+//! - `GET  /clusters` — names and servers of the clusters the token administers
 //! - `GET|PUT /clusters/{name}/faults` — a `FaultSpec` JSON
 //! - `POST /clusters/{name}/drop-watches`
 //! - `POST /clusters/{name}/compact`
@@ -52,27 +53,52 @@ pub async fn serve(clusters: &[SimCluster]) -> anyhow::Result<SocketAddr> {
     Ok(addr)
 }
 
-fn authorized(map: &Clusters, name: &str, h: &HeaderMap) -> Result<Arc<Cluster>, StatusCode> {
-    let (c, token, _) = map.get(name).ok_or(StatusCode::NOT_FOUND)?;
-    let given = h
-        .get("authorization")
+fn bearer(h: &HeaderMap) -> &str {
+    h.get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    if given == token.as_str() {
+        .map(str::trim)
+        .unwrap_or_default()
+}
+
+/// Whether `given` is `token` (compared in constant time).
+fn token_matches(given: &str, token: &str) -> bool {
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// 401 for a wrong token; an unknown cluster is also 401 (not 404), so the
+/// endpoint does not tell strangers which clusters exist.
+fn authorized(map: &Clusters, name: &str, h: &HeaderMap) -> Result<Arc<Cluster>, StatusCode> {
+    let (c, token, _) = map.get(name).ok_or(StatusCode::UNAUTHORIZED)?;
+    if token_matches(bearer(h), token) {
         Ok(c.clone())
     } else {
         Err(StatusCode::UNAUTHORIZED)
     }
 }
 
-async fn list(State(map): State<Clusters>) -> Json<serde_json::Value> {
+/// The clusters the caller's token administers (401 when none): the list
+/// names servers, which is only for whoever may already talk to them.
+async fn list(
+    State(map): State<Clusters>,
+    h: HeaderMap,
+) -> Result<Json<serde_json::Value>, StatusCode> {
+    let given = bearer(&h);
     let mut names: Vec<_> = map
         .iter()
+        .filter(|(_, (_, t, _))| !given.is_empty() && token_matches(given, t))
         .map(|(n, (_, _, a))| serde_json::json!({"name": n, "server": format!("https://{a}")}))
         .collect();
+    if names.is_empty() {
+        return Err(StatusCode::UNAUTHORIZED);
+    }
     names.sort_by_key(|v| v["name"].as_str().unwrap_or_default().to_string());
-    Json(serde_json::json!({ "clusters": names }))
+    Ok(Json(serde_json::json!({ "clusters": names })))
 }
 
 async fn get_faults(

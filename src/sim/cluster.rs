@@ -6,6 +6,7 @@ use super::error::ApiError;
 use super::faults::Faults;
 use super::ipam::Ipam;
 use super::patch;
+use super::pod_security::Level as PsaLevel;
 use super::resources::{Registry, ResKey, ResourceType};
 use super::runtime::Runtime;
 use super::schema;
@@ -141,6 +142,22 @@ impl Cluster {
         }
     }
 
+    /// The Pod Security level the namespace enforces on new Pods (read before
+    /// the store is locked for the write; None for other kinds).
+    fn pod_security_level(&self, rt: &ResourceType, ns: &str) -> Option<PsaLevel> {
+        if rt.group.is_empty() && rt.plural == "pods" {
+            let key = ResKey {
+                group: String::new(),
+                plural: "namespaces".into(),
+            };
+            self.store
+                .get(&key, "", ns)
+                .and_then(|n| PsaLevel::of_namespace(&n.value))
+        } else {
+            None
+        }
+    }
+
     /// POST: creates an object (name or generateName).
     pub fn create(
         &self,
@@ -177,6 +194,7 @@ impl Cluster {
             )));
         }
         self.check_namespace(rt, ns)?;
+        let psa = self.pod_security_level(rt, ns);
         let mut dry = None;
         let out = self.store.mutate(&rt.key(), ns, &name, |cur| {
             if cur.is_some() {
@@ -184,6 +202,7 @@ impl Cluster {
             }
             let mut v = obj;
             self.finish(rt, ns, &name, None, &mut v, Sub::Main, opts.strict)?;
+            admit_pod(psa, &name, &v)?;
             patch::record_update(None, &mut v, &opts.field_manager, &now_rfc3339());
             if opts.dry_run {
                 dry = Some(v);
@@ -220,6 +239,7 @@ impl Cluster {
         if create_missing {
             self.check_namespace(rt, ns)?;
         }
+        let psa = self.pod_security_level(rt, ns);
         let mut dry = None;
         let out = self.store.mutate(&rt.key(), ns, name, |cur| {
             let old = cur.map(|c| &c.value);
@@ -251,6 +271,9 @@ impl Cluster {
                 .then(|| v.pointer("/metadata/managedFields").cloned())
                 .flatten();
             self.finish(rt, ns, name, old, &mut v, sub, opts.strict)?;
+            if old.is_none() {
+                admit_pod(psa, name, &v)?;
+            }
             if let Some(mf) = applied_fields {
                 v["metadata"]["managedFields"] = mf;
             }
@@ -300,7 +323,7 @@ impl Cluster {
         } else if let Some(m) = v["metadata"].as_object_mut() {
             m.remove("namespace");
         }
-        validate_name(rt, name)?;
+        super::names::validate_object(rt, name, v)?;
         match old {
             Some(o) => {
                 if sub == Sub::Status {
@@ -590,40 +613,12 @@ fn spec_part(v: &Value) -> Value {
     v
 }
 
-/// DNS-1123 subdomain names (labels for namespaces), as kube checks them.
-fn validate_name(rt: &ResourceType, name: &str) -> Result<(), ApiError> {
-    let label_only = rt.plural == "namespaces" || rt.plural == "services";
-    let ok_char = |c: char| {
-        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (!label_only && c == '.')
-    };
-    let valid = !name.is_empty()
-        && name.len() <= if label_only { 63 } else { 253 }
-        && name.chars().all(ok_char)
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .last()
-            .is_some_and(|c| c.is_ascii_alphanumeric());
-    if valid || rt.plural == "events" {
+/// Pod Security admission of a new Pod (kube answers 403 Forbidden).
+fn admit_pod(level: Option<PsaLevel>, name: &str, pod: &Value) -> Result<(), ApiError> {
+    let Some(level) = level else {
         return Ok(());
-    }
-    let what = if label_only {
-        "RFC 1123 label"
-    } else {
-        "RFC 1123 subdomain"
     };
-    Err(ApiError::invalid(
-        &rt.kind,
-        name,
-        vec![(
-            "metadata.name".into(),
-            "FieldValueInvalid".into(),
-            format!(
-                "metadata.name: Invalid value: \"{name}\": a lowercase {what} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-            ),
-        )],
-    ))
+    super::pod_security::admit(level, name, pod).map_err(|msg| {
+        ApiError::new(403, "Forbidden", msg).with_details(json!({"name": name, "kind": "pods"}))
+    })
 }

@@ -37,6 +37,7 @@ pub fn on_write(
         ("apiextensions.k8s.io", "customresourcedefinitions") => crd(rt, v),
         ("", "secrets") => {
             secret_string_data(v);
+            secret_type_immutable(old, v)?;
             service_account_token(cluster, old, v);
             Ok(())
         }
@@ -122,25 +123,34 @@ fn secret_string_data(v: &mut Value) {
 /// Secret gets a token, the namespace and the cluster CA, so
 /// `deploy/member/make-kubeconfig.sh` can turn it into a kubeconfig. (Done on
 /// create rather than a moment later; clients wait for the field either way.)
-/// A write that drops them (a re-apply of the manifest) keeps the old ones:
-/// the token must not change under the kubeconfigs made from it.
+///
+/// Only the controller fills these keys: whatever the writer put there is
+/// replaced. Tokens here are opaque strings looked up among these Secrets
+/// (no signature a real cluster would verify), so a creator-chosen token
+/// would let anyone who may create a Secret authenticate as a service
+/// account with a token they picked. Any later write keeps the issued token:
+/// it must not change under the kubeconfigs made from it.
 fn service_account_token(cluster: &Cluster, old: Option<&Value>, v: &mut Value) {
     use base64::Engine;
-    if v.get("type").and_then(Value::as_str) != Some(super::server::SA_TOKEN_TYPE)
-        || v.pointer("/data/token").is_some()
-    {
+    if v.get("type").and_then(Value::as_str) != Some(super::server::SA_TOKEN_TYPE) {
         return;
     }
-    if let Some(data) = old
+    if !v.get("data").is_some_and(Value::is_object) {
+        v["data"] = json!({});
+    }
+    let issued = old
+        .filter(|o| o.get("type").and_then(Value::as_str) == Some(super::server::SA_TOKEN_TYPE))
         .and_then(|o| o.get("data"))
-        .filter(|d| d.get("token").is_some())
-    {
-        if !v.get("data").is_some_and(Value::is_object) {
-            v["data"] = json!({});
-        }
+        .filter(|d| d.get("token").is_some());
+    if let Some(data) = issued {
         for k in ["token", "namespace", "ca.crt"] {
-            if let Some(x) = data.get(k) {
-                v["data"][k] = x.clone();
+            match data.get(k) {
+                Some(x) => v["data"][k] = x.clone(),
+                None => {
+                    if let Some(m) = v["data"].as_object_mut() {
+                        m.remove(k);
+                    }
+                }
             }
         }
         return;
@@ -156,14 +166,42 @@ fn service_account_token(cluster: &Cluster, old: Option<&Value>, v: &mut Value) 
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    if !v.get("data").is_some_and(Value::is_object) {
-        v["data"] = json!({});
-    }
     v["data"]["token"] = b64(&token);
     v["data"]["namespace"] = b64(&ns);
-    if let Some(ca) = cluster.ca_pem.get() {
-        v["data"]["ca.crt"] = b64(ca);
+    match cluster.ca_pem.get() {
+        Some(ca) => v["data"]["ca.crt"] = b64(ca),
+        None => {
+            if let Some(m) = v["data"].as_object_mut() {
+                m.remove("ca.crt");
+            }
+        }
     }
+}
+
+/// A Secret's type cannot change (kube: "field is immutable"); otherwise an
+/// Opaque Secret holding a chosen `token` could become a token Secret.
+fn secret_type_immutable(old: Option<&Value>, v: &Value) -> Result<(), ApiError> {
+    let Some(o) = old else { return Ok(()) };
+    let (before, after) = (
+        o.get("type").and_then(Value::as_str).unwrap_or("Opaque"),
+        v.get("type").and_then(Value::as_str).unwrap_or("Opaque"),
+    );
+    if before == after {
+        return Ok(());
+    }
+    let name = v
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    Err(ApiError::invalid(
+        "Secret",
+        name,
+        vec![(
+            "type".into(),
+            "FieldValueInvalid".into(),
+            format!("type: Invalid value: {after:?}: field is immutable"),
+        )],
+    ))
 }
 
 fn pod_defaults(v: &mut Value) {

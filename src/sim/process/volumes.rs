@@ -141,17 +141,24 @@ fn label(pod: &Value, field: &str, k: &str) -> String {
         .to_string()
 }
 
-/// Writes a file by rename (readers see the old or the new content).
+/// Writes a file by rename (readers see the old or the new content). The
+/// file is created with `mode` already (never briefly world-readable).
 pub fn write_file(user: &RunUser, path: &Path, data: &[u8], mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     if let Some(parent) = path.parent() {
-        user.dir(parent, 0o755)?;
+        user.dir(parent, 0o750)?;
     }
     let tmp = path.with_file_name(format!(
         ".{}.tmp",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
     ));
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode & 0o777)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
     f.write_all(data)
         .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
@@ -233,6 +240,13 @@ fn downward_files(pod: &Value, items: &[Value], mode: u32) -> anyhow::Result<Vec
         .collect()
 }
 
+/// The mode of Secret files without `defaultMode`/`mode`: owner-only. Every
+/// container of this runtime shares the host's filesystem, so a readable
+/// file is readable by every other user of the machine (kubelet's 0644 is
+/// safe only behind its own 0750 pod directories and mount namespaces).
+/// The owner is the user containers run as, so the Pod still reads them.
+pub const SECRET_MODE: u32 = 0o600;
+
 /// The files a generated volume holds now; None for volumes that are plain
 /// directories (PVC, emptyDir, hostPath).
 pub fn generated_files(c: &Cluster, pod: &Value, vol: &Value) -> anyhow::Result<Option<Vec<File>>> {
@@ -247,7 +261,7 @@ pub fn generated_files(c: &Cluster, pod: &Value, vol: &Value) -> anyhow::Result<
         return object_files(c, ns, src, false, 0o644).map(Some);
     }
     if let Some(src) = vol.get("secret") {
-        return object_files(c, ns, src, true, 0o644).map(Some);
+        return object_files(c, ns, src, true, SECRET_MODE).map(Some);
     }
     if let Some(src) = vol.get("downwardAPI") {
         let items = src
@@ -259,6 +273,8 @@ pub fn generated_files(c: &Cluster, pod: &Value, vol: &Value) -> anyhow::Result<
     }
     if let Some(src) = vol.get("projected") {
         let mode = default_mode(src, 0o644);
+        // Credentials stay owner-only unless the Pod asks otherwise.
+        let secret_mode = default_mode(src, SECRET_MODE);
         let mut files = vec![];
         for s in src
             .get("sources")
@@ -267,7 +283,7 @@ pub fn generated_files(c: &Cluster, pod: &Value, vol: &Value) -> anyhow::Result<
             .flatten()
         {
             if let Some(x) = s.get("secret") {
-                files.extend(object_files(c, ns, x, true, mode)?);
+                files.extend(object_files(c, ns, x, true, secret_mode)?);
             } else if let Some(x) = s.get("configMap") {
                 files.extend(object_files(c, ns, x, false, mode)?);
             } else if let Some(x) = s.get("downwardAPI") {
@@ -282,7 +298,7 @@ pub fn generated_files(c: &Cluster, pod: &Value, vol: &Value) -> anyhow::Result<
                     "" => "token",
                     p => p,
                 };
-                files.push((path.to_string(), b"sim-token".to_vec(), mode));
+                files.push((path.to_string(), b"sim-token".to_vec(), secret_mode));
             }
         }
         return Ok(Some(files));
@@ -361,7 +377,8 @@ pub fn prepare(
             let files = generated_files(c, pod, vol)
                 .with_context(|| format!("volume {name}"))?
                 .with_context(|| format!("volume {name}: unsupported volume type"))?;
-            user.dir(&d, 0o755)?;
+            // Not listable by other users of the machine (it may hold Secrets).
+            user.dir(&d, 0o750)?;
             for (path, data, mode) in files {
                 if path.split('/').any(|p| p == "..") || path.starts_with('/') {
                     bail!("volume {name}: bad item path {path}");

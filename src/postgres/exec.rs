@@ -164,8 +164,8 @@ mod tests {
     /// finishes when both are read together, and only the caps are kept.
     #[tokio::test]
     async fn chatty_streams_are_read_together_and_capped() {
-        let (mut out_w, out_r) = tokio::io::simplex(1024);
-        let (mut err_w, err_r) = tokio::io::simplex(1024);
+        let (out_r, mut out_w) = tokio::io::simplex(1024);
+        let (err_r, mut err_w) = tokio::io::simplex(1024);
         let writer = tokio::spawn(async move {
             // stderr first: a sequential reader of stdout would deadlock here.
             for _ in 0..200 {
@@ -187,7 +187,7 @@ mod tests {
 
     #[tokio::test]
     async fn short_output_is_kept_whole() {
-        let (mut w, r) = tokio::io::simplex(64);
+        let (r, mut w) = tokio::io::simplex(64);
         tokio::spawn(async move {
             w.write_all(b"{\"ok\":true}\n").await.ok();
         });

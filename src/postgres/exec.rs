@@ -171,10 +171,11 @@ mod tests {
             for _ in 0..200 {
                 err_w.write_all(&[b'e'; 1024]).await.ok();
             }
-            drop(err_w);
+            err_w.shutdown().await.ok();
             for _ in 0..64 {
                 out_w.write_all(&[b'o'; 1024]).await.ok();
             }
+            out_w.shutdown().await.ok();
         });
         let (out, err) = tokio::join!(read_capped(out_r, 10_000), read_capped(err_r, 4096));
         writer.await.ok();
@@ -190,6 +191,7 @@ mod tests {
         let (r, mut w) = tokio::io::simplex(64);
         tokio::spawn(async move {
             w.write_all(b"{\"ok\":true}\n").await.ok();
+            w.shutdown().await.ok();
         });
         let c = read_capped(r, STDOUT_CAP).await;
         assert_eq!(c.text(), "{\"ok\":true}\n");

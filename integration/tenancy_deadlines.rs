@@ -58,7 +58,9 @@ async fn pooled_cluster(f: &TestFleet) -> String {
         json!({"clusterSize": 2, "version": "15", "pooler": {"enabled": true, "instances": 1}}),
     )
     .await;
-    let pg = f.wait_healthy(M, "shop", "orders", 2).await;
+    // Not `wait_healthy`: it counts every pod of the cluster, the pooler's too.
+    healthy(&f.client(M), "orders").await;
+    let pg = f.pgc(M, "shop").get("orders").await.unwrap();
     let pods: Api<Pod> = Api::namespaced(f.client(M), "shop");
     eventually("the pooler pod running", || {
         let pods = pods.clone();
@@ -470,7 +472,8 @@ async fn run_manages_the_healthy_member_and_reports_the_broken_ones() {
     assert!(!format!("{clusters:?}").contains("hunter2"));
     let good = client_from(&m.kubeconfig(&dir.join("state"), "good")).await;
     crd_served(&good, "good").await;
-    create(&good, "orders").await;
-    healthy(&good, "orders").await;
+    // Not "orders": `pgfleet run` applies the samples, which include it.
+    create(&good, "deadlines").await;
+    healthy(&good, "deadlines").await;
     assert!(!m.output().contains("hunter2"));
 }

@@ -65,7 +65,10 @@ async fn pooled_cluster(f: &TestFleet) -> String {
     eventually("the pooler pod running", || {
         let pods = pods.clone();
         async move {
-            let p = pods.get("orders-pooler-1").await.map_err(|e| e.to_string())?;
+            let p = pods
+                .get("orders-pooler-1")
+                .await
+                .map_err(|e| e.to_string())?;
             let phase = p.status.and_then(|s| s.phase);
             (phase.as_deref() == Some("Running"))
                 .then_some(())
@@ -214,7 +217,11 @@ async fn a_chatty_command_returns_with_its_output_capped() {
     match err {
         ExecError::Verb { message, .. } => {
             assert!(message.len() < STDERR_CAP + 512, "{}", message.len());
-            assert!(message.contains("more bytes not kept"), "{}", &message[..200]);
+            assert!(
+                message.contains("more bytes not kept"),
+                "{}",
+                &message[..200]
+            );
         }
         other => panic!("expected the command's failure, got {other}"),
     }
@@ -233,7 +240,9 @@ async fn manager_with(
         dir.display()
     );
     for n in names {
-        toml.push_str(&format!("\n[[clusters]]\nname = \"{n}\"\nembedded = true\n"));
+        toml.push_str(&format!(
+            "\n[[clusters]]\nname = \"{n}\"\nembedded = true\n"
+        ));
     }
     toml.push_str(extra);
     let settings = pgfleet::config::load_str(&toml, "test")
@@ -255,7 +264,11 @@ async fn crd_served(client: &kube::Client, what: &str) {
     let api: Api<PostgresCluster> = Api::all(client.clone());
     eventually(&format!("the PostgresCluster CRD served in {what}"), || {
         let api = api.clone();
-        async move { api.list(&ListParams::default()).await.map_err(|e| e.to_string()) }
+        async move {
+            api.list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())
+        }
     })
     .await;
 }
@@ -317,7 +330,10 @@ async fn a_call_to_a_slow_member_times_out_and_the_others_are_managed() {
         .expect_err("the call to the slow member fails");
     assert!(pgfleet::fleet::deadline::is_timeout(&err), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("/apis/pgfleet.io/v1/postgresclusters"), "{msg}");
+    assert!(
+        msg.contains("/apis/pgfleet.io/v1/postgresclusters"),
+        "{msg}"
+    );
     create(&fast, "orders").await;
     healthy(&fast, "orders").await;
     let slow_member = mgr.fleet.get("slow").unwrap().clone();
@@ -411,7 +427,10 @@ fn config_check_reports_every_unusable_kubeconfig() {
     assert_ne!(code, 0, "{out}{err}");
     assert!(err.contains("garbage.kubeconfig"), "{err}");
     assert!(err.contains("missing.kubeconfig"), "{err}");
-    assert!(err.contains("bad-garbage") && err.contains("bad-missing"), "{err}");
+    assert!(
+        err.contains("bad-garbage") && err.contains("bad-missing"),
+        "{err}"
+    );
     assert!(!err.contains("hunter2"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -467,8 +486,14 @@ async fn run_manages_the_healthy_member_and_reports_the_broken_ones() {
             .unwrap_or("")
             .to_string()
     };
-    assert!(reason("bad-garbage").contains("garbage.kubeconfig"), "{clusters:?}");
-    assert!(reason("bad-missing").contains("missing.kubeconfig"), "{clusters:?}");
+    assert!(
+        reason("bad-garbage").contains("garbage.kubeconfig"),
+        "{clusters:?}"
+    );
+    assert!(
+        reason("bad-missing").contains("missing.kubeconfig"),
+        "{clusters:?}"
+    );
     assert!(!format!("{clusters:?}").contains("hunter2"));
     let good = client_from(&m.kubeconfig(&dir.join("state"), "good")).await;
     crd_served(&good, "good").await;

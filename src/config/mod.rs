@@ -16,6 +16,7 @@
 //! `pgfleet config check`.
 
 pub mod backups;
+mod bounds;
 pub mod choices;
 mod env;
 mod error;
@@ -23,7 +24,6 @@ mod lines;
 mod load;
 mod report;
 pub mod rollouts;
-mod bounds;
 mod schema;
 pub mod selector;
 mod validate;

@@ -6,9 +6,9 @@
 
 use std::collections::BTreeMap;
 
+use super::bounds;
 use super::error::Seg;
 use super::selector::{check_label_key, check_label_value, is_dns_label};
-use super::bounds;
 use super::values::Checked;
 use super::{ClusterEntry, Manager, Settings, Telemetry};
 
@@ -115,8 +115,16 @@ impl Checker {
         if m.state_dir.as_os_str().is_empty() {
             self.err(at(&base, "state_dir"), "must not be empty");
         }
-        self.duration(at(&base, "probe_interval"), &m.probe_interval, bounds::PROBE_INTERVAL);
-        self.duration(at(&base, "probe_timeout"), &m.probe_timeout, bounds::PROBE_TIMEOUT);
+        self.duration(
+            at(&base, "probe_interval"),
+            &m.probe_interval,
+            bounds::PROBE_INTERVAL,
+        );
+        self.duration(
+            at(&base, "probe_timeout"),
+            &m.probe_timeout,
+            bounds::PROBE_TIMEOUT,
+        );
         self.duration(
             at(&base, "api_request_timeout"),
             &m.api_request_timeout,
@@ -164,9 +172,21 @@ impl Checker {
                 "must not be empty (leave the key out to generate one)",
             );
         }
-        self.duration(at(base, "lease_duration"), &m.lease_duration, bounds::LEASE_DURATION);
-        self.duration(at(base, "renew_deadline"), &m.renew_deadline, bounds::RENEW_DEADLINE);
-        self.duration(at(base, "retry_period"), &m.retry_period, bounds::RETRY_PERIOD);
+        self.duration(
+            at(base, "lease_duration"),
+            &m.lease_duration,
+            bounds::LEASE_DURATION,
+        );
+        self.duration(
+            at(base, "renew_deadline"),
+            &m.renew_deadline,
+            bounds::RENEW_DEADLINE,
+        );
+        self.duration(
+            at(base, "retry_period"),
+            &m.retry_period,
+            bounds::RETRY_PERIOD,
+        );
         let (d, r, p) = (
             m.lease_duration.parsed(),
             m.renew_deadline.parsed(),

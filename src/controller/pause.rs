@@ -111,7 +111,10 @@ impl Drop for Paused {
             std::mem::take(&mut self.pods),
         );
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::error!(?pods, "no runtime to send RESUME from; poolers may stay paused");
+            tracing::error!(
+                ?pods,
+                "no runtime to send RESUME from; poolers may stay paused"
+            );
             return;
         };
         rt.spawn(resume_with_retries(client, ns, pods));

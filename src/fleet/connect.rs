@@ -66,12 +66,18 @@ async fn load_config(path: &Path, context: Option<&str>) -> anyhow::Result<kube:
         anyhow::bail!("kubeconfig {shown} is empty");
     }
     let kc = kube::config::Kubeconfig::read_from(path).map_err(|_| {
-        anyhow::anyhow!("kubeconfig {shown} is not a valid kubeconfig (YAML with clusters, contexts and users)")
+        anyhow::anyhow!(
+            "kubeconfig {shown} is not a valid kubeconfig (YAML with clusters, contexts and users)"
+        )
     })?;
     if kc.contexts.is_empty() || kc.clusters.is_empty() {
         anyhow::bail!(
             "kubeconfig {shown} names no {} (still the placeholder? see docs/deploy.md)",
-            if kc.contexts.is_empty() { "context" } else { "cluster" }
+            if kc.contexts.is_empty() {
+                "context"
+            } else {
+                "cluster"
+            }
         );
     }
     let opts = kube::config::KubeConfigOptions {
@@ -141,7 +147,10 @@ mod tests {
 
         let missing = garbage.with_file_name("missing.kubeconfig");
         let e = check_kubeconfig(&missing, None, false).expect_err("missing");
-        assert!(e.contains("missing.kubeconfig") && e.contains("no such file"), "{e}");
+        assert!(
+            e.contains("missing.kubeconfig") && e.contains("no such file"),
+            "{e}"
+        );
 
         let placeholder = tmp(
             "placeholder.kubeconfig",

@@ -33,14 +33,9 @@ pub fn is_long_lived(method: &http::Method, uri: &http::Uri, upgrade: bool) -> b
         return true;
     }
     let path = uri.path();
-    if [
-        "/exec",
-        "/attach",
-        "/portforward",
-        "/proxy",
-    ]
-    .iter()
-    .any(|s| path.ends_with(s))
+    if ["/exec", "/attach", "/portforward", "/proxy"]
+        .iter()
+        .any(|s| path.ends_with(s))
     {
         return true;
     }
@@ -132,19 +127,47 @@ mod tests {
     #[test]
     fn watches_logs_and_sessions_are_long_lived() {
         let g = Method::GET;
-        assert!(is_long_lived(&g, &uri("/api/v1/pods?watch=true&resourceVersion=1"), false));
-        assert!(is_long_lived(&g, &uri("/api/v1/namespaces/a/pods/p/log?follow=true"), false));
-        assert!(is_long_lived(&g, &uri("/api/v1/namespaces/a/pods/p/exec?command=x"), false));
+        assert!(is_long_lived(
+            &g,
+            &uri("/api/v1/pods?watch=true&resourceVersion=1"),
+            false
+        ));
+        assert!(is_long_lived(
+            &g,
+            &uri("/api/v1/namespaces/a/pods/p/log?follow=true"),
+            false
+        ));
+        assert!(is_long_lived(
+            &g,
+            &uri("/api/v1/namespaces/a/pods/p/exec?command=x"),
+            false
+        ));
         assert!(is_long_lived(&g, &uri("/anything"), true));
     }
 
     #[test]
     fn ordinary_calls_have_a_deadline() {
         let g = Method::GET;
-        assert!(!is_long_lived(&g, &uri("/api/v1/namespaces/a/pods/p"), false));
-        assert!(!is_long_lived(&g, &uri("/api/v1/pods?labelSelector=watch%3Dtrue"), false));
-        assert!(!is_long_lived(&g, &uri("/api/v1/namespaces/a/pods/p/log?tailLines=10"), false));
-        assert!(!is_long_lived(&Method::PATCH, &uri("/apis/pgfleet.io/v1/x?fieldManager=p"), false));
+        assert!(!is_long_lived(
+            &g,
+            &uri("/api/v1/namespaces/a/pods/p"),
+            false
+        ));
+        assert!(!is_long_lived(
+            &g,
+            &uri("/api/v1/pods?labelSelector=watch%3Dtrue"),
+            false
+        ));
+        assert!(!is_long_lived(
+            &g,
+            &uri("/api/v1/namespaces/a/pods/p/log?tailLines=10"),
+            false
+        ));
+        assert!(!is_long_lived(
+            &Method::PATCH,
+            &uri("/apis/pgfleet.io/v1/x?fieldManager=p"),
+            false
+        ));
     }
 
     /// A backend that never answers.

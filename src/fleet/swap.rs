@@ -86,9 +86,12 @@ impl Service<http::Request<Body>> for Swappable {
         Box::pin(async move {
             match backend {
                 Backend::Client(c) => c.send(req).await,
-                Backend::None { member, reason } => Err(kube::Error::Service(Box::new(
-                    NotConnected { member, reason },
-                ))),
+                Backend::None { member, reason } => {
+                    Err(kube::Error::Service(Box::new(NotConnected {
+                        member,
+                        reason,
+                    })))
+                }
             }
         })
     }

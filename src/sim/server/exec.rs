@@ -73,15 +73,16 @@ pub async fn exec(
         .failing_exec
         .into_iter()
         .find(|f| line.contains(f.as_str()));
-    let hang = faults.hanging_exec.iter().any(|f| line.contains(f.as_str()));
-    ctx.cluster
-        .execs
-        .record(crate::sim::exec_log::ExecRecord {
-            namespace: ns.to_string(),
-            pod: pod.to_string(),
-            container: container.clone(),
-            command: line,
-        });
+    let hang = faults
+        .hanging_exec
+        .iter()
+        .any(|f| line.contains(f.as_str()));
+    ctx.cluster.execs.record(crate::sim::exec_log::ExecRecord {
+        namespace: ns.to_string(),
+        pod: pod.to_string(),
+        container: container.clone(),
+        command: line,
+    });
     let want_stdin = q.flag("stdin");
     let (mut parts, _) = req.into_parts();
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())

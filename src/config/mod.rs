@@ -16,6 +16,7 @@
 //! `pgfleet config check`.
 
 pub mod backups;
+mod bounds;
 pub mod choices;
 mod env;
 mod error;
@@ -103,6 +104,10 @@ pub struct Manager {
     pub probe_interval: HumanDuration,
     /// How long one probe may take before it counts as failed.
     pub probe_timeout: HumanDuration,
+    /// Deadline of one ordinary API call to a member cluster (watches, logs
+    /// and exec sessions excepted): a member that stops answering fails the
+    /// calls made to it instead of holding them.
+    pub api_request_timeout: HumanDuration,
     /// Consecutive failed probes before a cluster is marked Unreachable.
     pub probe_failure_threshold: u32,
     /// Default client-side request rate per member cluster (requests/s).
@@ -139,6 +144,7 @@ impl Default for Manager {
             state_dir: PathBuf::from(".pgfleet"),
             probe_interval: Checked::new("5s"),
             probe_timeout: Checked::new("2s"),
+            api_request_timeout: Checked::new("30s"),
             probe_failure_threshold: 3,
             qps: 50.0,
             burst: 100,

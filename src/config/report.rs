@@ -15,6 +15,9 @@ pub const EXIT_INVALID: i32 = 2;
 /// Loads the configuration as `pgfleet run` would (same file resolution,
 /// same `PGFLEET_*` variables) and returns the text to print and the exit
 /// code: a short summary and 0, or every problem and 2. Starts nothing.
+/// Every member's kubeconfig is loaded too (no request is made), so a
+/// missing, garbage or placeholder file is reported here rather than left
+/// for `pgfleet run` to find.
 pub fn check_report(path: Option<&Path>) -> (String, i32) {
     check_report_with_env(path, process_env())
 }
@@ -26,7 +29,22 @@ pub(crate) fn check_report_with_env(
 ) -> (String, i32) {
     let (origin, result) = load_detailed(path, env);
     match result {
-        Ok(settings) => (format!("{origin}: OK\n{}", settings.summary()), EXIT_OK),
+        Ok(settings) => {
+            let problems = kubeconfig_problems(&settings);
+            if problems.is_empty() {
+                (format!("{origin}: OK\n{}", settings.summary()), EXIT_OK)
+            } else {
+                let n = problems.len();
+                let noun = if n == 1 { "problem" } else { "problems" };
+                (
+                    format!(
+                        "{}\n{origin}: {n} {noun} found; nothing was started",
+                        problems.join("\n")
+                    ),
+                    EXIT_INVALID,
+                )
+            }
+        }
         Err(errors) => {
             let n = errors.len();
             let noun = if n == 1 { "problem" } else { "problems" };
@@ -36,6 +54,24 @@ pub(crate) fn check_report_with_env(
             )
         }
     }
+}
+
+/// One line per member whose kubeconfig cannot be used: the key, the
+/// member, the file and the reason (never the file's content).
+fn kubeconfig_problems(settings: &Settings) -> Vec<String> {
+    let mut out = vec![];
+    for (i, c) in settings.clusters.iter().enumerate() {
+        if let ClusterSource::Kubeconfig { path, context } = c.source()
+            && let Err(reason) =
+                crate::fleet::check_kubeconfig(path, context, c.insecure_skip_tls_verify)
+        {
+            out.push(format!(
+                "clusters[{i}].kubeconfig (member cluster {}): {reason}",
+                c.name
+            ));
+        }
+    }
+    out
 }
 
 impl Settings {

@@ -5,11 +5,11 @@
 //! checks are testable without any file.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
+use super::bounds;
 use super::error::Seg;
 use super::selector::{check_label_key, check_label_value, is_dns_label};
-use super::values::{Checked, HumanDuration};
+use super::values::Checked;
 use super::{ClusterEntry, Manager, Settings, Telemetry};
 
 /// A problem at a key path. `echoes_value` marks messages that quote the
@@ -90,15 +90,6 @@ impl Checker {
         }
     }
 
-    /// A duration that must be longer than zero.
-    pub(super) fn positive(&mut self, path: Vec<Seg>, value: &HumanDuration) {
-        match value.parsed() {
-            Some(d) if *d == Duration::ZERO => self.err(path, "must be longer than 0s"),
-            Some(_) => {}
-            None => self.checked(path, value),
-        }
-    }
-
     pub(super) fn at_least_one(&mut self, path: Vec<Seg>, n: u32) {
         if n == 0 {
             self.err(path, "must be at least 1");
@@ -132,8 +123,21 @@ impl Checker {
         if m.state_dir.as_os_str().is_empty() {
             self.err(at(&base, "state_dir"), "must not be empty");
         }
-        self.positive(at(&base, "probe_interval"), &m.probe_interval);
-        self.positive(at(&base, "probe_timeout"), &m.probe_timeout);
+        self.duration(
+            at(&base, "probe_interval"),
+            &m.probe_interval,
+            bounds::PROBE_INTERVAL,
+        );
+        self.duration(
+            at(&base, "probe_timeout"),
+            &m.probe_timeout,
+            bounds::PROBE_TIMEOUT,
+        );
+        self.duration(
+            at(&base, "api_request_timeout"),
+            &m.api_request_timeout,
+            bounds::API_REQUEST_TIMEOUT,
+        );
         if let (Some(i), Some(t)) = (m.probe_interval.parsed(), m.probe_timeout.parsed())
             && t > i
         {
@@ -176,9 +180,21 @@ impl Checker {
                 "must not be empty (leave the key out to generate one)",
             );
         }
-        self.positive(at(base, "lease_duration"), &m.lease_duration);
-        self.positive(at(base, "renew_deadline"), &m.renew_deadline);
-        self.positive(at(base, "retry_period"), &m.retry_period);
+        self.duration(
+            at(base, "lease_duration"),
+            &m.lease_duration,
+            bounds::LEASE_DURATION,
+        );
+        self.duration(
+            at(base, "renew_deadline"),
+            &m.renew_deadline,
+            bounds::RENEW_DEADLINE,
+        );
+        self.duration(
+            at(base, "retry_period"),
+            &m.retry_period,
+            bounds::RETRY_PERIOD,
+        );
         let (d, r, p) = (
             m.lease_duration.parsed(),
             m.renew_deadline.parsed(),

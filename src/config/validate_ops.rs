@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::bounds;
 use super::error::{Seg, format_path};
 use super::selector::is_dns_label;
 use super::validate::{Checker, at, idx, is_bucket_name, is_http_url};
@@ -11,8 +12,12 @@ impl Checker {
     pub(super) fn backups(&mut self, b: &Backups) {
         let base = [Seg::key("backups")];
         self.checked(at(&base, "default_schedule"), &b.default_schedule);
-        self.checked(at(&base, "window"), &b.window);
-        self.positive(at(&base, "start_deadline"), &b.start_deadline);
+        self.duration(at(&base, "window"), &b.window, bounds::BACKUP_WINDOW);
+        self.duration(
+            at(&base, "start_deadline"),
+            &b.start_deadline,
+            bounds::BACKUP_START_DEADLINE,
+        );
         self.at_least_one(at(&base, "max_concurrent"), b.max_concurrent);
         self.at_least_one(
             at(&base, "max_concurrent_per_cluster"),
@@ -29,7 +34,7 @@ impl Checker {
             );
         }
         if let Some(age) = &b.retention.age {
-            self.positive(at(&ret, "age"), age);
+            self.duration(at(&ret, "age"), age, bounds::RETENTION_AGE);
         }
         if let Some(repo) = &b.repository {
             let rbase = at(&base, "repository");
@@ -103,7 +108,11 @@ impl Checker {
         }
         self.checked(at(&base, "target_version"), &r.target_version);
         self.checked(at(&base, "on_failure"), &r.on_failure);
-        self.positive(at(&base, "progress_deadline"), &r.progress_deadline);
+        self.duration(
+            at(&base, "progress_deadline"),
+            &r.progress_deadline,
+            bounds::PROGRESS_DEADLINE,
+        );
         self.checked(at(&base, "unreachable"), &r.unreachable);
         if r.stages.is_empty() {
             self.err(
@@ -135,7 +144,7 @@ impl Checker {
             }
             self.opt_checked(at(&sb, "postgresclusters"), s.postgresclusters.as_ref());
             self.checked(at(&sb, "max_concurrency"), &s.max_concurrency);
-            self.checked(at(&sb, "soak"), &s.soak);
+            self.duration(at(&sb, "soak"), &s.soak, bounds::SOAK);
         }
     }
 }

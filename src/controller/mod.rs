@@ -11,6 +11,7 @@ pub mod events;
 pub mod expect;
 pub mod failover;
 pub mod index;
+pub mod pause;
 pub mod plan;
 pub mod pooler;
 pub mod reconcile;

@@ -21,7 +21,7 @@ use super::switch::{label, publish, report, status_patch};
 use crate::crd::PostgresCluster;
 use crate::postgres::{exec::run_verb, parse_lsn};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use kube::api::{AttachParams, DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
@@ -51,38 +51,13 @@ fn kube_err(
     }
 }
 
-/// Runs a PgBouncer admin command in every pooler pod.
-async fn pooler_admin(ctx: &Ctx, ns: &str, obs: &Observed, cmd: &str) -> Result<(), Error> {
-    for p in obs.pooler_pods.values().filter(|p| !p.deleting) {
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-        let ap = AttachParams::default()
-            .container("pgbouncer")
-            .stdin(false)
-            .stdout(true)
-            .stderr(true);
-        let mut proc = api
-            .exec(&p.name, pooler::admin_command(cmd), &ap)
-            .await
-            .map_err(kube_err(cmd_step(cmd), "Pod", &p.name))?;
-        let status = match proc.take_status() {
-            Some(s) => s.await,
-            None => None,
-        };
-        if status.as_ref().and_then(|s| s.status.as_deref()) == Some("Failure") {
-            // PAUSE on a paused pooler and RESUME on a running one are
-            // harmless refusals; anything else is logged and retried later.
-            tracing::debug!(pod = %p.name, cmd, ?status, "pooler admin command refused");
-        }
-    }
-    Ok(())
-}
-
-fn cmd_step(cmd: &str) -> &'static str {
-    if cmd == "PAUSE" {
-        "pause pooler"
-    } else {
-        "resume pooler"
-    }
+/// The pooler pods a switchover pauses (those not being deleted).
+fn pooler_pods(obs: &Observed) -> Vec<String> {
+    obs.pooler_pods
+        .values()
+        .filter(|p| !p.deleting)
+        .map(|p| p.name.clone())
+        .collect()
 }
 
 /// Picks up a switchover request from the annotation; returns the action
@@ -193,7 +168,8 @@ pub async fn resume(
         let _ = run_verb(&ctx.client, &ns, old, &["checkpoint"], EXEC_TIMEOUT).await;
     }
     let paused_at = Instant::now();
-    pooler_admin(ctx, &ns, obs, "PAUSE").await?;
+    // From here every return (and a cancelled task) resumes the poolers.
+    let paused = super::pause::Paused::pause(&ctx.client, &ns, pooler_pods(obs)).await?;
     let mut final_lsn = None;
     if old_is_primary {
         // Demote while still behind -rw: the replicas stream through it and
@@ -231,7 +207,7 @@ pub async fn resume(
                 let _ = run_verb(&ctx.client, &ns, old, &["fence"], EXEC_TIMEOUT).await;
                 let _ = run_verb(&ctx.client, &ns, old, &["unfence"], EXEC_TIMEOUT).await;
                 status_patch(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await?;
-                pooler_admin(ctx, &ns, obs, "RESUME").await?;
+                paused.resume().await;
                 publish(
                     ctx,
                     pg,
@@ -263,7 +239,7 @@ pub async fn resume(
         .map(String::as_str)
         .filter(|n| *n != target)
         .collect();
-    pooler_admin(ctx, &ns, obs, "RESUME").await?;
+    paused.resume().await;
     let stall = paused_at.elapsed();
     let mut args = vec!["slots"];
     args.extend(others);

@@ -62,7 +62,7 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
         errs.push(format!(
             "spec.synchronous.number: {} needs at least {} instances, clusterSize is {}",
             sync.number,
-            sync.number + 1,
+            sync.number.saturating_add(1),
             spec.cluster_size
         ));
     }

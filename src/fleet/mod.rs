@@ -3,15 +3,18 @@
 //! periodic probes. Clusters are bulkheads: a slow or unreachable one never
 //! delays the others. Credentials are read from kubeconfigs and never logged.
 
+pub mod connect;
+pub mod deadline;
 pub mod ratelimit;
 pub mod swap;
 
+pub use connect::{check_kubeconfig, client_from_kubeconfig, client_with_deadline};
+
 use crate::config::{ClusterEntry, ClusterSource, Settings};
-use anyhow::Context;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +42,7 @@ pub struct Member {
     context: Option<String>,
     insecure: bool,
     limit: ratelimit::RateLimit,
+    request_timeout: Duration,
     /// Stable for the member's lifetime; its backend is swapped on kubeconfig changes.
     client: kube::Client,
     backend: swap::Swappable,
@@ -72,38 +76,9 @@ impl Member {
     }
 }
 
-/// Builds a client from a kubeconfig file. Errors name the file, never its
-/// content (it holds credentials).
-pub async fn client_from_kubeconfig(
-    path: &Path,
-    context: Option<&str>,
-    insecure: bool,
-    limit: &ratelimit::RateLimit,
-) -> anyhow::Result<kube::Client> {
-    let kc = kube::config::Kubeconfig::read_from(path)
-        .map_err(|_| anyhow::anyhow!("cannot read kubeconfig {}", path.display()))?;
-    let opts = kube::config::KubeConfigOptions {
-        context: context.map(String::from),
-        ..Default::default()
-    };
-    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "kubeconfig {} is not usable: {}",
-                path.display(),
-                redact(&e.to_string())
-            )
-        })?;
-    cfg.connect_timeout = Some(Duration::from_secs(5));
-    cfg.accept_invalid_certs = cfg.accept_invalid_certs || insecure;
-    let builder = kube::client::ClientBuilder::try_from(cfg).context("building the kube client")?;
-    Ok(builder.with_layer(limit).build())
-}
-
 /// Keeps only the first line of an error and drops anything that looks like
 /// a token, so kubeconfig parse errors cannot leak credentials.
-fn redact(s: &str) -> String {
+pub(crate) fn redact(s: &str) -> String {
     let first = s.lines().next().unwrap_or_default();
     first
         .split_whitespace()
@@ -128,7 +103,10 @@ pub struct Fleet {
 
 impl Fleet {
     /// Builds clients for every `[[clusters]]` entry. `embedded` maps the
-    /// names of embedded clusters to the kubeconfigs the sim wrote.
+    /// names of embedded clusters to the kubeconfigs the sim wrote. A member
+    /// whose kubeconfig is missing or unusable does not stop the others: it
+    /// starts `Unreachable` with the reason, and its probe loop keeps trying
+    /// to build its client (a fixed file is picked up).
     pub async fn connect(
         settings: &Settings,
         embedded: &BTreeMap<String, PathBuf>,
@@ -172,16 +150,28 @@ async fn member(
         entry.effective_qps(&settings.manager),
         entry.effective_burst(&settings.manager),
     );
-    let client = client_from_kubeconfig(
+    let request_timeout = settings.manager.api_request_timeout.get();
+    let built = client_with_deadline(
         &kubeconfig,
         context.as_deref(),
         entry.insecure_skip_tls_verify,
         &limit,
+        request_timeout,
     )
-    .await
-    .with_context(|| format!("member cluster {}", entry.name))?;
-    let (client, backend) = swap::Swappable::new(client);
-    crate::metrics::cluster_state(&entry.name, &ConnState::Connecting);
+    .await;
+    let (client, backend, state) = match built {
+        Ok(c) => {
+            let (client, backend) = swap::Swappable::new(c);
+            (client, backend, ConnState::Connecting)
+        }
+        Err(e) => {
+            let reason = format!("{e:#}");
+            tracing::error!(cluster = %entry.name, %reason, "member cluster has no usable kubeconfig; it stays Unreachable until the file is fixed, the others are managed");
+            let (client, backend) = swap::Swappable::unconnected(&entry.name, &reason);
+            (client, backend, ConnState::Unreachable { reason })
+        }
+    };
+    crate::metrics::cluster_state(&entry.name, &state);
     Ok(Member {
         name: entry.name.clone(),
         labels: entry.labels.clone(),
@@ -189,9 +179,10 @@ async fn member(
         context,
         insecure: entry.insecure_skip_tls_verify,
         limit,
+        request_timeout,
         client,
         backend,
-        state: watch::channel(ConnState::Connecting).0,
+        state: watch::channel(state).0,
     })
 }
 
@@ -201,25 +192,22 @@ fn mtime(p: &Path) -> Option<SystemTime> {
 
 /// Marks a member Ready on a successful probe and Unreachable after
 /// `threshold` failures in a row; rebuilds the client when the kubeconfig
-/// file changes (rotated credentials, moved server).
+/// file changes (rotated credentials, moved server), and — while the member
+/// has no usable client — retries building it with backoff.
 async fn probe_loop(m: Arc<Member>, interval: Duration, timeout: Duration, threshold: u32) {
     let mut failures = 0u32;
     let mut seen = mtime(&m.kubeconfig);
+    let mut retry = Backoff::new();
     loop {
         let now = mtime(&m.kubeconfig);
-        if now != seen {
+        let connected = m.backend.connected();
+        if now != seen || (!connected && retry.due()) {
             seen = now;
-            match client_from_kubeconfig(&m.kubeconfig, m.context.as_deref(), m.insecure, &m.limit)
-                .await
-            {
-                Ok(c) => {
-                    m.backend.swap(c);
-                    tracing::info!(cluster = %m.name, "kubeconfig changed; client rebuilt");
-                }
-                Err(e) => {
-                    tracing::warn!(cluster = %m.name, error = %format!("{e:#}"), "kubeconfig changed but is not usable")
-                }
-            }
+            rebuild(&m, connected, &mut retry).await;
+        }
+        if !m.backend.connected() {
+            tokio::time::sleep(interval.min(Duration::from_secs(1))).await;
+            continue;
         }
         let client = m.client();
         match tokio::time::timeout(timeout, client.apiserver_version()).await {
@@ -228,7 +216,7 @@ async fn probe_loop(m: Arc<Member>, interval: Duration, timeout: Duration, thres
                 m.set_state(ConnState::Ready);
             }
             outcome => {
-                failures += 1;
+                failures = failures.saturating_add(1);
                 let reason = match outcome {
                     Ok(Err(e)) => redact(&e.to_string()),
                     _ => format!("no answer within {timeout:?}"),
@@ -245,5 +233,68 @@ async fn probe_loop(m: Arc<Member>, interval: Duration, timeout: Duration, thres
             interval.min(Duration::from_secs(1))
         };
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// Builds the member's client from its kubeconfig again and swaps it in.
+async fn rebuild(m: &Member, connected: bool, retry: &mut Backoff) {
+    match client_with_deadline(
+        &m.kubeconfig,
+        m.context.as_deref(),
+        m.insecure,
+        &m.limit,
+        m.request_timeout,
+    )
+    .await
+    {
+        Ok(c) => {
+            m.backend.swap(c);
+            retry.reset();
+            tracing::info!(cluster = %m.name, "kubeconfig loaded; client rebuilt");
+            if !connected {
+                m.set_state(ConnState::Connecting);
+            }
+        }
+        Err(e) => {
+            let reason = format!("{e:#}");
+            if connected {
+                // The old client keeps working until the file is fixed.
+                tracing::warn!(cluster = %m.name, error = %reason, "kubeconfig changed but is not usable");
+            } else {
+                retry.failed();
+                m.set_state(ConnState::Unreachable { reason });
+            }
+        }
+    }
+}
+
+/// When to try building a missing client again: 1 s, doubling to 60 s.
+struct Backoff {
+    wait: Duration,
+    next: Instant,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MAX: Duration = Duration::from_secs(60);
+
+    fn new() -> Self {
+        Backoff {
+            wait: Self::FIRST,
+            next: Instant::now(),
+        }
+    }
+
+    fn due(&self) -> bool {
+        Instant::now() >= self.next
+    }
+
+    fn failed(&mut self) {
+        self.next = Instant::now() + self.wait;
+        self.wait = (self.wait * 2).min(Self::MAX);
+    }
+
+    fn reset(&mut self) {
+        self.wait = Self::FIRST;
     }
 }

@@ -54,6 +54,8 @@ pub struct Cluster {
     pub gc_wake: tokio::sync::Notify,
     /// Request log for tests (off by default).
     pub audit: super::audit::AuditLog,
+    /// Every exec command asked of this cluster (for tests).
+    pub execs: super::exec_log::ExecLog,
     /// The CA that signs the server certificate; service-account token
     /// Secrets carry it as `ca.crt`, as on a real cluster.
     pub ca_pem: std::sync::OnceLock<String>,
@@ -87,6 +89,7 @@ impl Cluster {
             runtime: RwLock::new(None),
             gc_wake: tokio::sync::Notify::new(),
             audit: Default::default(),
+            execs: Default::default(),
             ca_pem: Default::default(),
         })
     }

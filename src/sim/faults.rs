@@ -32,7 +32,15 @@ pub struct FaultSpec {
     /// one step of a multi-step operation failing (e.g. `--standby` for
     /// backups from a standby). Every runtime.
     pub failing_exec: Vec<String>,
+    /// `pods/exec` calls whose command line contains one of these run, and
+    /// then the session hangs (no exit status) for [`HANG`]: a PgBouncer
+    /// PAUSE waiting on a long transaction, a wedged container. Every
+    /// runtime.
+    pub hanging_exec: Vec<String>,
 }
+
+/// How long a `hanging_exec` session stays open after its command ran.
+pub const HANG: std::time::Duration = std::time::Duration::from_secs(600);
 
 pub struct Faults {
     spec: Mutex<FaultSpec>,

@@ -68,13 +68,21 @@ pub async fn exec(
         return Err(ApiError::bad_request("you must specify at least 1 command"));
     }
     let line = command.join(" ");
-    let injected = ctx
-        .cluster
-        .faults
-        .get()
+    let faults = ctx.cluster.faults.get();
+    let injected = faults
         .failing_exec
         .into_iter()
         .find(|f| line.contains(f.as_str()));
+    let hang = faults
+        .hanging_exec
+        .iter()
+        .any(|f| line.contains(f.as_str()));
+    ctx.cluster.execs.record(crate::sim::exec_log::ExecRecord {
+        namespace: ns.to_string(),
+        pod: pod.to_string(),
+        container: container.clone(),
+        command: line,
+    });
     let want_stdin = q.flag("stdin");
     let (mut parts, _) = req.into_parts();
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
@@ -94,7 +102,8 @@ pub async fn exec(
                     ExecOutcome::Exited(1)
                 });
             }
-            runtime.exec(ExecRequest {
+            let hold = hang.then(|| stdout.clone());
+            let run = runtime.exec(ExecRequest {
                 namespace: ns,
                 pod,
                 container,
@@ -102,7 +111,17 @@ pub async fn exec(
                 stdin,
                 stdout,
                 stderr,
-            })
+            });
+            match hold {
+                None => run,
+                // Keeps stdout open, so the session sends no status.
+                Some(hold) => Box::pin(async move {
+                    let outcome = run.await;
+                    tokio::time::sleep(crate::sim::faults::HANG).await;
+                    drop(hold);
+                    outcome
+                }),
+            }
         })
         .await;
     }))

@@ -341,13 +341,7 @@ async fn status_prints_the_fleet_table_of_the_embedded_default() {
     assert!(body.contains("api_token_file"), "{body}");
     let (code, _, err) = cli(
         &dir,
-        &[
-            "backup",
-            "now",
-            "sim-eu-1/shop/orders",
-            "--server",
-            &m.url,
-        ],
+        &["backup", "now", "sim-eu-1/shop/orders", "--server", &m.url],
         &[("PGFLEET_API_TOKEN", "x")],
     );
     assert_eq!(code, 1);

@@ -42,7 +42,11 @@ fn token_file(dir: &Path, token: &str) -> PathBuf {
 /// Inserts `lines` into the `[manager]` table of a config from `config`.
 fn with_manager(cfg: &Path, lines: &str) -> PathBuf {
     let text = std::fs::read_to_string(cfg).unwrap();
-    std::fs::write(cfg, text.replacen("[manager]\n", &format!("[manager]\n{lines}\n"), 1)).unwrap();
+    std::fs::write(
+        cfg,
+        text.replacen("[manager]\n", &format!("[manager]\n{lines}\n"), 1),
+    )
+    .unwrap();
     cfg.to_path_buf()
 }
 
@@ -216,9 +220,11 @@ async fn concurrent_fleet_reads_cost_one_list_per_member() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn placeholder_short_and_inline_weak_tokens_are_refused_at_start_up() {
-    let placeholder =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/manager/secrets/api-token"))
-            .unwrap();
+    let placeholder = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/manager/secrets/api-token"
+    ))
+    .unwrap();
     for (tag, token) in [
         ("placeholder", placeholder.trim()),
         ("short", "s3cr3t-but-short"),
@@ -268,7 +274,10 @@ async fn path_parameters_that_are_not_names_are_refused() {
         (format!("{base}/param-a/shop/x%2F..%2Fy"), "name"),
         (format!("{base}/param-a/shop/x%3F"), "name"),
         (format!("{base}/param-a/shop/.."), "name"),
-        (format!("{base}/param-a/kube-system%2Fsecrets/x"), "namespace"),
+        (
+            format!("{base}/param-a/kube-system%2Fsecrets/x"),
+            "namespace",
+        ),
         (format!("{base}/param-a%3Fx/shop/x"), "cluster"),
     ] {
         for (method, p) in [("GET", path.clone()), ("POST", format!("{path}/backup"))] {
@@ -285,7 +294,14 @@ async fn path_parameters_that_are_not_names_are_refused() {
     // Nothing was created anywhere on the member.
     let client = client_from(&m.kubeconfig(&dir.join("state"), "param-a")).await;
     let backups: kube::Api<PostgresBackup> = kube::Api::all(client);
-    assert!(backups.list(&Default::default()).await.unwrap().items.is_empty());
+    assert!(
+        backups
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -346,7 +362,17 @@ async fn the_api_over_tls_with_the_cli() {
     // The token is never taken from the command line.
     let (code, out, err) = cli(
         &dir,
-        &["backup", "now", "tls-a/shop/orders", "--server", &m.url, "--ca-file", &ca2_arg, "--token", "s3cr3t-on-argv"],
+        &[
+            "backup",
+            "now",
+            "tls-a/shop/orders",
+            "--server",
+            &m.url,
+            "--ca-file",
+            &ca2_arg,
+            "--token",
+            "s3cr3t-on-argv",
+        ],
         &[],
     );
     assert_ne!(code, 0, "{out}");
@@ -375,7 +401,14 @@ async fn client_certificates_when_the_manager_requires_them() {
     );
     let m = ManagerBin::start(&dir, Some(&cfg), &[]);
     let ca_arg = ca_file.display().to_string();
-    let base = ["get", "clusters", "--server", m.url.as_str(), "--ca-file", ca_arg.as_str()];
+    let base = [
+        "get",
+        "clusters",
+        "--server",
+        m.url.as_str(),
+        "--ca-file",
+        ca_arg.as_str(),
+    ];
     let (code, out, _) = cli(&dir, &base, &[]);
     assert_ne!(code, 0, "served without a client certificate: {out}");
     let (c, k) = (ccrt.display().to_string(), ckey.display().to_string());

@@ -2,9 +2,7 @@
 //! 127.0.0.1 (server) or a client name (client authentication).
 #![allow(clippy::unwrap_used, dead_code)]
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use std::path::{Path, PathBuf};
 
 pub struct Ca {
@@ -32,13 +30,15 @@ impl Ca {
 
     /// Writes `<stem>.crt` and `<stem>.key` for `names` (IPs become IP SANs).
     pub fn leaf(&self, dir: &Path, stem: &str, names: &[&str]) -> (PathBuf, PathBuf) {
-        let mut p =
-            CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                .unwrap();
+        let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .unwrap();
         p.distinguished_name.push(DnType::CommonName, names[0]);
         let key = KeyPair::generate().unwrap();
         let cert = p.signed_by(&key, &self.issuer).unwrap();
-        let (c, k) = (dir.join(format!("{stem}.crt")), dir.join(format!("{stem}.key")));
+        let (c, k) = (
+            dir.join(format!("{stem}.crt")),
+            dir.join(format!("{stem}.key")),
+        );
         std::fs::write(&c, cert.pem()).unwrap();
         std::fs::write(&k, key.serialize_pem()).unwrap();
         (c, k)

@@ -38,7 +38,10 @@ fn file_err(key: &'static str, path: &Path, why: impl ToString) -> TlsError {
 }
 
 /// Every certificate of a PEM file (at least one).
-pub fn read_certs(key: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+pub fn read_certs(
+    key: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(path)
         .map_err(|e| file_err(key, path, e))?
         .collect::<Result<Vec<_>, _>>()
@@ -58,8 +61,13 @@ fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
     // The key's parse error is not shown: it could quote key material.
     let der = PrivateKeyDer::from_pem_file(key)
         .map_err(|_| file_err("tls_key_file", key, "holds no readable PEM private key"))?;
-    let ck = CertifiedKey::from_der(chain, der, &provider())
-        .map_err(|e| file_err("tls_key_file", key, format!("does not fit the certificate: {e}")))?;
+    let ck = CertifiedKey::from_der(chain, der, &provider()).map_err(|e| {
+        file_err(
+            "tls_key_file",
+            key,
+            format!("does not fit the certificate: {e}"),
+        )
+    })?;
     Ok(Arc::new(ck))
 }
 

@@ -40,10 +40,20 @@ pub struct ApiArgs {
     #[arg(long, env = "PGFLEET_CA_FILE", global = true)]
     pub ca_file: Option<PathBuf>,
     /// PEM client certificate, for a manager that requires one.
-    #[arg(long, env = "PGFLEET_CLIENT_CERT", global = true, requires = "client_key")]
+    #[arg(
+        long,
+        env = "PGFLEET_CLIENT_CERT",
+        global = true,
+        requires = "client_key"
+    )]
     pub client_cert: Option<PathBuf>,
     /// PEM private key of --client-cert.
-    #[arg(long, env = "PGFLEET_CLIENT_KEY", global = true, requires = "client_cert")]
+    #[arg(
+        long,
+        env = "PGFLEET_CLIENT_KEY",
+        global = true,
+        requires = "client_cert"
+    )]
     pub client_key: Option<PathBuf>,
     /// table or json.
     #[arg(long, short = 'o', value_enum, default_value = "table", global = true)]

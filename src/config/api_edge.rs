@@ -112,7 +112,7 @@ mod tests {
     fn weak_tokens_are_named_without_the_token() {
         for t in [
             "PLACEHOLDER-replace-with-output-of-openssl-rand-hex-32",
-            "short",
+            "x9y8z7",
             "tok-4pI-canary-7f3c9b1e5d",
             "abababababababababababababababababab",
             "0123456789abcdef 0123456789abcdef0123",

@@ -19,7 +19,7 @@ use pgfleet::crd::{PostgresBackup, PostgresCluster};
 use serde_json::{Value, json};
 use std::path::Path;
 
-const TOKEN: &str = "tok-4pI-canary-7f3c9b1e5d";
+const TOKEN: &str = "tok-4pI-canary-7f3c9b1e5d-0a8e2c6b4d1f";
 
 fn token_file(dir: &Path, token: &str) -> std::path::PathBuf {
     let p = dir.join("api-token");
@@ -341,16 +341,8 @@ async fn status_prints_the_fleet_table_of_the_embedded_default() {
     assert!(body.contains("api_token_file"), "{body}");
     let (code, _, err) = cli(
         &dir,
-        &[
-            "backup",
-            "now",
-            "sim-eu-1/shop/orders",
-            "--server",
-            &m.url,
-            "--token",
-            "x",
-        ],
-        &env,
+        &["backup", "now", "sim-eu-1/shop/orders", "--server", &m.url],
+        &[("PGFLEET_API_TOKEN", "x")],
     );
     assert_eq!(code, 1);
     assert!(err.contains("403"), "{err}");

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "dashboard-test-token";
+const TOKEN: &str = "dashboard-test-token-5e1c9a7f3b2d8e04";
 const ROLLOUT: &str = r#"
 [rollouts.r1]
 target_version = "15.20"

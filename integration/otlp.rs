@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const API_TOKEN: &str = "seeded-api-token-7f3c9e1d2b";
+const API_TOKEN: &str = "seeded-api-token-7f3c9e1d2b-4a6c8e0f1b3d";
 const PASSWORD: &str = "seeded-secret-password-4a8b6c";
 const MEMBERS: [&str; 3] = ["east", "west", "north"];
 /// A rolling update of two instances per cluster on a shared machine.

@@ -11,6 +11,7 @@ pub mod controller;
 pub mod crd;
 pub mod fleet;
 pub mod ha;
+pub mod http_client;
 pub mod manager;
 pub mod metrics;
 pub mod postgres;

@@ -49,7 +49,7 @@ pub fn config(dir: &Path, members: &[&str], token_file: Option<&Path>, extra: &s
 pub struct ManagerBin {
     child: Child,
     pub dir: PathBuf,
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT` (`https://` when the manager serves TLS)
     pub url: String,
     /// `127.0.0.1:PORT`
     pub addr: String,
@@ -81,9 +81,10 @@ impl ManagerBin {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let out = std::fs::read_to_string(dir.join("stdout.log")).unwrap_or_default();
-            if let Some(rest) = out.split("pgfleet API and dashboard on http://").nth(1) {
+            if let Some(rest) = out.split("pgfleet API and dashboard on ").nth(1) {
+                let (scheme, rest) = rest.split_once("://").unwrap();
                 m.addr = rest.split('/').next().unwrap().trim().to_string();
-                m.url = format!("http://{}", m.addr);
+                m.url = format!("{scheme}://{}", m.addr);
                 return m;
             }
             if let Ok(Some(status)) = m.child.try_wait() {

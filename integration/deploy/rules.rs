@@ -253,9 +253,11 @@ impl Rendered {
         assert_eq!(&pdb["spec"]["selector"]["matchLabels"], pod_labels);
         let svc = self.get("Service", "pgfleet");
         assert_eq!(&svc["spec"]["selector"], pod_labels);
-        assert_eq!(svc["spec"]["ports"][0]["name"], "http");
+        assert_eq!(svc["spec"]["ports"][0]["name"], "https");
+        assert_eq!(c["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
         let sm = self.get("ServiceMonitor", "pgfleet");
-        assert_eq!(sm["spec"]["endpoints"][0]["port"], "http");
+        assert_eq!(sm["spec"]["endpoints"][0]["port"], "https");
+        assert_eq!(sm["spec"]["endpoints"][0]["scheme"], "https");
         assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
         for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
             assert_eq!(

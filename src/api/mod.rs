@@ -10,12 +10,18 @@
 
 pub mod actions;
 pub mod auth;
+pub mod edge;
 pub mod error;
+mod flight;
+pub mod params;
 mod read;
 pub mod rollouts;
 mod source;
+pub mod tls;
 pub mod view;
 mod write;
+
+pub use edge::Edge;
 
 use crate::config::Settings;
 use crate::controller;
@@ -66,6 +72,8 @@ pub struct ApiState {
     pub hooks: Hooks,
     pub rollout_status: Arc<rollouts::StatusCache>,
     lists: Arc<source::ListCache>,
+    flights: Arc<flight::Flights>,
+    limits: Arc<edge::Limits>,
 }
 
 impl ApiState {
@@ -102,6 +110,8 @@ impl ApiState {
             hooks,
             rollout_status: Arc::default(),
             lists: Arc::default(),
+            flights: Arc::default(),
+            limits: Arc::new(edge::Limits::of(&settings.manager)),
         }
     }
 }
@@ -128,26 +138,46 @@ pub fn router(state: ApiState) -> Router {
         .merge(writes)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            state.limits.clone(),
+            edge::limit,
+        ))
         .with_state(state)
 }
 
 /// Binds `addr` (port 0: any free port) and serves until the task is
-/// dropped; returns the bound address.
+/// dropped, as `[manager]` says (TLS, timeouts); returns the bound address.
 pub async fn spawn(
     addr: SocketAddr,
     state: ApiState,
+) -> anyhow::Result<(SocketAddr, crate::manager::AbortOnDrop)> {
+    let edge = Edge::of(&state.settings.manager)?;
+    spawn_with(addr, state, edge).await
+}
+
+/// [`spawn`] with connection handling prepared before (`pgfleet run` loads
+/// the TLS files before it starts anything else).
+pub async fn spawn_with(
+    addr: SocketAddr,
+    state: ApiState,
+    edge: Edge,
 ) -> anyhow::Result<(SocketAddr, crate::manager::AbortOnDrop)> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (manager.listen): {e}"))?;
     let bound = listener.local_addr()?;
     let app = router(state);
-    let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "the HTTP API stopped");
-        }
-    });
+    let task = tokio::spawn(edge.serve(listener, app));
     Ok((bound, crate::manager::AbortOnDrop(task)))
+}
+
+/// What `pgfleet run` checks before it starts anything: the API token (a
+/// weak or placeholder token in `api_token_file` is refused; an inline one
+/// was refused by config validation) and the TLS files. Errors name the key
+/// and file, never the token.
+pub fn preflight(settings: &Settings) -> anyhow::Result<Edge> {
+    settings.manager.resolve_api_token()?;
+    Ok(Edge::of(&settings.manager)?)
 }
 
 /// The bearer-token gate of every state-changing route: nothing behind it

@@ -6,12 +6,13 @@
 
 use super::ApiState;
 use super::error::ApiError;
+use super::params::PgcPath;
 use super::source::{self, Source};
 use super::view::{ClusterView, PgcFilter, PgcView, count_phases};
 use crate::fleet::ConnState;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
@@ -136,7 +137,11 @@ fn query(q: Result<Query<PgcFilter>, QueryRejection>) -> Result<PgcFilter, ApiEr
 /// `GET /api/v1/postgresclusters/{cluster}/{namespace}/{name}`
 pub async fn get_pgc(
     State(state): State<ApiState>,
-    Path((cluster, ns, name)): Path<(String, String, String)>,
+    PgcPath {
+        cluster,
+        namespace: ns,
+        name,
+    }: PgcPath,
 ) -> Result<Json<PgcView>, ApiError> {
     super::write::member(&state, &cluster)?;
     source::pgcs(&state)

@@ -113,6 +113,12 @@ async fn status_of(state: &ApiState, name: &str) -> Result<Value, ApiError> {
         return Ok(v);
     }
     let e = engine(state, name)?;
+    // Single flight (after `engine` checked the name against the config,
+    // so keys stay bounded): one observation per rollout and TTL.
+    let _flight = state.flights.enter(&format!("rollout/{name}")).await;
+    if let Some(v) = state.rollout_status.get(name) {
+        return Ok(v);
+    }
     let obs = e.observe().await;
     let d = e.decide(&obs);
     let v = rollout_json(&e, &obs, &d);

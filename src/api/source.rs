@@ -1,7 +1,8 @@
 //! Where the API reads each member's PostgresClusters from: the cache of
 //! this replica's controller for that member when it has one, else (an HA
 //! replica that does not own the member) one LIST, reused for a few seconds
-//! so polling dashboards do not multiply it. Any replica behind a Service
+//! so polling dashboards do not multiply it, and one at a time per member
+//! (single flight, `flight.rs`) so concurrent callers do not either. Any replica behind a Service
 //! thus answers for the whole fleet.
 
 use super::ApiState;
@@ -49,6 +50,11 @@ impl ListCache {
 }
 
 async fn list(state: &ApiState, m: &Member) -> (Vec<PgcView>, Source) {
+    if let Some(v) = state.lists.fresh(&m.name, LIST_TTL) {
+        return (v, Source::List);
+    }
+    // Single flight: concurrent callers wait for one LIST and share it.
+    let _flight = state.flights.enter(&format!("list/{}", m.name)).await;
     if let Some(v) = state.lists.fresh(&m.name, LIST_TTL) {
         return (v, Source::List);
     }

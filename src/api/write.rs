@@ -4,10 +4,11 @@
 //! carry it out.
 
 use super::error::ApiError;
+use super::params::PgcPath;
 use super::{ApiState, actions};
 use crate::fleet::Member;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -25,7 +26,11 @@ pub fn member(state: &ApiState, name: &str) -> Result<Arc<Member>, ApiError> {
 /// with an optional body `{"to": "<instance>"}`.
 pub async fn switchover(
     State(state): State<ApiState>,
-    Path((cluster, ns, name)): Path<(String, String, String)>,
+    PgcPath {
+        cluster,
+        namespace: ns,
+        name,
+    }: PgcPath,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     #[derive(serde::Deserialize, Default)]
@@ -51,7 +56,11 @@ pub async fn switchover(
 /// `POST /api/v1/postgresclusters/{cluster}/{namespace}/{name}/backup`
 pub async fn backup(
     State(state): State<ApiState>,
-    Path((cluster, ns, name)): Path<(String, String, String)>,
+    PgcPath {
+        cluster,
+        namespace: ns,
+        name,
+    }: PgcPath,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     #[derive(serde::Deserialize, Default)]

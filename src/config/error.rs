@@ -149,4 +149,7 @@ pub enum TokenFileError {
     },
     #[error("manager.api_token_file {path} is empty")]
     Empty { path: String },
+    /// The reason never quotes the token.
+    #[error("manager.api_token_file {path}: the token {why}")]
+    Weak { path: String, why: String },
 }

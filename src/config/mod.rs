@@ -15,6 +15,7 @@
 //! knows the valid keys for "did you mean" hints and `report` prints
 //! `pgfleet config check`.
 
+pub mod api_edge;
 pub mod backups;
 mod bounds;
 pub mod choices;
@@ -118,6 +119,18 @@ pub struct Manager {
     pub api_token: Option<Secret>,
     /// File holding the bearer token (kept out of the config file).
     pub api_token_file: Option<PathBuf>,
+    /// PEM certificate chain the HTTP API serves (TLS); re-read when it changes.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `tls_cert_file`; re-read when it changes.
+    pub tls_key_file: Option<PathBuf>,
+    /// PEM CA bundle: when set, every API client must present a certificate it signed.
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: HumanDuration,
+    /// How long one API request (body included) may take.
+    pub request_timeout: HumanDuration,
+    /// API requests served at once; more are answered 503 at once.
+    pub max_concurrent_requests: u32,
     /// This replica's name in the ownership Leases; generated once and kept
     /// in `state_dir` when unset (see `ha::identity`).
     pub identity: Option<String>,
@@ -150,6 +163,12 @@ impl Default for Manager {
             burst: 100,
             api_token: None,
             api_token_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_client_ca_file: None,
+            header_read_timeout: Checked::new("10s"),
+            request_timeout: Checked::new("60s"),
+            max_concurrent_requests: 64,
             identity: None,
             lease_duration: Checked::new("15s"),
             renew_deadline: Checked::new("10s"),
@@ -171,7 +190,9 @@ impl Manager {
 
     /// The API token from `api_token` or, read now, from `api_token_file`
     /// (surrounding whitespace trimmed). Reading happens at use, not at load,
-    /// so a rotated token file is picked up without a config reload.
+    /// so a rotated token file is picked up without a config reload; a weak
+    /// or placeholder token in the file is an error like an unreadable one
+    /// (`pgfleet run` refuses to start with it).
     pub fn resolve_api_token(&self) -> Result<Option<Secret>, TokenFileError> {
         if let Some(token) = &self.api_token {
             return Ok(Some(token.clone()));
@@ -187,6 +208,9 @@ impl Manager {
         let token = text.trim();
         if token.is_empty() {
             return Err(TokenFileError::Empty { path: shown });
+        }
+        if let Some(why) = api_edge::token_weakness(token) {
+            return Err(TokenFileError::Weak { path: shown, why });
         }
         Ok(Some(Secret::new(token)))
     }

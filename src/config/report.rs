@@ -119,8 +119,13 @@ impl Settings {
         }
         let _ = write!(
             out,
-            "  manager: listen {}, API token {}",
+            "  manager: listen {} ({}), API token {}",
             self.manager.listen,
+            if self.manager.tls_cert_file.is_some() {
+                "https"
+            } else {
+                "plain http, loopback only"
+            },
             if self.manager.api_token.is_some() || self.manager.api_token_file.is_some() {
                 "configured"
             } else {

@@ -41,12 +41,20 @@ fn secrets_are_never_echoed() {
     assert!(!errs.to_string().contains("hunter2"), "{errs}");
 
     // A numeric-looking token from the environment is kept verbatim and never shown.
-    for token in ["0123456", "1e3", "true", "\"quoted\""] {
+    // (Long enough to be accepted as a token: short ones are refused.)
+    for token in [
+        "01234567890123456789012345678901",
+        "123456789e123456789e123456789e1234",
+        "\"quoted-0123456789abcdef0123456789\"",
+    ] {
         let env = [("PGFLEET_MANAGER__API_TOKEN", token)];
         let s = load_text_with_env(EMBEDDED_DEFAULTS, "fleet.toml", env).unwrap();
         assert_eq!(s.manager.api_token.as_ref().unwrap().expose(), token);
     }
-    let env = [("PGFLEET_MANAGER__API_TOKEN", "0123456")];
+    let env = [(
+        "PGFLEET_MANAGER__API_TOKEN",
+        "01234567890123456789012345678901",
+    )];
     let s = load_with_env(None, env).unwrap();
     assert!(!format!("{s:?}").contains("0123456"));
     assert!(!s.summary().contains("0123456"));

@@ -97,6 +97,8 @@ fn defaults_apply_to_missing_keys() {
 fn env_overrides_nested_keys() {
     let env = [
         ("PGFLEET_MANAGER__LISTEN", "0.0.0.0:9000"),
+        ("PGFLEET_MANAGER__TLS_CERT_FILE", "/etc/pgfleet/tls/tls.crt"),
+        ("PGFLEET_MANAGER__TLS_KEY_FILE", "/etc/pgfleet/tls/tls.key"),
         ("PGFLEET_TELEMETRY__OTLP_ENDPOINT", "http://collector:4318"),
         ("PGFLEET_MANAGER__EMBEDDED__RUNTIME", "process"),
         ("PGFLEET_ROLLOUTS__MINOR-15-20__TARGET_VERSION", "\"15.21\""),

@@ -166,6 +166,7 @@ impl Checker {
                 "set either api_token or api_token_file, not both",
             );
         }
+        self.api_edge(&base, m);
         self.checked(at(&at(&base, "embedded"), "runtime"), &m.embedded.runtime);
         self.leases(&base, m);
     }

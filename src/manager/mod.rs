@@ -218,11 +218,20 @@ pub async fn run_cli(config: Option<&Path>) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
+    let edge = match crate::api::preflight(&settings) {
+        Ok(edge) => edge,
+        Err(e) => {
+            eprintln!("pgfleet: {e:#}; nothing was started");
+            return Ok(2);
+        }
+    };
+    let scheme = edge.scheme();
     let telemetry = crate::telemetry::init(&settings.telemetry)?;
     let mgr = start(&settings, true).await?;
     let api_state = crate::api::ApiState::of(&settings, &mgr);
-    let (addr, _api) = crate::api::spawn(settings.manager.listen_addr(), api_state).await?;
-    println!("pgfleet API and dashboard on http://{addr}/");
+    let (addr, _api) =
+        crate::api::spawn_with(settings.manager.listen_addr(), api_state, edge).await?;
+    println!("pgfleet API and dashboard on {scheme}://{addr}/");
     if let Some(sim) = &mgr.sim {
         for c in &sim.clusters {
             println!(

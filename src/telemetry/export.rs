@@ -1,18 +1,14 @@
 //! The OTLP/HTTP (protobuf) trace exporter.
 //!
-//! opentelemetry-otlp's own HTTP clients are reqwest (a second HTTP stack)
-//! or a hyper client that must run inside tokio, while the SDK's batch
-//! processor exports from its own thread. [`Client`] bridges the two: it
-//! hands each request to the manager's tokio runtime and waits for the
-//! answer, reusing hyper and rustls, which pgfleet already links for kube.
-//! OTLP over gRPC would pull in tonic and a second protobuf service stack for
-//! the same spans, so config validation rejects `protocol = "grpc"`.
+//! The SDK's batch processor exports from its own thread, while the HTTP
+//! client (`crate::http_client`: reqwest with connect/read timeouts, verified
+//! TLS on ring, the proxy variables) runs on tokio. [`Client`] bridges the
+//! two: it hands each request to the manager's tokio runtime and waits for
+//! the answer. OTLP over gRPC would pull in tonic and a second protobuf
+//! service stack for the same spans, so config validation rejects
+//! `protocol = "grpc"`.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_http::{HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
@@ -27,7 +23,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// An HTTP client for the exporter that runs its requests on tokio.
 #[derive(Clone)]
 pub struct Client {
-    inner: HyperClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    inner: reqwest::Client,
     runtime: tokio::runtime::Handle,
 }
 
@@ -40,31 +36,37 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Must be called inside the tokio runtime the requests will run on.
     pub fn new() -> anyhow::Result<Client> {
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .map_err(|e| anyhow::anyhow!("loading the system's CA certificates: {e}"))?
-            .https_or_http()
-            .enable_http1()
-            .build();
+        let opts = crate::http_client::Options {
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: TIMEOUT,
+            timeout: TIMEOUT,
+            ..Default::default()
+        };
         Ok(Client {
-            inner: HyperClient::builder(TokioExecutor::new()).build(https),
+            inner: crate::http_client::build(&opts)?,
             runtime: tokio::runtime::Handle::try_current()
                 .map_err(|_| anyhow::anyhow!("the trace exporter needs the tokio runtime"))?,
         })
     }
 
     async fn send(
-        inner: HyperClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+        inner: reqwest::Client,
         request: Request<Bytes>,
     ) -> Result<Response<Bytes>, HttpError> {
         let (parts, body) = request.into_parts();
-        let req = http::Request::from_parts(parts, Full::new(body));
-        let resp = tokio::time::timeout(TIMEOUT, inner.request(req)).await??;
-        let (parts, body) = resp.into_parts();
-        let body = tokio::time::timeout(TIMEOUT, body.collect())
-            .await??
-            .to_bytes();
-        Ok(Response::from_parts(parts, body))
+        let mut req = inner
+            .request(parts.method, parts.uri.to_string())
+            .body(body);
+        for (name, value) in &parts.headers {
+            req = req.header(name, value);
+        }
+        let resp = req.send().await?;
+        let mut out = Response::builder().status(resp.status());
+        for (name, value) in resp.headers() {
+            out = out.header(name, value);
+        }
+        let body = resp.bytes().await?;
+        Ok(out.body(body)?)
     }
 }
 

@@ -9,6 +9,8 @@ use std::str::FromStr;
 /// At most this many problems are listed (the rest are counted): the
 /// message travels into a condition and an Event.
 const MAX_PROBLEMS: usize = 8;
+/// Characters of problems listed (the joined message stays under 1 KiB).
+const MAX_MESSAGE: usize = 900;
 
 /// Major versions the instance contract is tested with.
 pub const SUPPORTED_MAJORS: std::ops::RangeInclusive<u32> = 13..=17;
@@ -87,12 +89,32 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
             shown(t)
         ));
     }
-    if errs.len() > MAX_PROBLEMS {
-        let more = errs.len() - MAX_PROBLEMS;
-        errs.truncate(MAX_PROBLEMS);
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(bounded(errs))
+    }
+}
+
+/// The first problems, as many as fit [`MAX_PROBLEMS`] and
+/// [`MAX_MESSAGE`] (an Event's note holds 1 KiB), then how many more.
+fn bounded(mut errs: Vec<String>) -> Vec<String> {
+    let mut total = 0;
+    let keep = errs
+        .iter()
+        .take(MAX_PROBLEMS)
+        .take_while(|e| {
+            total += e.len() + 2;
+            total <= MAX_MESSAGE
+        })
+        .count()
+        .max(1);
+    if keep < errs.len() {
+        let more = errs.len() - keep;
+        errs.truncate(keep);
         errs.push(format!("and {more} more problems"));
     }
-    if errs.is_empty() { Ok(()) } else { Err(errs) }
+    errs
 }
 
 /// `spec.postgresql`: parameters by allowlist with one-line values of

@@ -210,7 +210,7 @@ pub enum PoolMode {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresqlSpec {
-    /// postgresql.conf parameters, from the allowed list (docs/configuration.md);
+    /// postgresql.conf parameters, from the allowed list (docs/operations.md);
     /// reload-only changes are reloaded, the others are recorded as a
     /// pending restart. Bounded (64 entries of at most 1024 characters) so
     /// one tenant's object cannot exhaust the manager's cache.

@@ -374,7 +374,7 @@ cmd_unfence() { rm -f "$FENCE" "$DEMOTED"; echo "{\"contract\":$CONTRACT,\"fence
 cmd_reload() {
   if [ -n "${2:-}" ]; then
     n=0
-    until grep -q "pgfleet-config-hash: $2" "$CONFIG/postgresql.conf"; do
+    until grep -qF "pgfleet-config-hash: $2" "$CONFIG/postgresql.conf"; do
       n=$((n + 1)); [ "$n" -le 110 ] || { log "configuration $2 not mounted yet"; exit 75; }
       sleep 1
     done
@@ -506,11 +506,11 @@ cmd_expire() {
   shift
   set_opts=""
   while [ $# -gt 0 ]; do
-    case "$1" in
-      --retention-full) [ -n "${2:-}" ] || { log "--retention-full needs N"; exit 64; }
-        set_opts="--repo1-retention-full-type=count --repo1-retention-full=$2"; shift 2 ;;
-      --retention-full-days) [ -n "${2:-}" ] || { log "--retention-full-days needs D"; exit 64; }
-        set_opts="--repo1-retention-full-type=time --repo1-retention-full=$2"; shift 2 ;;
+    # Numbers only: set_opts is split into words below.
+    case "$1:${2:-}" in
+      --retention-full*:|--retention-full*:*[!0-9]*) log "$1 needs a number"; exit 64 ;;
+      --retention-full:*) set_opts="--repo1-retention-full-type=count --repo1-retention-full=$2"; shift 2 ;;
+      --retention-full-days:*) set_opts="--repo1-retention-full-type=time --repo1-retention-full=$2"; shift 2 ;;
       *) log "usage: expire [--retention-full N | --retention-full-days D]"; exit 64 ;;
     esac
   done

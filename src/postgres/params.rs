@@ -5,7 +5,7 @@
 //! (docs/security.md), and PostgreSQL grows new parameters that run
 //! commands, load libraries or read files with every release
 //! (`archive_library` in 15, `include_*` directives). A parameter that is
-//! not listed here is `Invalid`; docs/configuration.md carries the list.
+//! not listed here is `Invalid`; docs/operations.md carries the list.
 
 use std::collections::BTreeMap;
 
@@ -235,7 +235,7 @@ pub fn refusal(name: &str, value: &str) -> Option<String> {
         return Some(if super::MANAGED_PARAMETERS.contains(&name) {
             "is managed by pgfleet and cannot be set".into()
         } else {
-            "is not a parameter a PostgresCluster may set (see the allowed list in docs/configuration.md)".into()
+            "is not a parameter a PostgresCluster may set (see the allowed list in docs/operations.md)".into()
         });
     }
     let len = value.chars().count();

@@ -178,11 +178,13 @@ async fn oversized_specs_are_refused_and_nothing_huge_is_echoed() {
     let client = f.client(M);
     f.namespace(M, "shop").await;
     let api = f.pgc(M, "shop");
-    let too_many: serde_json::Map<String, Value> = (0..65)
-        .map(|i| (format!("p{i}"), json!("1")))
-        .collect();
+    let too_many: serde_json::Map<String, Value> =
+        (0..65).map(|i| (format!("p{i}"), json!("1"))).collect();
     let hostile: Vec<(&str, Value)> = vec![
-        ("65 parameters", json!({"postgresql": {"parameters": too_many}})),
+        (
+            "65 parameters",
+            json!({"postgresql": {"parameters": too_many}}),
+        ),
         (
             "a 2000-character parameter value",
             json!({"postgresql": {"parameters": {"search_path": "x".repeat(2000)}}}),
@@ -200,6 +202,9 @@ async fn oversized_specs_are_refused_and_nothing_huge_is_echoed() {
             "a 5 MB failoverDelay",
             json!({"failoverDelay": "9".repeat(5 << 20)}),
         ),
+        // Over maxLength and not matching the pattern: only "Too long", as a
+        // real API server answers, never the value itself.
+        ("a 5 MB version", json!({"version": "v".repeat(5 << 20)})),
     ];
     for (what, extra) in hostile {
         let mut s = spec(1);

@@ -190,18 +190,37 @@ mod tests {
         s.postgresql
             .parameters
             .insert("archive_library".into(), "x".into());
-        s.postgresql
-            .parameters
-            .insert("work_mem".into(), "4MB\nshared_preload_libraries = 'evil'".into());
-        s.postgresql.pg_hba = vec!["include_if_exists /etc/x".into(), "host all all all md5\r".into()];
+        s.postgresql.parameters.insert(
+            "work_mem".into(),
+            "4MB\nshared_preload_libraries = 'evil'".into(),
+        );
+        s.postgresql.pg_hba = vec![
+            "include_if_exists /etc/x".into(),
+            "host all all all md5\r".into(),
+        ];
         s.failover_delay = "x".repeat(5 << 20);
         let errs = validate(&s).unwrap_err();
         assert_eq!(errs.len(), 5, "{errs:#?}");
-        assert!(errs.iter().any(|e| e.contains("parameters.archive_library")));
-        assert!(errs.iter().any(|e| e.contains("parameters.work_mem: value contains a control")));
-        assert!(errs.iter().any(|e| e.starts_with("spec.postgresql.pgHba[0]")));
-        assert!(errs.iter().any(|e| e.starts_with("spec.postgresql.pgHba[1]")));
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("parameters.archive_library"))
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("parameters.work_mem: value contains a control"))
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.postgresql.pgHba[0]"))
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.postgresql.pgHba[1]"))
+        );
         assert!(errs.iter().all(|e| !e.contains("evil")), "{errs:#?}");
-        assert!(errs.iter().map(String::len).sum::<usize>() < 2000, "{errs:#?}");
+        assert!(
+            errs.iter().map(String::len).sum::<usize>() < 2000,
+            "{errs:#?}"
+        );
     }
 }

@@ -128,7 +128,10 @@ fn default_failover_delay() -> String {
 pub struct StorageSpec {
     /// PVC size per instance (a Kubernetes quantity).
     #[serde(default = "default_storage_size")]
-    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"), length(max = 32))]
+    #[schemars(
+        regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"),
+        length(max = 32)
+    )]
     pub size: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]

@@ -261,7 +261,11 @@ pub const SHOWN_CHARS: usize = 64;
 /// really was when cut (a 5 MB value must not travel into every Event).
 pub fn shown(s: &str) -> String {
     let n = s.chars().count();
-    let head: String = s.chars().take(SHOWN_CHARS).flat_map(char::escape_debug).collect();
+    let head: String = s
+        .chars()
+        .take(SHOWN_CHARS)
+        .flat_map(char::escape_debug)
+        .collect();
     if n > SHOWN_CHARS {
         format!("{head}… ({n} characters)")
     } else {

@@ -100,7 +100,12 @@ fn conf_string(q: &str) -> Option<String> {
     let mut it = body.chars();
     while let Some(c) = it.next() {
         match c {
-            '\'' => (it.next()? == '\'').then(|| out.push('\''))?,
+            '\'' => {
+                if it.next()? != '\'' {
+                    return None;
+                }
+                out.push('\'');
+            }
             '\\' => match it.next()? {
                 'n' | 'r' | 'b' | 'f' | 't' | '0'..='7' => return None,
                 n => out.push(n),

@@ -52,16 +52,31 @@ pub async fn reconcile(
     let mut params = postgres::effective_parameters(&pg.spec.postgresql.parameters, sync_names);
     // A restore drill's throwaway copy archives nothing: it is deleted
     // minutes later and must not leave a stanza behind.
-    let backrest = ctx.backup.as_ref().map(|b| {
-        // (It still needs the repository to restore from.)
-        if !is_drill {
-            for (k, v) in crate::backup::repo::archive_parameters() {
-                params.entry(k.to_string()).or_insert_with(|| v.to_string());
+    let backrest = match ctx.backup.as_ref() {
+        Some(b) => {
+            // (It still needs the repository to restore from.)
+            if !is_drill {
+                for (k, v) in crate::backup::repo::archive_parameters() {
+                    params.entry(k.to_string()).or_insert_with(|| v.to_string());
+                }
             }
+            let path = crate::backup::repo::repo_path(&b.repository, &ctx.member, &ns, &name);
+            // pgbackrest.conf has no quoting: a value that could start a
+            // line of its own is refused, never rendered.
+            if let Some(why) = crate::postgres::quote::ini_refusal(&path) {
+                return Err(Error::Finalizer(format!(
+                    "pgbackrest.conf: the repository path {why}"
+                )));
+            }
+            Some(crate::backup::repo::render_conf(
+                &b.repository,
+                &path,
+                &b.retention,
+                build::PGDATA,
+            ))
         }
-        let path = crate::backup::repo::repo_path(&b.repository, &ctx.member, &ns, &name);
-        crate::backup::repo::render_conf(&b.repository, &path, &b.retention, build::PGDATA)
-    });
+        None => None,
+    };
     let cm = build::config_map(
         owner,
         &params,

@@ -170,13 +170,15 @@ pub fn start(
         stores.push(reader.clone());
         let api: Api<PostgresCluster> = Api::all(client.clone());
         let cfg = watcher::Config::default().labels(&format!("{LABEL_SHARD}={shard}"));
-        // Cache only what reconcile reads: no managedFields, no last-applied copy.
+        // Cache only what reconcile reads: no managedFields, no annotations
+        // but pgfleet's own (a tenant's object may carry up to 256 KiB of
+        // them; the spec itself is bounded by the CRD, docs/security.md).
         let stream = watcher(api, cfg)
             .default_backoff()
             .modify(|pg: &mut PostgresCluster| {
                 pg.managed_fields_mut().clear();
                 pg.annotations_mut()
-                    .remove("kubectl.kubernetes.io/last-applied-configuration");
+                    .retain(|k, _| k.starts_with("pgfleet.io/"));
             })
             .reflect(writer)
             .touched_objects();

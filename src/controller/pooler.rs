@@ -23,12 +23,13 @@ fn config_name(o: &Owner) -> String {
 
 /// The start script: PgBouncer listens on the pod's own address (so many
 /// poolers share a port on one machine in the embedded runtime), and its
-/// userlist is written from the superuser Secret at start, never stored.
+/// userlist is written from the superuser Secret at start, never stored
+/// (a `"` in the password doubled, as PgBouncer's userlist quotes it).
 const START: &str = r#"set -eu
 mkdir -p /tmp/pgbouncer
 sed "s/@POD_IP@/${POD_IP:-0.0.0.0}/" /etc/pgbouncer/pgbouncer.ini > /tmp/pgbouncer/pgbouncer.ini
 umask 077
-printf '"postgres" "%s"\n' "$(cat /etc/pgbouncer/secrets/superuser-password)" > /tmp/pgbouncer/userlist.txt
+printf '"postgres" "%s"\n' "$(sed 's/"/""/g' /etc/pgbouncer/secrets/superuser-password)" > /tmp/pgbouncer/userlist.txt
 exec pgbouncer /tmp/pgbouncer/pgbouncer.ini
 "#;
 

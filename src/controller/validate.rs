@@ -3,8 +3,14 @@
 //! reported, and an invalid spec never touches running instances.
 
 use crate::crd::PostgresClusterSpec;
-use crate::postgres::MANAGED_PARAMETERS;
+use crate::postgres::{hba, params, shown};
 use std::str::FromStr;
+
+/// At most this many problems are listed (the rest are counted): the
+/// message travels into a condition and an Event.
+const MAX_PROBLEMS: usize = 8;
+/// Characters of problems listed (the joined message stays under 1 KiB).
+const MAX_MESSAGE: usize = 900;
 
 /// Major versions the instance contract is tested with.
 pub const SUPPORTED_MAJORS: std::ops::RangeInclusive<u32> = 13..=17;
@@ -26,7 +32,7 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
         Some(m) if SUPPORTED_MAJORS.contains(&m) => {}
         _ => errs.push(format!(
             "spec.version: \"{}\" is not a supported PostgreSQL version (majors {}-{})",
-            spec.version,
+            shown(&spec.version),
             SUPPORTED_MAJORS.start(),
             SUPPORTED_MAJORS.end()
         )),
@@ -35,7 +41,9 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
         && let Err(e) = croner::Cron::from_str(cron)
     {
         errs.push(format!(
-            "spec.backupSchedule: \"{cron}\" is not a valid cron expression: {e}"
+            "spec.backupSchedule: \"{}\" is not a valid cron expression: {}",
+            shown(cron),
+            shown(&e.to_string())
         ));
     }
     if let Some(fb) = spec.bootstrap.as_ref().and_then(|b| b.from_backup.as_ref()) {
@@ -43,7 +51,8 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
             && chrono::DateTime::parse_from_rfc3339(t).is_err()
         {
             errs.push(format!(
-                "spec.bootstrap.fromBackup.targetTime: \"{t}\" is not an RFC 3339 time such as 2026-12-02T10:15:00Z"
+                "spec.bootstrap.fromBackup.targetTime: \"{}\" is not an RFC 3339 time such as 2026-12-02T10:15:00Z",
+                shown(t)
             ));
         }
         if fb.cluster.trim().is_empty() {
@@ -52,8 +61,9 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
     }
     if let Err(e) = humantime::parse_duration(&spec.failover_delay) {
         errs.push(format!(
-            "spec.failoverDelay: \"{}\": {e}",
-            spec.failover_delay
+            "spec.failoverDelay: \"{}\": {}",
+            shown(&spec.failover_delay),
+            shown(&e.to_string())
         ));
     }
     if let Some(sync) = &spec.synchronous
@@ -66,26 +76,7 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
             spec.cluster_size
         ));
     }
-    for k in spec.postgresql.parameters.keys() {
-        if MANAGED_PARAMETERS.contains(&k.as_str()) {
-            errs.push(format!(
-                "spec.postgresql.parameters.{k}: is managed by pgfleet and cannot be set"
-            ));
-        } else if k.is_empty()
-            || !k
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.')
-        {
-            errs.push(format!(
-                "spec.postgresql.parameters: \"{k}\" is not a valid parameter name"
-            ));
-        }
-    }
-    for (i, line) in spec.postgresql.pg_hba.iter().enumerate() {
-        if line.contains('\n') {
-            errs.push(format!("spec.postgresql.pgHba[{i}]: must be a single line"));
-        }
-    }
+    parameters(spec, &mut errs);
     if let Some(t) = spec
         .bootstrap
         .as_ref()
@@ -94,10 +85,68 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
         && chrono::DateTime::parse_from_rfc3339(t).is_err()
     {
         errs.push(format!(
-            "spec.bootstrap.fromBackup.targetTime: \"{t}\" is not an RFC 3339 time"
+            "spec.bootstrap.fromBackup.targetTime: \"{}\" is not an RFC 3339 time",
+            shown(t)
         ));
     }
-    if errs.is_empty() { Ok(()) } else { Err(errs) }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(bounded(errs))
+    }
+}
+
+/// The first problems, as many as fit [`MAX_PROBLEMS`] and
+/// [`MAX_MESSAGE`] (an Event's note holds 1 KiB), then how many more.
+fn bounded(mut errs: Vec<String>) -> Vec<String> {
+    let mut total = 0;
+    let keep = errs
+        .iter()
+        .take(MAX_PROBLEMS)
+        .take_while(|e| {
+            total += e.len() + 2;
+            total <= MAX_MESSAGE
+        })
+        .count()
+        .max(1);
+    if keep < errs.len() {
+        let more = errs.len() - keep;
+        errs.truncate(keep);
+        errs.push(format!("and {more} more problems"));
+    }
+    errs
+}
+
+/// `spec.postgresql`: parameters by allowlist with one-line values of
+/// bounded length, pg_hba lines that are single rules. Values are never
+/// repeated in the message, only names and positions.
+fn parameters(spec: &PostgresClusterSpec, errs: &mut Vec<String>) {
+    let p = &spec.postgresql.parameters;
+    if p.len() > params::MAX_PARAMETERS {
+        errs.push(format!(
+            "spec.postgresql.parameters: {} entries, at most {} are allowed",
+            p.len(),
+            params::MAX_PARAMETERS
+        ));
+    }
+    for (k, v) in p {
+        if let Some(why) = params::refusal(k, v) {
+            errs.push(format!("spec.postgresql.parameters.{}: {why}", shown(k)));
+        }
+    }
+    let lines = &spec.postgresql.pg_hba;
+    if lines.len() > hba::MAX_LINES {
+        errs.push(format!(
+            "spec.postgresql.pgHba: {} lines, at most {} are allowed",
+            lines.len(),
+            hba::MAX_LINES
+        ));
+    }
+    for (i, line) in lines.iter().enumerate() {
+        if let Some(why) = hba::refusal(line) {
+            errs.push(format!("spec.postgresql.pgHba[{i}]: {why}"));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -133,5 +182,45 @@ mod tests {
                 .any(|e| e.starts_with("spec.synchronous.number"))
         );
         assert!(errs.iter().any(|e| e.contains("parameters.port")));
+    }
+
+    #[test]
+    fn parameters_are_an_allowlist_and_nothing_huge_is_echoed() {
+        let mut s = spec();
+        s.postgresql
+            .parameters
+            .insert("archive_library".into(), "x".into());
+        s.postgresql.parameters.insert(
+            "work_mem".into(),
+            "4MB\nshared_preload_libraries = 'evil'".into(),
+        );
+        s.postgresql.pg_hba = vec![
+            "include_if_exists /etc/x".into(),
+            "host all all all md5\r".into(),
+        ];
+        s.failover_delay = "x".repeat(5 << 20);
+        let errs = validate(&s).unwrap_err();
+        assert_eq!(errs.len(), 5, "{errs:#?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("parameters.archive_library"))
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("parameters.work_mem: value contains a control"))
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.postgresql.pgHba[0]"))
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.postgresql.pgHba[1]"))
+        );
+        assert!(errs.iter().all(|e| !e.contains("evil")), "{errs:#?}");
+        assert!(
+            errs.iter().map(String::len).sum::<usize>() < 2000,
+            "{errs:#?}"
+        );
     }
 }

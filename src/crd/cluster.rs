@@ -59,14 +59,15 @@ pub struct PostgresClusterSpec {
     /// PostgreSQL version, major or major.minor ("15", "15.20"); the image is
     /// `postgres:<version>` unless `image` is set.
     #[serde(default = "default_version")]
-    #[schemars(regex(pattern = r"^[0-9]{1,2}(\.[0-9]{1,3})?$"))]
+    #[schemars(regex(pattern = r"^[0-9]{1,2}(\.[0-9]{1,3})?$"), length(max = 16))]
     pub version: String,
     /// Overrides the image derived from `version`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
     pub image: Option<String>,
     /// Cron schedule (5 fields, UTC) overriding the fleet's backup schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^(\S+\s+){4,5}\S+$"))]
+    #[schemars(regex(pattern = r"^(\S+\s+){4,5}\S+$"), length(max = 128))]
     pub backup_schedule: Option<String>,
     #[serde(default)]
     pub storage: StorageSpec,
@@ -82,6 +83,7 @@ pub struct PostgresClusterSpec {
     pub resources: Option<ResourcesSpec>,
     /// How long a primary may be unhealthy before failover ("10s").
     #[serde(default = "default_failover_delay")]
+    #[schemars(length(max = 32))]
     pub failover_delay: String,
     /// How a rolling update replaces the primary once every replica runs the
     /// new version: `switchover` (default; through the pooler's PAUSE/RESUME
@@ -126,9 +128,13 @@ fn default_failover_delay() -> String {
 pub struct StorageSpec {
     /// PVC size per instance (a Kubernetes quantity).
     #[serde(default = "default_storage_size")]
-    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"))]
+    #[schemars(
+        regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"),
+        length(max = 32)
+    )]
     pub size: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub storage_class: Option<String>,
     /// What happens to the PVCs when the PostgresCluster is deleted.
     #[serde(default)]
@@ -207,12 +213,16 @@ pub enum PoolMode {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresqlSpec {
-    /// postgresql.conf parameters; reload-only changes are reloaded, the
-    /// others are recorded as a pending restart.
+    /// postgresql.conf parameters, from the allowed list (docs/operations.md);
+    /// reload-only changes are reloaded, the others are recorded as a
+    /// pending restart. Bounded (64 entries of at most 1024 characters) so
+    /// one tenant's object cannot exhaust the manager's cache.
     #[serde(default)]
+    #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 1024}))]
     pub parameters: BTreeMap<String, String>,
-    /// Extra pg_hba.conf lines, placed before pgfleet's own.
+    /// Extra pg_hba.conf lines, one rule each, placed before pgfleet's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 512)))]
     pub pg_hba: Vec<String>,
 }
 
@@ -245,8 +255,10 @@ pub struct FromBackup {
 #[serde(rename_all = "camelCase")]
 pub struct ResourcesSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
     pub cpu: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
     pub memory: Option<String>,
 }
 

@@ -42,6 +42,27 @@ PGBR_CONF="$CONFIG/pgbackrest.conf"
 INIT_FAILED="${SOCKDIR}/pgfleet.restore-failed"
 INITIALIZING="${SOCKDIR}/pgfleet.initializing"
 
+# BEGIN quoting helpers (src/postgres/shell_tests.rs runs this block alone).
+# Nothing from a spec or a Secret is pasted into shell, SQL or a config
+# file unquoted: every value goes through one of these, and a value that
+# cannot be quoted for its file (a line break) is refused.
+NL='
+'
+CR=$(printf '\r')
+# True when $1 has no line break (every file below is line-oriented).
+one_line() { case "$1" in *"$NL"*|*"$CR"*) return 1 ;; *) return 0 ;; esac; }
+# $1 as a postgresql.conf string: in '...', ' doubled and \ doubled.
+conf_q() { printf "'%s'" "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e "s/'/''/g")"; }
+# $1 as a libpq conninfo value: in '...', ' and \ escaped with \.
+conninfo_q() { printf "'%s'" "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e "s/'/\\\\'/g")"; }
+# $1 as one field of a .pgpass line: : and \ escaped with \.
+pgpass_field() { printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/:/\\:/g'; }
+# A path pasted into a command PostgreSQL runs through the shell and that
+# pgBackRest writes into postgresql.auto.conf without escaping
+# (restore_command): only characters that need no quoting in either.
+safe_path() { case "$1" in ''|*[!A-Za-z0-9._/-]*) return 1 ;; *) return 0 ;; esac; }
+# END quoting helpers
+
 bin() { if [ -n "$PGBIN" ]; then echo "$PGBIN/$1"; else echo "$1"; fi; }
 log() { echo "pgfleet-instance: $*" >&2; }
 sql() { "$(bin psql)" -h "$SOCKDIR" -U postgres -d postgres -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
@@ -104,12 +125,27 @@ wanted_role() {
 }
 
 primary_conninfo() {
-  echo "host=${PGFLEET_PRIMARY_HOST} port=5432 user=replicator passfile=$PGDATA/../pgpass application_name=${POD_NAME} sslmode=prefer"
+  echo "host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator passfile=$(conninfo_q "$PGDATA/../pgpass") application_name=$(conninfo_q "$POD_NAME") sslmode=prefer"
 }
 
+# A password is one line (a trailing newline in the Secret is ignored);
+# in .pgpass its : and \ are escaped, or libpq would split it.
 write_passfile() {
   umask 077
-  printf '*:*:*:replicator:%s\n' "$(cat "$SECRETS/replication-password")" > "$PGDATA/../pgpass"
+  pw=$(cat "$SECRETS/replication-password")
+  one_line "$pw" || { log "the replication password contains a line break; refusing it"; exit 78; }
+  printf '*:*:*:replicator:%s\n' "$(pgpass_field "$pw")" > "$PGDATA/../pgpass"
+}
+
+# Creates the replication role. The password is never in an argv or in
+# the SQL text: psql reads the file itself (a backquoted command in its
+# script, with the path from the environment) and quotes it as a literal.
+create_replicator() {
+  PGFLEET_PWFILE="$SECRETS/replication-password" "$(bin psql)" -h "$SOCKDIR" -U postgres -d postgres \
+    -XAtq -v ON_ERROR_STOP=1 -f - <<'SQL'
+\set pw `cat "$PGFLEET_PWFILE"`
+CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD :'pw';
+SQL
 }
 
 configure() {
@@ -119,8 +155,8 @@ configure() {
     echo "include_if_exists = 'pgfleet.conf'" >> "$PGDATA/postgresql.conf"
   if [ "$(wanted_role)" = replica ]; then
     {
-      echo "primary_conninfo = '$(primary_conninfo)'"
-      echo "primary_slot_name = '$(echo "$POD_NAME" | tr '-' '_')'"
+      echo "primary_conninfo = $(conf_q "$(primary_conninfo)")"
+      echo "primary_slot_name = $(conf_q "$(echo "$POD_NAME" | tr '-' '_')")"
     } > "$PGDATA/pgfleet-standby.conf"
     grep -q "include_if_exists = 'pgfleet-standby.conf'" "$PGDATA/postgresql.conf" ||
       echo "include_if_exists = 'pgfleet-standby.conf'" >> "$PGDATA/postgresql.conf"
@@ -136,7 +172,7 @@ do_initdb() {
   "$(bin initdb)" -D "$PGDATA" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
     --pwfile="$SECRETS/superuser-password" --data-checksums >&2
   "$(bin pg_ctl)" -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=$SOCKDIR" start >&2
-  sql "CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD '$(cat "$SECRETS/replication-password")'" >&2
+  create_replicator >&2
   "$(bin pg_ctl)" -D "$PGDATA" -w -m fast stop >&2
 }
 
@@ -173,11 +209,16 @@ do_restore() {
   src=${PGFLEET_RESTORE_REPO_PATH:-}
   [ -n "$src" ] || restore_failed "PGFLEET_INIT=restore needs PGFLEET_RESTORE_REPO_PATH"
   [ -f "$PGBR_CONF" ] || restore_failed "PGFLEET_INIT=restore needs $PGBR_CONF"
+  for p in "$src" "$PGBR_CONF" "$PGDATA" "${PGFLEET_PGBACKREST:-pgbackrest}"; do
+    safe_path "$p" || restore_failed "refusing to restore: a path for restore_command has characters other than A-Z a-z 0-9 . _ / -"
+  done
   echo restore > "$INITIALIZING"
   touch "$PGDATA/../pgfleet.restore-incomplete"
   rm -rf "${PGDATA:?}"/* "${PGDATA:?}"/.[!.]* 2>/dev/null || true
   set -- --repo1-path="$src"
-  set -- "$@" "--recovery-option=restore_command=${PGFLEET_PGBACKREST:-pgbackrest} --config=$PGBR_CONF --stanza=db --repo1-path=$src --pg1-path=$PGDATA archive-get %f \"%p\""
+  # Quoted for the shell PostgreSQL runs it with; safe_path above keeps
+  # out what postgresql.auto.conf could not hold.
+  set -- "$@" "--recovery-option=restore_command=\"${PGFLEET_PGBACKREST:-pgbackrest}\" \"--config=$PGBR_CONF\" --stanza=db \"--repo1-path=$src\" \"--pg1-path=$PGDATA\" archive-get %f \"%p\""
   [ -z "${PGFLEET_RESTORE_SET:-}" ] || set -- "$@" --set="$PGFLEET_RESTORE_SET"
   if [ -n "${PGFLEET_RESTORE_TARGET_TIME:-}" ]; then
     # pgBackRest picks the backup set by the target only in its own format
@@ -224,7 +265,7 @@ do_restore() {
 do_rewind() {
   log "rewinding to follow $PGFLEET_PRIMARY_HOST"
   if ! PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_rewind)" -D "$PGDATA" \
-      --source-server="host=$PGFLEET_PRIMARY_HOST port=5432 user=postgres dbname=postgres" >&2; then
+      --source-server="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=postgres dbname=postgres" >&2; then
     log "pg_rewind failed; re-cloning"
     do_clone
   fi
@@ -333,7 +374,7 @@ cmd_unfence() { rm -f "$FENCE" "$DEMOTED"; echo "{\"contract\":$CONTRACT,\"fence
 cmd_reload() {
   if [ -n "${2:-}" ]; then
     n=0
-    until grep -q "pgfleet-config-hash: $2" "$CONFIG/postgresql.conf"; do
+    until grep -qF "pgfleet-config-hash: $2" "$CONFIG/postgresql.conf"; do
       n=$((n + 1)); [ "$n" -le 110 ] || { log "configuration $2 not mounted yet"; exit 75; }
       sleep 1
     done
@@ -350,6 +391,8 @@ cmd_slots() {
   shift
   keep=""
   for n in "$@"; do
+    # Instance names only: they go into SQL below.
+    case "$n" in ''|*[!a-z0-9-]*) log "slots: $n is not an instance name"; exit 64 ;; esac
     slot=$(echo "$n" | tr '-' '_')
     keep="$keep,'$slot'"
     sql "SELECT pg_create_physical_replication_slot('$slot', true) WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '$slot')" >/dev/null
@@ -463,11 +506,11 @@ cmd_expire() {
   shift
   set_opts=""
   while [ $# -gt 0 ]; do
-    case "$1" in
-      --retention-full) [ -n "${2:-}" ] || { log "--retention-full needs N"; exit 64; }
-        set_opts="--repo1-retention-full-type=count --repo1-retention-full=$2"; shift 2 ;;
-      --retention-full-days) [ -n "${2:-}" ] || { log "--retention-full-days needs D"; exit 64; }
-        set_opts="--repo1-retention-full-type=time --repo1-retention-full=$2"; shift 2 ;;
+    # Numbers only: set_opts is split into words below.
+    case "$1:${2:-}" in
+      --retention-full*:|--retention-full*:*[!0-9]*) log "$1 needs a number"; exit 64 ;;
+      --retention-full:*) set_opts="--repo1-retention-full-type=count --repo1-retention-full=$2"; shift 2 ;;
+      --retention-full-days:*) set_opts="--repo1-retention-full-type=time --repo1-retention-full=$2"; shift 2 ;;
       *) log "usage: expire [--retention-full N | --retention-full-days D]"; exit 64 ;;
     esac
   done

@@ -3,6 +3,16 @@
 //! parameters need a restart.
 
 pub mod exec;
+pub mod hba;
+pub mod params;
+pub mod quote;
+#[cfg(test)]
+mod render_props;
+#[cfg(test)]
+mod shell_tests;
+
+pub use hba::render_pg_hba;
+pub use params::{render_postgresql_conf, shown};
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -172,35 +182,6 @@ pub fn effective_parameters(
         p.insert("synchronous_standby_names".into(), names);
     }
     p
-}
-
-/// Quotes a value for postgresql.conf.
-fn conf_value(v: &str) -> String {
-    format!("'{}'", v.replace('\\', "\\\\").replace('\'', "''"))
-}
-
-pub fn render_postgresql_conf(params: &BTreeMap<String, String>) -> String {
-    let mut out =
-        String::from("# Rendered by pgfleet from the PostgresCluster spec; do not edit.\n");
-    for (k, v) in params {
-        out.push_str(&format!("{k} = {}\n", conf_value(v)));
-    }
-    out
-}
-
-pub fn render_pg_hba(extra: &[String]) -> String {
-    let mut out = String::from("# Rendered by pgfleet; spec.postgresql.pgHba lines come first.\n");
-    for l in extra {
-        out.push_str(l);
-        out.push('\n');
-    }
-    out.push_str(
-        "local all all trust\n\
-         host replication replicator 0.0.0.0/0 scram-sha-256\n\
-         host all all 0.0.0.0/0 scram-sha-256\n\
-         host all all ::/0 scram-sha-256\n",
-    );
-    out
 }
 
 #[cfg(test)]

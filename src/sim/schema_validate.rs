@@ -153,6 +153,14 @@ fn compositions(s: &Value, x: &Value, path: &str, errs: &mut Vec<FieldError>) {
 }
 
 fn check_string(s: &Value, st: &str, path: &str, errs: &mut Vec<FieldError>) {
+    check_string_value(s, st, path, errs);
+    format_check(s, st, path, errs);
+}
+
+/// maxLength, minLength, pattern: like go-openapi's string validator, the
+/// first failure is the only one reported, so a value over maxLength is
+/// never echoed back by a pattern error.
+fn check_string_value(s: &Value, st: &str, path: &str, errs: &mut Vec<FieldError>) {
     // kube counts characters (runes) here, even though its message says bytes.
     let len = st.chars().count() as u64;
     if let Some(max) = count(s, "maxLength")
@@ -165,6 +173,7 @@ fn check_string(s: &Value, st: &str, path: &str, errs: &mut Vec<FieldError>) {
             "FieldValueTooLong",
             format!("Too long: may not be more than {max} {unit}"),
         );
+        return;
     }
     if let Some(min) = count(s, "minLength")
         && len < min
@@ -175,6 +184,7 @@ fn check_string(s: &Value, st: &str, path: &str, errs: &mut Vec<FieldError>) {
             &quote(st),
             format!("{path} in body should be at least {min} chars long"),
         );
+        return;
     }
     if let Some(pat) = s.get("pattern").and_then(Value::as_str) {
         let extra = match pattern_matches(pat, st) {
@@ -191,6 +201,11 @@ fn check_string(s: &Value, st: &str, path: &str, errs: &mut Vec<FieldError>) {
             );
         }
     }
+}
+
+/// `format` (a validator of its own in kube-openapi, so it runs whatever
+/// the length checks said).
+fn format_check(s: &Value, st: &str, path: &str, errs: &mut Vec<FieldError>) {
     if let Some(f) = s.get("format").and_then(Value::as_str) {
         let re = match f {
             "date-time" | "datetime" => {

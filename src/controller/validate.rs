@@ -39,16 +39,9 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
         ));
     }
     if let Some(fb) = spec.bootstrap.as_ref().and_then(|b| b.from_backup.as_ref()) {
-        if let Some(t) = &fb.target_time
-            && chrono::DateTime::parse_from_rfc3339(t).is_err()
-        {
-            errs.push(format!(
-                "spec.bootstrap.fromBackup.targetTime: \"{t}\" is not an RFC 3339 time such as 2026-12-02T10:15:00Z"
-            ));
-        }
-        if fb.cluster.trim().is_empty() {
-            errs.push("spec.bootstrap.fromBackup.cluster: names no PostgresCluster".into());
-        }
+        // Names and time syntax; the member, the clock and consent are
+        // checked by the controller before the source is read.
+        errs.extend(super::restore_source::syntax(fb));
     }
     if let Err(e) = humantime::parse_duration(&spec.failover_delay) {
         errs.push(format!(
@@ -85,17 +78,6 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
         if line.contains('\n') {
             errs.push(format!("spec.postgresql.pgHba[{i}]: must be a single line"));
         }
-    }
-    if let Some(t) = spec
-        .bootstrap
-        .as_ref()
-        .and_then(|b| b.from_backup.as_ref())
-        .and_then(|f| f.target_time.as_ref())
-        && chrono::DateTime::parse_from_rfc3339(t).is_err()
-    {
-        errs.push(format!(
-            "spec.bootstrap.fromBackup.targetTime: \"{t}\" is not an RFC 3339 time"
-        ));
     }
     if errs.is_empty() { Ok(()) } else { Err(errs) }
 }

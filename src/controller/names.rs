@@ -160,7 +160,6 @@ pub fn validated_namespace(field: &str, value: &str) -> Result<ObjectName, NameE
 /// check a long name would be accepted and then fail on every child.
 pub fn cluster_name(value: &str, is_drill: bool) -> Result<(), NameError> {
     let field = "metadata.name";
-    dns1035_label(field, value)?;
     let max = if is_drill {
         MAX_DRILL_NAME
     } else {
@@ -178,7 +177,7 @@ pub fn cluster_name(value: &str, is_drill: bool) -> Result<(), NameError> {
             ),
         ));
     }
-    Ok(())
+    dns1035_label(field, value)
 }
 
 /// Whether `value` is a pgBackRest backup label: `YYYYMMDD-HHMMSSF`, or a

@@ -359,3 +359,27 @@ async fn future_times_unknown_backups_and_overlong_names_are_invalid() {
     let got = String::from_utf8(copy.data.unwrap()["password"].0.clone()).unwrap();
     assert!(got == pw, "copy-superuser is not the source's password");
 }
+
+/// The embedded API server refuses Service names a real one refuses
+/// (DNS-1035: a leading digit, more than 63 characters), so tests see the
+/// failures a real cluster would give.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_emulator_refuses_service_names_a_real_api_server_refuses() {
+    let f = TestFleet::start("svc-names", &["alpha"]).await;
+    f.namespace("alpha", "db").await;
+    let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(f.client("alpha"), "db");
+    let svc = |name: &str| -> k8s_openapi::api::core::v1::Service {
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"ports": [{"port": 5432}]}}))
+        .unwrap()
+    };
+    for bad in ["1db-rw".to_string(), format!("a{}", "b".repeat(63))] {
+        match api.create(&PostParams::default(), &svc(&bad)).await {
+            Err(kube::Error::Api(e)) => assert_eq!(e.code, 422, "{bad}: {e:?}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    api.create(&PostParams::default(), &svc("db1-rw"))
+        .await
+        .unwrap();
+}

@@ -607,8 +607,24 @@ fn validate_name(rt: &ResourceType, name: &str) -> Result<(), ApiError> {
             .chars()
             .last()
             .is_some_and(|c| c.is_ascii_alphanumeric());
+    // Service names are DNS-1035 labels: they must start with a letter.
+    let dns1035 = rt.plural == "services";
+    let valid = valid && !(dns1035 && name.starts_with(|c: char| c.is_ascii_digit()));
     if valid || rt.plural == "events" {
         return Ok(());
+    }
+    if dns1035 {
+        return Err(ApiError::invalid(
+            &rt.kind,
+            name,
+            vec![(
+                "metadata.name".into(),
+                "FieldValueInvalid".into(),
+                format!(
+                    "metadata.name: Invalid value: \"{name}\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (at most 63 characters)"
+                ),
+            )],
+        ));
     }
     let what = if label_only {
         "RFC 1123 label"

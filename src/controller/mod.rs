@@ -12,6 +12,8 @@ pub mod expect;
 pub mod failover;
 pub mod index;
 pub mod names;
+#[cfg(test)]
+mod names_props;
 pub mod plan;
 pub mod pooler;
 pub mod reconcile;

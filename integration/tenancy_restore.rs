@@ -161,7 +161,11 @@ async fn a_restore_cannot_copy_another_namespaces_or_members_password() {
     f.namespace("alpha", "evil").await;
     f.namespace("alpha", "shared").await;
     let attempts = [
-        ("evil", "steal-ns", json!({"cluster": "vault", "namespace": "victim"})),
+        (
+            "evil",
+            "steal-ns",
+            json!({"cluster": "vault", "namespace": "victim"}),
+        ),
         (
             "evil",
             "steal-member",
@@ -245,7 +249,13 @@ async fn a_restore_with_a_name_that_would_rewrite_the_url_is_invalid() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consented_restore_crosses_namespaces_and_members_and_inherits_the_password() {
     let f = TestFleet::start("consent", &["alpha", "beta"]).await;
-    let a_pw = victim(&f, "alpha", "source", json!({CONSENT: "friend, beta/friend"})).await;
+    let a_pw = victim(
+        &f,
+        "alpha",
+        "source",
+        json!({CONSENT: "friend, beta/friend"}),
+    )
+    .await;
     f.create(
         "alpha",
         "friend",
@@ -262,7 +272,10 @@ async fn a_consented_restore_crosses_namespaces_and_members_and_inherits_the_pas
     .await;
     for member in ["alpha", "beta"] {
         let got = wait_password(&f, member, "friend", "copy-superuser", PATIENCE).await;
-        assert!(got == a_pw, "{member}: copy-superuser is not the source's password");
+        assert!(
+            got == a_pw,
+            "{member}: copy-superuser is not the source's password"
+        );
         let pg: PostgresCluster = f.pgc(member, "friend").get("copy").await.unwrap();
         assert!(
             condition(&pg, "Invalid").is_none_or(|c| c.status != "True"),
@@ -329,7 +342,14 @@ async fn future_times_unknown_backups_and_overlong_names_are_invalid() {
     assert_eq!(long.len(), 70);
     f.create("alpha", "db", &long, spec(1)).await;
     wait_invalid(&f, "alpha", "db", "future", "is in the future").await;
-    wait_invalid(&f, "alpha", "db", "nobackup", "no PostgresBackup named vault-nope").await;
+    wait_invalid(
+        &f,
+        "alpha",
+        "db",
+        "nobackup",
+        "no PostgresBackup named vault-nope",
+    )
+    .await;
     let msg = wait_invalid(&f, "alpha", "db", &long, "at most 50").await;
     assert!(msg.contains("metadata.name"), "{msg}");
     for name in ["future", "nobackup", long.as_str()] {
@@ -349,8 +369,13 @@ async fn future_times_unknown_backups_and_overlong_names_are_invalid() {
         );
     }
     // A same-namespace restore of that source still works as before.
-    f.create("alpha", "db", "copy", restore_spec(json!({"cluster": "vault"})))
-        .await;
+    f.create(
+        "alpha",
+        "db",
+        "copy",
+        restore_spec(json!({"cluster": "vault"})),
+    )
+    .await;
     f.wait_healthy("alpha", "db", "copy", 1).await;
     let copy = Api::<Secret>::namespaced(f.client("alpha"), "db")
         .get("copy-superuser")

@@ -45,10 +45,7 @@ mod tests {
     #[test]
     fn consent_by_default_allow_by_choice_and_typos_reported() {
         let s = load_str(MEMBER, "t").unwrap();
-        assert_eq!(
-            s.tenancy.restore_policy(),
-            CrossNamespaceRestore::Consent
-        );
+        assert_eq!(s.tenancy.restore_policy(), CrossNamespaceRestore::Consent);
         let s = load_str(
             &format!("{MEMBER}[tenancy]\nrestore_across_namespaces = \"allow\"\n"),
             "t",

@@ -129,7 +129,10 @@ pub fn dns1123_subdomain(field: &str, value: &str) -> Result<(), NameError> {
         return Err(refuse(
             field,
             value,
-            format!("is {} characters long; at most {MAX_SUBDOMAIN}", value.len()),
+            format!(
+                "is {} characters long; at most {MAX_SUBDOMAIN}",
+                value.len()
+            ),
         ));
     }
     if !value.split('.').all(label_text) {
@@ -200,7 +203,8 @@ pub fn is_pgbackrest_label(value: &str) -> bool {
         None => full_ok,
         Some(r) => {
             full_ok
-                && (r.strip_suffix('D').is_some_and(stamp) || r.strip_suffix('I').is_some_and(stamp))
+                && (r.strip_suffix('D').is_some_and(stamp)
+                    || r.strip_suffix('I').is_some_and(stamp))
         }
     }
 }
@@ -260,7 +264,10 @@ mod tests {
         let long = "x".repeat(5_000_000);
         let e = dns1123_subdomain("spec.bootstrap.fromBackup.cluster", &long).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.starts_with("spec.bootstrap.fromBackup.cluster: "), "{msg}");
+        assert!(
+            msg.starts_with("spec.bootstrap.fromBackup.cluster: "),
+            "{msg}"
+        );
         assert!(msg.len() < 300, "{}", msg.len());
         let e = dns1123_label("f", "a\"\nb").unwrap_err().to_string();
         assert!(!e.contains('\n'), "{e}");
@@ -279,8 +286,13 @@ mod tests {
         ] {
             assert!(dns1035_label("child", &child).is_ok(), "{child}");
         }
-        let e = cluster_name(&"a".repeat(70), false).unwrap_err().to_string();
-        assert!(e.contains("70 characters") && e.contains("at most 50"), "{e}");
+        let e = cluster_name(&"a".repeat(70), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("70 characters") && e.contains("at most 50"),
+            "{e}"
+        );
         assert!(cluster_name(&format!("{longest}-drill"), true).is_ok());
         assert!(cluster_name("1db", false).is_err());
         assert!(cluster_name("a.b", false).is_err());

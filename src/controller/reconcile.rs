@@ -342,9 +342,9 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         let (init, env) = match (*init, &pg.spec.bootstrap) {
             ("initdb", Some(b)) if b.from_backup.is_some() => {
                 // initdb means no volume exists, so authorize() ran above.
-                let auth = restore.as_ref().ok_or_else(|| {
-                    Error::Finalizer("restore source not authorized".into())
-                })?;
+                let auth = restore
+                    .as_ref()
+                    .ok_or_else(|| Error::Finalizer("restore source not authorized".into()))?;
                 (
                     "restore",
                     super::restore::restore_env(&ctx, auth, &cred_env),

@@ -80,7 +80,10 @@ pub fn syntax(fb: &FromBackup) -> Vec<String> {
             errs.push(e.to_string());
         }
     };
-    push(names::dns1123_label(&format!("{FIELD}.cluster"), &fb.cluster));
+    push(names::dns1123_label(
+        &format!("{FIELD}.cluster"),
+        &fb.cluster,
+    ));
     if let Some(ns) = &fb.namespace {
         push(names::dns1123_label(&format!("{FIELD}.namespace"), ns));
     }
@@ -136,7 +139,8 @@ pub fn resolve(
         return Err(errs);
     }
     // Checked by syntax() above; the constructors cannot fail here.
-    let named = |field: &str, v: &str| names::validated_name(field, v).map_err(|e| vec![e.to_string()]);
+    let named =
+        |field: &str, v: &str| names::validated_name(field, v).map_err(|e| vec![e.to_string()]);
     let namespace = fb.namespace.as_deref().unwrap_or(target.namespace);
     let backup = match &fb.backup {
         None => None,
@@ -355,7 +359,9 @@ mod tests {
         }
         let msg = refusal(&other_ns, HERE);
         assert!(
-            msg.contains("alpha/victim/o") && msg.contains("\"evil\"") && msg.contains(ANN_RESTORE_ALLOWED),
+            msg.contains("alpha/victim/o")
+                && msg.contains("\"evil\"")
+                && msg.contains(ANN_RESTORE_ALLOWED),
             "{msg}"
         );
         assert!(refusal(&other_member, HERE).contains("\"alpha/evil\""));

@@ -116,4 +116,17 @@ mod tests {
         );
         assert!(errs.iter().any(|e| e.contains("parameters.port")));
     }
+
+    #[test]
+    fn restore_source_names_and_time_are_checked_in_the_spec() {
+        let mut s = spec();
+        s.bootstrap = Some(
+            serde_json::from_value(serde_json::json!({"fromBackup": {
+                "cluster": "x?", "namespace": "a/b", "targetTime": "soon"}}))
+            .unwrap(),
+        );
+        let errs = validate(&s).unwrap_err();
+        assert_eq!(errs.len(), 3, "{errs:#?}");
+        assert!(errs[0].starts_with("spec.bootstrap.fromBackup.cluster: \"x?\""));
+    }
 }

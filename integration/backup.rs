@@ -260,6 +260,14 @@ async fn a_restore_into_another_member_cluster_holds_the_rows_and_the_sources_pa
     let (_, pw) = single_with_rows(&e, "src", 10).await;
     request_backup(&e, "src", "src-full").await;
     wait_phase(&e, "src-full", "Completed").await;
+    // The same namespace name in pg-b may be another team's: the source
+    // consents to it (docs/backups.md, restores across member clusters).
+    let consent = serde_json::json!({"metadata": {"annotations": {
+        "pgfleet.io/restore-allowed-namespaces": format!("pg-b/{NS}")}}});
+    e.pgc()
+        .patch("src", &PatchParams::default(), &Patch::Merge(&consent))
+        .await
+        .unwrap();
 
     // Member cluster pg-b: its own namespace and repository credentials;
     // the source is named by member cluster, and the backup by its

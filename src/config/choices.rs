@@ -99,3 +99,15 @@ choice!(
         SkipAndRequeue => "skip_and_requeue",
     } default SkipAndRequeue
 );
+
+choice!(
+    /// Whether a PostgresCluster may restore from another namespace's or
+    /// another member cluster's source (`[tenancy]`).
+    CrossNamespaceRestore {
+        /// Only when the source PostgresCluster lists the restoring
+        /// namespace in `pgfleet.io/restore-allowed-namespaces`.
+        Consent => "consent",
+        /// Always (a fleet with no tenants to keep apart).
+        Allow => "allow",
+    } default Consent
+);

@@ -27,6 +27,7 @@ mod report;
 pub mod rollouts;
 mod schema;
 pub mod selector;
+pub mod tenancy;
 mod validate;
 mod validate_ops;
 pub mod values;
@@ -50,13 +51,15 @@ pub use backups::{
     S3Repository,
 };
 pub use choices::{
-    EmbeddedRuntime, LogFormat, OnFailure, OtlpProtocol, UnreachablePolicy, UriStyle,
+    CrossNamespaceRestore, EmbeddedRuntime, LogFormat, OnFailure, OtlpProtocol, UnreachablePolicy,
+    UriStyle,
 };
 pub use error::{ConfigError, ConfigErrors, TokenFileError};
 pub use load::{DEFAULT_CONFIG_PATH, EMBEDDED_DEFAULTS, load, load_str, load_with_env};
 pub use report::{EXIT_INVALID, EXIT_OK, check_report};
 pub use rollouts::{Rollout, Stage};
 pub use selector::{LabelSelector, Selector};
+pub use tenancy::Tenancy;
 pub use values::{Checked, Concurrency, CronSchedule, HumanDuration, PgVersion, Secret};
 pub use window::{MaintenanceWindow, Window};
 
@@ -73,6 +76,7 @@ pub struct Settings {
     pub backups: Backups,
     /// Rollouts by name (the `<name>` in `[rollouts.<name>]`).
     pub rollouts: BTreeMap<String, Rollout>,
+    pub tenancy: Tenancy,
 }
 
 impl Settings {

@@ -12,7 +12,7 @@ use serde::de::{self, Deserializer, Visitor};
 use super::error::Seg;
 use super::{
     BackupOverride, Backups, ClusterEntry, Drills, Embedded, FilesystemRepository, Manager,
-    RepositoryConfig, Retention, Rollout, S3Repository, Settings, Stage, Telemetry,
+    RepositoryConfig, Retention, Rollout, S3Repository, Settings, Stage, Telemetry, Tenancy,
 };
 
 /// The keys a table at `parent` accepts; empty for free-form maps.
@@ -38,6 +38,7 @@ pub(crate) fn known_keys(parent: &[Seg]) -> &'static [&'static str] {
         ["backups", "repository", "filesystem"] => fields_of::<FilesystemRepository>(),
         ["backups", "overrides", "[]"] => fields_of::<BackupOverride>(),
         ["backups", "drills"] => fields_of::<Drills>(),
+        ["tenancy"] => fields_of::<Tenancy>(),
         ["rollouts", _] => fields_of::<Rollout>(),
         ["rollouts", _, "stages", "[]"] => fields_of::<Stage>(),
         _ => &[],

@@ -38,6 +38,10 @@ pub(crate) fn validate(settings: &Settings) -> Vec<Problem> {
     for (name, rollout) in &settings.rollouts {
         v.rollout(name, rollout);
     }
+    v.checked(
+        at(&[Seg::key("tenancy")], "restore_across_namespaces"),
+        &settings.tenancy.restore_across_namespaces,
+    );
     v.problems
 }
 

@@ -12,10 +12,14 @@ pub mod expect;
 pub mod failover;
 pub mod index;
 pub mod pause;
+pub mod names;
+#[cfg(test)]
+mod names_props;
 pub mod plan;
 pub mod pooler;
 pub mod reconcile;
 mod restore;
+pub mod restore_source;
 pub mod rolling;
 mod secrets;
 pub mod switch;
@@ -64,6 +68,9 @@ pub struct Ctx {
     /// Every member cluster of the fleet: a restore from another member
     /// reads the source's backup records and passwords there.
     pub peers: Vec<Arc<Member>>,
+    /// Whether a restore may cross namespaces without the source's consent
+    /// (`[tenancy] restore_across_namespaces`).
+    pub restore_policy: crate::config::CrossNamespaceRestore,
 }
 
 /// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
@@ -137,6 +144,7 @@ pub fn start(
     workers: u32,
     backup: Option<Arc<crate::backup::repo::BackupEnv>>,
     peers: Vec<Arc<Member>>,
+    restore_policy: crate::config::CrossNamespaceRestore,
 ) -> Handle {
     let shards = shards.max(1);
     crate::metrics::reconcile::member_started(&member.name);
@@ -159,6 +167,7 @@ pub fn start(
         stats: stats.clone(),
         backup,
         peers,
+        restore_policy,
     });
     let tasks = Arc::new(Tasks::default());
     let mut senders = vec![];

@@ -5,6 +5,7 @@
 use super::Ctx;
 use super::build::{self, ANN_HASH, LABEL_ROLE, Owner};
 use super::plan::{self, StatusInput};
+use super::restore::Verdict;
 use super::validate::validate;
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::{PostgresClusterStatus, ReclaimPolicy};
@@ -209,12 +210,28 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let now = crate::sim::cluster::now_rfc3339();
     let obs = ctx.expect.adjust(&ns, &name, ctx.index.get(&ns, &name));
     let mut errs = validate(&pg.spec).err().unwrap_or_default();
-    // Only before the first instance exists: a running cluster restored
-    // long ago keeps being reconciled if its source member leaves the fleet.
-    if obs.pvcs.is_empty()
-        && let Some(e) = super::restore::unknown_source(&ctx, &pg)
-    {
-        errs.push(e);
+    let is_drill = pg.labels().contains_key(crate::backup::dispatch::DRILL_OF);
+    // Only before the first instance exists (a cluster holding data keeps
+    // being managed): the name must fit its children, and a restore's source
+    // must be allowed before anything of it is read.
+    let (mut restore, mut ask_again) = (None, false);
+    if obs.pvcs.is_empty() {
+        if let Err(e) = super::names::cluster_name(&name, is_drill) {
+            errs.push(e.to_string());
+        }
+        if errs.is_empty() {
+            match super::restore::authorize(&ctx, &pg, &ns).await? {
+                Verdict::NoRestore => {}
+                Verdict::Allowed(a) => restore = Some(a),
+                Verdict::Refused {
+                    reasons,
+                    may_change,
+                } => {
+                    errs.extend(reasons);
+                    ask_again = may_change;
+                }
+            }
+        }
     }
     if !errs.is_empty() {
         // Touch nothing that runs; only say why.
@@ -232,7 +249,10 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             &obs,
         );
         write_status(&ctx, &pg, prev.as_ref(), st).await?;
-        return Ok(Action::await_change());
+        return Ok(match ask_again {
+            true => Action::requeue(Duration::from_secs(30)),
+            false => Action::await_change(),
+        });
     }
     let mut within = None;
     if let Some(st) = prev.as_ref()
@@ -259,8 +279,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let ip = plan::plan_instances(&name, size, current_primary.as_deref(), &obs);
     let primary_name = ip.primary.map(|o| owner.instance_name(o));
 
-    super::secrets::credentials(&pg, &ctx, &obs, &owner).await?;
-    let is_drill = pg.labels().contains_key(crate::backup::dispatch::DRILL_OF);
+    super::secrets::credentials(&pg, &ctx, &obs, &owner, restore.as_ref()).await?;
     // A drill's throwaway copy takes no backups, so needs no TLS server.
     let backup_tls = ctx.backup.is_some() && !is_drill;
     if backup_tls {
@@ -321,10 +340,16 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     };
     for (o, init) in &ip.create {
         let (init, env) = match (*init, &pg.spec.bootstrap) {
-            ("initdb", Some(b)) if b.from_backup.is_some() => (
-                "restore",
-                super::restore::restore_env(&ctx, &pg, &ns, &cred_env).await?,
-            ),
+            ("initdb", Some(b)) if b.from_backup.is_some() => {
+                // initdb means no volume exists, so authorize() ran above.
+                let auth = restore
+                    .as_ref()
+                    .ok_or_else(|| Error::Finalizer("restore source not authorized".into()))?;
+                (
+                    "restore",
+                    super::restore::restore_env(&ctx, auth, &cred_env),
+                )
+            }
             _ => (*init, cred_env.clone()),
         };
         let init = &init;

@@ -1,96 +1,183 @@
 //! Bootstrapping a PostgresCluster from a backup (`spec.bootstrap.fromBackup`):
+//! whether its source may be read ([`authorize`], before anything else),
 //! where its first instance restores from, and the passwords it starts with.
+//!
+//! Nothing of the source is read (its Secrets, its PostgresBackup records,
+//! its repository path) except through a [`Source`] that [`authorize`]
+//! returned: names validated, member known, and consent given when the
+//! source is outside the restoring cluster's namespace (restore_source).
 
 use super::Ctx;
 use super::reconcile::{Error, kerr};
-use crate::crd::PostgresCluster;
+use super::restore_source::{self, ANN_RESTORE_ALLOWED, BackupRef, Source, Target};
+use crate::crd::{PostgresBackup, PostgresCluster};
 use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-/// Where the first instance of a cluster bootstrapped from a backup
-/// restores from: the source's repository path, a backup label (a named
-/// PostgresBackup of the same member cluster, or a pgBackRest label), and a
-/// point in time.
-pub async fn restore_env(
-    ctx: &Ctx,
-    pg: &PostgresCluster,
-    ns: &str,
-    cred_env: &[Value],
-) -> Result<Vec<Value>, Error> {
-    let mut env = cred_env.to_vec();
-    let (Some(b), Some(backup)) = (
-        pg.spec
-            .bootstrap
-            .as_ref()
-            .and_then(|b| b.from_backup.as_ref()),
-        ctx.backup.as_ref(),
-    ) else {
-        return Ok(env);
-    };
-    let member = b
-        .member_cluster
-        .clone()
-        .unwrap_or_else(|| ctx.member.clone());
-    if let Some(e) = unknown_source(ctx, pg) {
-        return Err(Error::Finalizer(e));
+/// The outcome of checking a restore's source.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Not a restore.
+    NoRestore,
+    /// The source may be read, and the backup to start from is resolved.
+    Allowed(Authorized),
+    /// Refused, with every reason; nothing was read from the source.
+    /// `may_change`: the answer can change without the spec changing (the
+    /// source's owner adds consent, the named backup completes), so it is
+    /// asked again from time to time.
+    Refused {
+        reasons: Vec<String>,
+        may_change: bool,
+    },
+}
+
+fn refused(reasons: Vec<String>, may_change: bool) -> Verdict {
+    Verdict::Refused {
+        reasons,
+        may_change,
     }
-    let src_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
-    let path = crate::backup::repo::repo_path(&backup.repository, &member, &src_ns, &b.cluster);
+}
+
+/// A source [`authorize`] allowed, with the pgBackRest label to restore
+/// (resolved from a PostgresBackup record when one was named).
+#[derive(Debug, Clone)]
+pub struct Authorized {
+    source: Source,
+    label: Option<String>,
+}
+
+/// Checks a restore's source before anything of it is read: names, member,
+/// time (pure, restore_source), then consent (the source PostgresCluster's
+/// annotation, read only for a source outside this namespace), then the
+/// named backup record. API errors are errors (retried), not refusals.
+pub async fn authorize(ctx: &Ctx, pg: &PostgresCluster, ns: &str) -> Result<Verdict, Error> {
+    let Some(fb) = pg
+        .spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.from_backup.as_ref())
+    else {
+        return Ok(Verdict::NoRestore);
+    };
+    let target = Target {
+        member: &ctx.member,
+        namespace: ns,
+    };
+    let members: Vec<&str> = std::iter::once(ctx.member.as_str())
+        .chain(ctx.peers.iter().map(|m| m.name.as_str()))
+        .collect();
+    let source = match restore_source::resolve(fb, target, &members, chrono::Utc::now()) {
+        Ok(s) => s,
+        Err(errs) => return Ok(refused(errs, false)),
+    };
+    let Some(client) = source_client(ctx, &source.member) else {
+        // resolve() checked the member against the same list.
+        return Ok(refused(
+            vec![format!(
+                "spec.bootstrap.fromBackup.memberCluster: {} is not a member cluster of this fleet",
+                source.member
+            )],
+            false,
+        ));
+    };
+    if !restore_source::allowed_without_consent(&source, target, ctx.restore_policy) {
+        let src = Api::<PostgresCluster>::namespaced(client.clone(), source.namespace.as_str())
+            .get_opt(source.cluster.as_str())
+            .await
+            .map_err(kerr("get", "PostgresCluster", source.cluster.as_str()))?;
+        let ann = src
+            .as_ref()
+            .and_then(|s| s.annotations().get(ANN_RESTORE_ALLOWED).cloned());
+        if !restore_source::consents(ann.as_deref(), &source.member, target) {
+            return Ok(refused(
+                vec![restore_source::refusal(&source, target)],
+                true,
+            ));
+        }
+    }
+    let label = match &source.backup {
+        None => None,
+        Some(BackupRef::Label(l)) => Some(l.clone()),
+        Some(BackupRef::Record(name)) => {
+            let record = Api::<PostgresBackup>::namespaced(client, source.namespace.as_str())
+                .get_opt(name.as_str())
+                .await
+                .map_err(kerr("get", "PostgresBackup", name.as_str()))?;
+            match record {
+                Some(pb) if pb.spec.cluster == source.cluster.as_str() => {
+                    match pb.status.and_then(|s| s.label) {
+                        Some(l) => Some(l),
+                        None => {
+                            return Ok(refused(
+                                vec![format!(
+                                    "spec.bootstrap.fromBackup.backup: PostgresBackup {name} of {} has not completed (it has no pgBackRest label yet)",
+                                    source.describe()
+                                )],
+                                true,
+                            ));
+                        }
+                    }
+                }
+                _ => {
+                    return Ok(refused(
+                        vec![format!(
+                            "spec.bootstrap.fromBackup.backup: {} has no PostgresBackup named {name} \
+                             (give a PostgresBackup of the source, a pgBackRest label such as \
+                             20261203-021712F, or leave it out for the newest backup)",
+                            source.describe()
+                        )],
+                        true,
+                    ));
+                }
+            }
+        }
+    };
+    Ok(Verdict::Allowed(Authorized { source, label }))
+}
+
+/// Where the first instance of a cluster bootstrapped from a backup
+/// restores from: the source's repository path, the backup label, and a
+/// point in time. Only for an authorized source.
+pub fn restore_env(ctx: &Ctx, auth: &Authorized, cred_env: &[Value]) -> Vec<Value> {
+    let mut env = cred_env.to_vec();
+    let Some(backup) = ctx.backup.as_ref() else {
+        return env;
+    };
+    let s = &auth.source;
+    let path = crate::backup::repo::repo_path(
+        &backup.repository,
+        &s.member,
+        s.namespace.as_str(),
+        s.cluster.as_str(),
+    );
     let var = |n: &str, v: &str| json!({"name": n, "value": v});
     env.push(var("PGFLEET_RESTORE_REPO_PATH", &path));
-    if let Some(name) = &b.backup {
-        // A PostgresBackup's label, read where the record lives; else the
-        // name is taken as a pgBackRest label.
-        let label = match source_client(ctx, &member) {
-            Some(client) => Api::<crate::crd::PostgresBackup>::namespaced(client, &src_ns)
-                .get_opt(name)
-                .await
-                .map_err(kerr("get", "PostgresBackup", name))?
-                .and_then(|pb| pb.status.and_then(|s| s.label))
-                .unwrap_or_else(|| name.clone()),
-            None => name.clone(),
-        };
-        env.push(var("PGFLEET_RESTORE_SET", &label));
+    if let Some(label) = &auth.label {
+        env.push(var("PGFLEET_RESTORE_SET", label));
     }
-    if let Some(t) = &b.target_time {
+    if let Some(t) = &s.target_time {
         env.push(var("PGFLEET_RESTORE_TARGET_TIME", t));
     }
-    Ok(env)
+    env
 }
 
 /// A cluster restored from a backup holds the source's roles and password
 /// hashes: its Secrets start with the source's passwords (read in the
 /// source's member cluster), so clients and replicas can log in. When the
 /// source's Secrets are gone they must be reset by hand (docs/backups.md).
-pub async fn restored_password(
-    ctx: &Ctx,
-    pg: &PostgresCluster,
-    ns: &str,
-    which: &str,
-) -> Option<String> {
-    let b = pg.spec.bootstrap.as_ref()?.from_backup.as_ref()?;
-    let client = source_client(ctx, b.member_cluster.as_deref().unwrap_or(&ctx.member))?;
-    let src_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
-    let secret = Api::<Secret>::namespaced(client, &src_ns)
-        .get_opt(&format!("{}-{which}", b.cluster))
+/// Only for an authorized source.
+pub async fn restored_password(ctx: &Ctx, auth: &Authorized, which: &str) -> Option<String> {
+    let s = &auth.source;
+    let client = source_client(ctx, &s.member)?;
+    // `<cluster>-<which>`: a validated label plus a fixed suffix.
+    let name = super::names::validated_name("secret", &format!("{}-{which}", s.cluster)).ok()?;
+    let secret = Api::<Secret>::namespaced(client, s.namespace.as_str())
+        .get_opt(name.as_str())
         .await
         .ok()??;
     let bytes = secret.data?.get("password")?.0.clone();
     String::from_utf8(bytes).ok()
-}
-
-/// Why a restore's source cannot be found: a `memberCluster` this fleet
-/// does not have (the spec alone cannot tell; only the manager knows its
-/// members).
-pub fn unknown_source(ctx: &Ctx, pg: &PostgresCluster) -> Option<String> {
-    let b = pg.spec.bootstrap.as_ref()?.from_backup.as_ref()?;
-    let m = b.member_cluster.as_deref()?;
-    source_client(ctx, m).is_none().then(|| {
-        format!(
-            "spec.bootstrap.fromBackup.memberCluster: {m} is not a member cluster of this fleet"
-        )
-    })
 }
 
 /// A client for the member cluster holding a restore's source: this one,

@@ -6,6 +6,7 @@ use super::Ctx;
 use super::build::{self, Owner};
 use super::plan::Observed;
 use super::reconcile::{Error, FIELD_MANAGER, event, kerr};
+use super::restore::Authorized;
 use crate::crd::PostgresCluster;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -17,22 +18,28 @@ use serde_json::Value;
 /// inherits from its source when the cluster has no data yet, random
 /// otherwise. A Secret deleted under running instances is regenerated, and
 /// said loudly: the instances keep the old password.
+///
+/// `restore` is the source restore::authorize allowed, if any: no source
+/// Secret is read without it.
 pub async fn credentials(
     pg: &PostgresCluster,
     ctx: &Ctx,
     obs: &Observed,
     owner: &Owner,
+    restore: Option<&Authorized>,
 ) -> Result<(), Error> {
     for (which, user) in [("superuser", "postgres"), ("replication", "replicator")] {
         let sname = owner.secret_name(which);
         if obs.secrets.contains(&sname) {
             continue;
         }
-        let password =
-            match super::restore::restored_password(ctx, pg, &owner.namespace, which).await {
-                Some(p) if obs.pvcs.is_empty() => p,
-                _ => random_password(),
-            };
+        let inherited = match restore {
+            Some(auth) if obs.pvcs.is_empty() => {
+                super::restore::restored_password(ctx, auth, which).await
+            }
+            _ => None,
+        };
+        let password = inherited.unwrap_or_else(random_password);
         let created = create(ctx, owner, build::secret(owner, which, user, &password)).await?;
         match (created, obs.pvcs.is_empty()) {
             (false, _) => {}

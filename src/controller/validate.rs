@@ -47,17 +47,9 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
         ));
     }
     if let Some(fb) = spec.bootstrap.as_ref().and_then(|b| b.from_backup.as_ref()) {
-        if let Some(t) = &fb.target_time
-            && chrono::DateTime::parse_from_rfc3339(t).is_err()
-        {
-            errs.push(format!(
-                "spec.bootstrap.fromBackup.targetTime: \"{}\" is not an RFC 3339 time such as 2026-12-02T10:15:00Z",
-                shown(t)
-            ));
-        }
-        if fb.cluster.trim().is_empty() {
-            errs.push("spec.bootstrap.fromBackup.cluster: names no PostgresCluster".into());
-        }
+        // Names and time syntax; the member, the clock and consent are
+        // checked by the controller before the source is read.
+        errs.extend(super::restore_source::syntax(fb));
     }
     if let Err(e) = humantime::parse_duration(&spec.failover_delay) {
         errs.push(format!(
@@ -222,5 +214,15 @@ mod tests {
             errs.iter().map(String::len).sum::<usize>() < 2000,
             "{errs:#?}"
         );
+    fn restore_source_names_and_time_are_checked_in_the_spec() {
+        let mut s = spec();
+        s.bootstrap = Some(
+            serde_json::from_value(serde_json::json!({"fromBackup": {
+                "cluster": "x?", "namespace": "a/b", "targetTime": "soon"}}))
+            .unwrap(),
+        );
+        let errs = validate(&s).unwrap_err();
+        assert_eq!(errs.len(), 3, "{errs:#?}");
+        assert!(errs[0].starts_with("spec.bootstrap.fromBackup.cluster: \"x?\""));
     }
 }

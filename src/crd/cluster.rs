@@ -235,19 +235,30 @@ pub struct BootstrapSpec {
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+/// Where a restore reads from. The controller validates every name (DNS
+/// rules) and, for a source outside this namespace, the source's consent
+/// before reading anything (controller::restore_source); the lengths here
+/// only keep oversized values out of the API.
 pub struct FromBackup {
     /// The PostgresCluster whose backups to restore.
+    #[schemars(length(max = 63))]
     pub cluster: String,
+    /// The source's namespace (default: this one); another namespace needs
+    /// the source's consent (annotation pgfleet.io/restore-allowed-namespaces).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
     pub namespace: Option<String>,
     /// Member cluster holding the source (default: this one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
     pub member_cluster: Option<String>,
-    /// A PostgresBackup name; the latest when absent.
+    /// A PostgresBackup name or a pgBackRest label; the latest when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub backup: Option<String>,
-    /// RFC 3339 point in time to recover to.
+    /// RFC 3339 point in time to recover to (not in the future).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
     pub target_time: Option<String>,
 }
 

@@ -18,6 +18,7 @@
 pub mod backups;
 pub mod choices;
 mod env;
+pub mod images;
 mod error;
 mod lines;
 mod load;
@@ -69,6 +70,8 @@ pub struct Settings {
     pub telemetry: Telemetry,
     pub clusters: Vec<ClusterEntry>,
     pub backups: Backups,
+    /// `[images]`: the images a PostgresCluster may run (config::images).
+    pub images: images::Images,
     /// Rollouts by name (the `<name>` in `[rollouts.<name>]`).
     pub rollouts: BTreeMap<String, Rollout>,
 }

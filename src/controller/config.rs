@@ -26,8 +26,9 @@ pub async fn reconcile(
     owner: &Owner,
     ip: &InstancePlan,
     is_drill: bool,
+    repo: Option<&crate::backup::incarnation::RepoChoice>,
 ) -> Result<(String, Vec<String>), Error> {
-    let (ns, name) = (owner.namespace.clone(), pg.name_any());
+    let ns = owner.namespace.clone();
     let sync_names = pg.spec.synchronous.as_ref().map(|s| {
         let others: Vec<String> = ip
             .keep
@@ -52,15 +53,21 @@ pub async fn reconcile(
     let mut params = postgres::effective_parameters(&pg.spec.postgresql.parameters, sync_names);
     // A restore drill's throwaway copy archives nothing: it is deleted
     // minutes later and must not leave a stanza behind.
-    let backrest = ctx.backup.as_ref().map(|b| {
+    let backrest = ctx.backup.as_ref().zip(repo).map(|(b, repo)| {
         // (It still needs the repository to restore from.)
         if !is_drill {
             for (k, v) in crate::backup::repo::archive_parameters() {
                 params.entry(k.to_string()).or_insert_with(|| v.to_string());
             }
         }
-        let path = crate::backup::repo::repo_path(&b.repository, &ctx.member, &ns, &name);
-        crate::backup::repo::render_conf(&b.repository, &path, &b.retention, build::PGDATA)
+        // This incarnation's repository (backup::incarnation).
+        crate::backup::repo::render_conf(
+            &b.repository,
+            &repo.path,
+            &b.retention,
+            build::PGDATA,
+            repo.encrypted,
+        )
     });
     let cm = build::config_map(
         owner,

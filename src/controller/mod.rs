@@ -10,10 +10,12 @@ mod config;
 pub mod events;
 pub mod expect;
 pub mod failover;
+mod image_policy;
 pub mod index;
 pub mod plan;
 pub mod pooler;
 pub mod reconcile;
+mod repository;
 mod restore;
 pub mod rolling;
 mod secrets;
@@ -63,6 +65,8 @@ pub struct Ctx {
     /// Every member cluster of the fleet: a restore from another member
     /// reads the source's backup records and passwords there.
     pub peers: Vec<Arc<Member>>,
+    /// `[images]`: what `spec.image` may name (image_policy).
+    pub images: Arc<crate::config::images::Images>,
 }
 
 /// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
@@ -136,6 +140,7 @@ pub fn start(
     workers: u32,
     backup: Option<Arc<crate::backup::repo::BackupEnv>>,
     peers: Vec<Arc<Member>>,
+    images: Arc<crate::config::images::Images>,
 ) -> Handle {
     let shards = shards.max(1);
     crate::metrics::reconcile::member_started(&member.name);
@@ -158,6 +163,7 @@ pub fn start(
         stats: stats.clone(),
         backup,
         peers,
+        images,
     });
     let tasks = Arc::new(Tasks::default());
     let mut senders = vec![];

@@ -36,7 +36,16 @@ pub async fn restore_env(
         return Err(Error::Finalizer(e));
     }
     let src_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
-    let path = crate::backup::repo::repo_path(&backup.repository, &member, &src_ns, &b.cluster);
+    // The source's current incarnation, or the one `uid` names (finding 11).
+    let path = match source_client(ctx, &member) {
+        Some(c) => {
+            crate::backup::incarnation::source_repo(c, &backup.repository, &member, &src_ns, b)
+                .await
+                .map_err(Error::Finalizer)?
+                .path
+        }
+        None => return Err(Error::Finalizer(format!("unknown member cluster {member}"))),
+    };
     let var = |n: &str, v: &str| json!({"name": n, "value": v});
     env.push(var("PGFLEET_RESTORE_REPO_PATH", &path));
     if let Some(name) = &b.backup {
@@ -95,7 +104,7 @@ pub fn unknown_source(ctx: &Ctx, pg: &PostgresCluster) -> Option<String> {
 
 /// A client for the member cluster holding a restore's source: this one,
 /// or a peer the manager is connected to; `None` for an unknown member.
-fn source_client(ctx: &Ctx, member: &str) -> Option<kube::Client> {
+pub(super) fn source_client(ctx: &Ctx, member: &str) -> Option<kube::Client> {
     if member == ctx.member {
         return Some(ctx.client.clone());
     }

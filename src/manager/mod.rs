@@ -84,12 +84,13 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
     let embedded_names: std::collections::BTreeSet<String> = kubeconfigs.keys().cloned().collect();
     let env = backup_env.clone();
     let peers = fleet.members.clone();
+    let images = Arc::new(settings.images.clone());
     let starter: crate::ha::Starter = Arc::new(move |member: Arc<crate::fleet::Member>| {
         // The default repository is a directory on this machine: only
         // the embedded runtimes' instances can reach it. Real clusters
         // archive and back up only to a configured repository.
         let backup = (has_repository || embedded_names.contains(&member.name)).then(|| env.clone());
-        controller::start(member, shards, workers, backup, peers.clone())
+        controller::start(member, shards, workers, backup, peers.clone(), images.clone())
     });
     let identity = crate::ha::identity::resolve(m.identity.as_deref(), &m.state_dir)?;
     let ha = crate::ha::Ha::start(

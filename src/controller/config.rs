@@ -12,7 +12,7 @@ use crate::postgres;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::{Api, ResourceExt};
+use kube::Api;
 use serde_json::json;
 use std::time::Duration;
 

@@ -147,7 +147,7 @@ async fn an_image_off_the_allowlist_is_invalid_and_running_pods_are_left_alone()
     let f = start("t19-images").await;
     f.create("orders", spec(1)).await;
     f.healthy("orders", 1).await;
-    let before = f.pod("orders-0").await;
+    let before = f.pod("orders-1").await;
 
     let evil = "evil.example.org/miner:latest";
     f.pgc()
@@ -179,7 +179,7 @@ async fn an_image_off_the_allowlist_is_invalid_and_running_pods_are_left_alone()
     );
     // Give the controller rounds to act, then: the same pod, same image.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    let after = f.pod("orders-0").await;
+    let after = f.pod("orders-1").await;
     assert_eq!(before.metadata.uid, after.metadata.uid);
     assert_eq!(
         after.spec.unwrap().containers[0].image.as_deref(),
@@ -200,7 +200,7 @@ async fn an_image_off_the_allowlist_is_invalid_and_running_pods_are_left_alone()
     eventually("the allowed image rolled out", || {
         let pods = pods.clone();
         async move {
-            let p = pods.get("orders-0").await.map_err(|e| e.to_string())?;
+            let p = pods.get("orders-1").await.map_err(|e| e.to_string())?;
             let img = p.spec.unwrap().containers[0].image.clone();
             if img.as_deref() == Some(ok) {
                 Ok(())
@@ -227,7 +227,7 @@ async fn a_recreated_cluster_gets_its_own_repository_and_restores_see_only_what_
 
     // Wired into the pods: the repository PVC (ReadWriteMany), the
     // passphrase by reference, the cipher and path in pgbackrest.conf.
-    let pod = f.pod("orders-0").await;
+    let pod = f.pod("orders-1").await;
     let env = env_of(&pod);
     assert_eq!(
         env["PGBACKREST_REPO1_CIPHER_PASS"]["valueFrom"]["secretKeyRef"]["name"],
@@ -318,7 +318,7 @@ async fn a_recreated_cluster_gets_its_own_repository_and_restores_see_only_what_
                "bootstrap": {"fromBackup": {"cluster": "orders"}}}),
     )
     .await;
-    let env = env_of(&f.pod("by-name-0").await);
+    let env = env_of(&f.pod("by-name-1").await);
     assert_eq!(env["PGFLEET_RESTORE_REPO_PATH"]["value"], json!(p2));
     // ...the previous one when its uid is named.
     f.create(
@@ -327,7 +327,7 @@ async fn a_recreated_cluster_gets_its_own_repository_and_restores_see_only_what_
                "bootstrap": {"fromBackup": {"cluster": "orders", "uid": uid1}}}),
     )
     .await;
-    let env = env_of(&f.pod("by-uid-0").await);
+    let env = env_of(&f.pod("by-uid-1").await);
     assert_eq!(env["PGFLEET_RESTORE_REPO_PATH"]["value"], json!(p1));
     // A restored cluster reads its source with the source's passphrase.
     assert_eq!(f.passphrase("by-name").await, f.passphrase("orders").await);

@@ -45,7 +45,11 @@ async fn start(tag: &str) -> Fleet {
     let api: Api<PostgresCluster> = Api::all(client.clone());
     eventually("the CRD served", || {
         let api = api.clone();
-        async move { api.list(&ListParams::default()).await.map_err(|e| e.to_string()) }
+        async move {
+            api.list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())
+        }
     })
     .await;
     let ns: k8s_openapi::api::core::v1::Namespace =

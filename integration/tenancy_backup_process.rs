@@ -85,7 +85,12 @@ async fn an_encrypted_filesystem_repository_on_a_volume_is_verified_and_restores
     backups.create(&PostParams::default(), &b).await.unwrap();
     let start = std::time::Instant::now();
     let st = loop {
-        let st = backups.get("src-full").await.unwrap().status.unwrap_or_default();
+        let st = backups
+            .get("src-full")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
         match st.phase.as_deref() {
             Some("Completed") => break st,
             Some("Failed") => panic!("backup failed: {st:?}"),
@@ -95,7 +100,10 @@ async fn an_encrypted_filesystem_repository_on_a_volume_is_verified_and_restores
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     // Read back by the other instance before it was recorded.
-    let (took, seen) = (st.instance.clone().unwrap(), st.verified_on.clone().unwrap());
+    let (took, seen) = (
+        st.instance.clone().unwrap(),
+        st.verified_on.clone().unwrap(),
+    );
     assert_ne!(took, seen, "{st:?}");
 
     // The repository is on the PVC (a host directory of the runtime), not
@@ -109,12 +117,26 @@ async fn an_encrypted_filesystem_repository_on_a_volume_is_verified_and_restores
     find(&e.dir, "backup.info", &mut infos);
     let infos: Vec<PathBuf> = infos
         .into_iter()
-        .filter(|p| p.to_string_lossy().contains("pgfleet-backups") && p.to_string_lossy().contains(&uid))
+        .filter(|p| {
+            p.to_string_lossy().contains("pgfleet-backups") && p.to_string_lossy().contains(&uid)
+        })
         .collect();
-    assert!(!infos.is_empty(), "no backup.info on the repository PVC under {}", e.dir.display());
+    assert!(
+        !infos.is_empty(),
+        "no backup.info on the repository PVC under {}",
+        e.dir.display()
+    );
     let mut manifests = vec![];
-    find(infos[0].parent().unwrap(), "backup.manifest", &mut manifests);
-    assert!(!manifests.is_empty(), "no backup set next to {}", infos[0].display());
+    find(
+        infos[0].parent().unwrap(),
+        "backup.manifest",
+        &mut manifests,
+    );
+    assert!(
+        !manifests.is_empty(),
+        "no backup set next to {}",
+        infos[0].display()
+    );
     // Encrypted: pgBackRest's info file is otherwise an INI text.
     let bytes = std::fs::read(&infos[0]).unwrap();
     assert!(

@@ -159,7 +159,11 @@ pub async fn record(
     let ns = pg.namespace().unwrap_or_default();
     let patch = json!({"status": {"backup": {"repositoryPath": choice.path, "encrypted": choice.encrypted}}});
     Api::<PostgresCluster>::namespaced(client, &ns)
-        .patch_status(&pg.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_status(
+            &pg.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
         .map(|_| ())
 }
@@ -191,9 +195,7 @@ mod tests {
     use super::*;
 
     fn repo() -> Repository {
-        Repository::Filesystem {
-            path: "/r".into(),
-        }
+        Repository::Filesystem { path: "/r".into() }
     }
 
     fn pg(uid: &str, recorded: Option<&str>) -> PostgresCluster {
@@ -204,10 +206,8 @@ mod tests {
         .unwrap();
         if let Some(p) = recorded {
             pg.status = Some(
-                serde_json::from_value(
-                    json!({"backup": {"repositoryPath": p, "encrypted": true}}),
-                )
-                .unwrap(),
+                serde_json::from_value(json!({"backup": {"repositoryPath": p, "encrypted": true}}))
+                    .unwrap(),
             );
         }
         pg

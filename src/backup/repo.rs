@@ -56,7 +56,10 @@ impl BackupEnv {
         {
             mounts.push(json!({"name": name, "mountPath": path.display().to_string()}));
         }
-        if let Some(vols) = pod.pointer_mut("/spec/volumes").and_then(Value::as_array_mut) {
+        if let Some(vols) = pod
+            .pointer_mut("/spec/volumes")
+            .and_then(Value::as_array_mut)
+        {
             vols.push(json!({"name": name, "persistentVolumeClaim": {"claimName": v.claim}}));
         }
         pod

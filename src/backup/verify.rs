@@ -86,7 +86,10 @@ mod tests {
     #[test]
     fn another_instance_verifies_when_there_is_one() {
         let r = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(verifiers("a-1", "a-0", &r(&["a-1", "a-2", "a-0"])), r(&["a-0", "a-2"]));
+        assert_eq!(
+            verifiers("a-1", "a-0", &r(&["a-1", "a-2", "a-0"])),
+            r(&["a-0", "a-2"])
+        );
         assert_eq!(verifiers("a-0", "a-0", &r(&["a-0"])), r(&["a-0"]));
         assert!(lists(r#"{"backups":[{"label":"L1"}]}"#, "L1"));
         assert!(!lists(r#"{"backups":[]}"#, "L1"));

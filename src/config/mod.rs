@@ -18,8 +18,8 @@
 pub mod backups;
 pub mod choices;
 mod env;
-pub mod images;
 mod error;
+pub mod images;
 mod lines;
 mod load;
 mod report;

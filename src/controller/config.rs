@@ -10,9 +10,9 @@ use super::reconcile::{Error, event, kerr, ssa};
 use crate::crd::PostgresCluster;
 use crate::postgres;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::Api;
 use serde_json::json;
 use std::time::Duration;
 

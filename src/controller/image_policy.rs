@@ -28,7 +28,8 @@ pub fn check(images: &Images, spec: &PostgresClusterSpec) -> Option<String> {
 fn plain_version(v: &str) -> bool {
     !v.is_empty()
         && v.len() <= 16
-        && v.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        && v.split('.')
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -50,9 +51,8 @@ mod tests {
         assert!(check(&none, &derived).is_none());
         let odd = spec(serde_json::json!({"clusterSize": 1, "version": "15.x/evil"}));
         assert!(check(&none, &odd).unwrap().contains("spec.version"));
-        let own = spec(
-            serde_json::json!({"clusterSize": 1, "version": "15", "image": "evil.io/pg:15"}),
-        );
+        let own =
+            spec(serde_json::json!({"clusterSize": 1, "version": "15", "image": "evil.io/pg:15"}));
         let e = check(&listed, &own).unwrap();
         assert!(e.contains("evil.io/pg:15"), "{e}");
         let ok = spec(

@@ -33,7 +33,11 @@ pub async fn prepare(
                     .status
                     .as_ref()
                     .is_some_and(|s| s.current_primary.is_some());
-            let fb = pg.spec.bootstrap.as_ref().and_then(|b| b.from_backup.as_ref());
+            let fb = pg
+                .spec
+                .bootstrap
+                .as_ref()
+                .and_then(|b| b.from_backup.as_ref());
             let source = match fb {
                 Some(fb) if !pre_existing => Some(source(ctx, fb, &owner.namespace).await?),
                 _ => None,
@@ -47,7 +51,11 @@ pub async fn prepare(
             );
             incarnation::record(ctx.client.clone(), pg, &c)
                 .await
-                .map_err(super::reconcile::kerr("record repository of", "PostgresCluster", &owner.name))?;
+                .map_err(super::reconcile::kerr(
+                    "record repository of",
+                    "PostgresCluster",
+                    &owner.name,
+                ))?;
             event(
                 ctx,
                 pg,
@@ -56,7 +64,11 @@ pub async fn prepare(
                 format!(
                     "backups of this cluster go to {} ({})",
                     c.path,
-                    if c.encrypted { "encrypted" } else { "not encrypted: it predates per-cluster encryption" }
+                    if c.encrypted {
+                        "encrypted"
+                    } else {
+                        "not encrypted: it predates per-cluster encryption"
+                    }
                 ),
             )
             .await;
@@ -75,7 +87,10 @@ async fn source(
     fb: &crate::crd::cluster::FromBackup,
     ns: &str,
 ) -> Result<RepoChoice, Error> {
-    let member = fb.member_cluster.clone().unwrap_or_else(|| ctx.member.clone());
+    let member = fb
+        .member_cluster
+        .clone()
+        .unwrap_or_else(|| ctx.member.clone());
     let client = super::restore::source_client(ctx, &member).ok_or_else(|| {
         Error::Finalizer(format!(
             "spec.bootstrap.fromBackup.memberCluster: {member} is not a member cluster of this fleet"

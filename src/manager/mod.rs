@@ -90,7 +90,14 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
         // the embedded runtimes' instances can reach it. Real clusters
         // archive and back up only to a configured repository.
         let backup = (has_repository || embedded_names.contains(&member.name)).then(|| env.clone());
-        controller::start(member, shards, workers, backup, peers.clone(), images.clone())
+        controller::start(
+            member,
+            shards,
+            workers,
+            backup,
+            peers.clone(),
+            images.clone(),
+        )
     });
     let identity = crate::ha::identity::resolve(m.identity.as_deref(), &m.state_dir)?;
     let ha = crate::ha::Ha::start(

@@ -151,7 +151,11 @@ pub fn script(spec: &ContainerSpec, user: &RunUser, dirs: &PodDirs) -> String {
     mounts.sort_by_key(|m| (hides(&m.1), m.1.matches('/').count()));
     let mut s = String::from("set -e\n");
     for (src, tgt, ro) in &mounts {
-        let bind = if recursive.contains(tgt) { "--rbind" } else { "--bind" };
+        let bind = if recursive.contains(tgt) {
+            "--rbind"
+        } else {
+            "--bind"
+        };
         let (src, tgt) = (q(src), q(tgt));
         s.push_str(&format!(
             "[ -e {src} ] || mkdir -p {src}\nif [ -d {src} ]; then mkdir -p {tgt}; elif [ ! -e {tgt} ]; then mkdir -p \"$(dirname {tgt})\"; : > {tgt}; fi\nmount {bind} {src} {tgt}\n"

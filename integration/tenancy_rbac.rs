@@ -12,6 +12,7 @@
 
 #[path = "common/controller.rs"]
 mod fleet;
+#[allow(dead_code)]
 #[path = "deploy/kubectl.rs"]
 mod kubectl;
 

@@ -283,6 +283,8 @@ impl Dispatcher {
             if p.pg.metadata.deletion_timestamp.is_some()
                 || p.pg.labels().contains_key(DRILL_OF)
                 || st.current_primary.is_none()
+                // The controller records the incarnation's repository first.
+                || super::incarnation::recorded(&p.pg).is_none()
             {
                 continue;
             }
@@ -418,9 +420,14 @@ impl Dispatcher {
                 .as_ref()
                 .and_then(|s| s.current_primary.clone())
                 .unwrap_or_default();
+        let Some(repo) = super::incarnation::recorded(&p.pg) else {
+            anyhow::bail!("{}: its repository is not recorded yet", p.key());
+        };
+        // A status value is input: a huge `attempts` must not overflow.
+        let attempts = attempts.max(0).saturating_add(1);
         let status = json!({"status": {"phase": "Running", "startedAt": ts(now), "stoppedAt": null,
-            "attempts": attempts + 1, "instance": primary, "failureReason": null, "nextAttemptAt": null,
-            "repositoryPath": super::repo::repo_path(&self.env.repository, &p.member.name, &ns, &cluster)}});
+            "attempts": attempts, "instance": primary, "failureReason": null, "nextAttemptAt": null,
+            "verifiedOn": null, "repositoryPath": repo.path}});
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
             .await?;
         let job = Job {
@@ -429,7 +436,7 @@ impl Dispatcher {
             cluster,
             backup: name.clone(),
             primary,
-            attempts: attempts + 1,
+            attempts,
             kind: record
                 .as_ref()
                 .and_then(|r| p.backups.iter().find(|b| b.name_any() == *r))

@@ -6,9 +6,12 @@
 
 pub mod dispatch;
 pub mod drill;
+pub mod encryption;
+pub mod incarnation;
 pub mod repo;
 pub mod run;
 pub mod schedule;
 pub mod source;
 mod time;
 pub mod tls;
+pub mod verify;

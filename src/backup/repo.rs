@@ -4,7 +4,7 @@
 //! `pgbackrest.conf` without credentials, and the environment that carries
 //! the object-store keys from a Kubernetes Secret.
 
-use crate::config::backups::{Repository, Retention};
+use crate::config::backups::{FilesystemRepository, Repository, Retention};
 use serde_json::{Value, json};
 
 /// The stanza every instance uses; the path keeps clusters apart.
@@ -18,6 +18,9 @@ pub const KEY_SECRET: &str = "AWS_SECRET_ACCESS_KEY";
 pub struct BackupEnv {
     pub repository: Repository,
     pub retention: Retention,
+    /// For a filesystem repository: the PVC every instance pod mounts at its
+    /// path (`None` for an object store).
+    pub volume: Option<FilesystemRepository>,
 }
 
 impl BackupEnv {
@@ -30,18 +33,56 @@ impl BackupEnv {
         {
             *path = cwd.join(&*path);
         }
-        // The embedded runtimes run instances as the postgres user on this
-        // machine: a local repository must be writable for them.
-        if let Repository::Filesystem { path } = &repository
-            && std::fs::create_dir_all(path).is_ok()
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o1777));
-        }
+        // No directory is prepared here (it used to be a world-writable
+        // one): the repository is a volume the pods mount, and pgBackRest
+        // creates each cluster's directories in it as the postgres user.
+        let volume = s.backups.repository_volume();
         BackupEnv {
             repository,
             retention: s.backups.retention.clone(),
+            volume,
         }
+    }
+
+    /// Adds the repository volume (filesystem repositories) to an instance
+    /// Pod: the PVC of its namespace, mounted at the repository path.
+    pub fn mount(&self, mut pod: Value) -> Value {
+        let (Some(v), Repository::Filesystem { path }) = (&self.volume, &self.repository) else {
+            return pod;
+        };
+        let name = "backup-repository";
+        if let Some(c) = pod.pointer_mut("/spec/containers/0")
+            && let Some(mounts) = c["volumeMounts"].as_array_mut()
+        {
+            mounts.push(json!({"name": name, "mountPath": path.display().to_string()}));
+        }
+        if let Some(vols) = pod
+            .pointer_mut("/spec/volumes")
+            .and_then(Value::as_array_mut)
+        {
+            vols.push(json!({"name": name, "persistentVolumeClaim": {"claimName": v.claim}}));
+        }
+        pod
+    }
+
+    /// The PVC of a filesystem repository in `namespace`: ReadWriteMany,
+    /// because every instance of every cluster there writes to it; not owned
+    /// by any cluster, because backups outlive the cluster they are of.
+    pub fn claim(&self, namespace: &str) -> Option<Value> {
+        let v = self.volume.as_ref()?;
+        let mut spec = json!({
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": v.size}},
+        });
+        if let Some(sc) = &v.storage_class {
+            spec["storageClassName"] = json!(sc);
+        }
+        Some(json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": v.claim, "namespace": namespace,
+                "labels": {"app.kubernetes.io/managed-by": "pgfleet", "pgfleet.io/kind": "backup-repository"}},
+            "spec": spec,
+        }))
     }
 }
 
@@ -59,7 +100,11 @@ pub fn archive_parameters() -> [(&'static str, &'static str); 3] {
     ]
 }
 
-/// `/<prefix>/<member>/<namespace>/<name>`: stable, unique in the fleet.
+/// `/<prefix>/<member>/<namespace>/<name>`: the directory of every
+/// incarnation of one cluster name (backup::incarnation adds the uid); also
+/// the whole path of clusters that predate per-incarnation repositories.
+/// `<prefix>/<member>/<namespace>/` is what a per-namespace object-store
+/// policy grants (docs/backups.md).
 pub fn repo_path(repo: &Repository, member: &str, namespace: &str, name: &str) -> String {
     let prefix = match repo {
         Repository::S3(s3) => s3.path_prefix.clone().unwrap_or_default(),
@@ -104,7 +149,16 @@ fn retention_lines(r: &Retention) -> String {
 
 /// The `pgbackrest.conf` of every instance of one PostgresCluster.
 /// Credentials are not in it: they come from the environment.
-pub fn render_conf(repo: &Repository, path: &str, retention: &Retention, pgdata: &str) -> String {
+/// With `encrypted`, the repository is encrypted with a per-cluster
+/// passphrase (`PGBACKREST_REPO1_CIPHER_PASS` from the Secret
+/// `<name>-backup-encryption`, never in this file).
+pub fn render_conf(
+    repo: &Repository,
+    path: &str,
+    retention: &Retention,
+    pgdata: &str,
+    encrypted: bool,
+) -> String {
     let mut out =
         String::from("# Rendered by pgfleet; credentials come from the environment.\n[global]\n");
     match repo {
@@ -125,6 +179,9 @@ pub fn render_conf(repo: &Repository, path: &str, retention: &Retention, pgdata:
         Repository::Filesystem { .. } => out.push_str("repo1-type=posix\n"),
     }
     out.push_str(&format!("repo1-path={path}\n"));
+    if encrypted {
+        out.push_str("repo1-cipher-type=aes-256-cbc\n");
+    }
     out.push_str(&retention_lines(retention));
     out.push_str(
         "start-fast=y\nlog-path=/tmp\nlock-path=/tmp\nspool-path=/tmp\nlog-level-console=warn\nlog-level-stderr=error\nlog-level-file=off\n",
@@ -192,7 +249,7 @@ mod tests {
             count: Some(3),
             age: None,
         };
-        let conf = render_conf(&s3(), "/fleet/a/b/c", &r, "/data/pgdata");
+        let conf = render_conf(&s3(), "/fleet/a/b/c", &r, "/data/pgdata", true);
         for line in [
             "repo1-type=s3",
             "repo1-s3-endpoint=127.0.0.1",
@@ -201,6 +258,7 @@ mod tests {
             "repo1-storage-verify-tls=n",
             "repo1-retention-full=3",
             "pg1-path=/data/pgdata",
+            "repo1-cipher-type=aes-256-cbc",
         ] {
             assert!(conf.lines().any(|l| l == line), "{line} missing:\n{conf}");
         }
@@ -209,7 +267,8 @@ mod tests {
             count: None,
             age: Some(Checked::new("14d")),
         };
-        let conf = render_conf(&s3(), "/p", &by_age, "/d");
+        let conf = render_conf(&s3(), "/p", &by_age, "/d", false);
+        assert!(!conf.contains("cipher"), "{conf}");
         assert!(
             conf.contains("repo1-retention-full-type=time\nrepo1-retention-full=14\n"),
             "{conf}"

@@ -255,12 +255,31 @@ pub async fn run(job: Job) {
             return;
         }
     };
+    // Completed only once another instance has read it back from the
+    // repository (a backup written to the taking pod's own filesystem
+    // would otherwise be reported and then lost with the pod).
+    let verifier = match super::verify::verify(&job, &instance, &o.label).await {
+        Ok(v) => v,
+        Err(reason) => {
+            record_failure(
+                &job.member,
+                ns,
+                &job.cluster,
+                &job.backup,
+                job.attempts,
+                &reason,
+                now(),
+            )
+            .await;
+            return;
+        }
+    };
     let stopped = o.stopped_at.clone().unwrap_or_else(|| ts(now()));
     patch_backup(
         &job.member,
         ns,
         &job.backup,
-        json!({"phase": "Completed", "label": o.label, "startedAt": o.started_at, "stoppedAt": stopped,
+        json!({"phase": "Completed", "verifiedOn": verifier, "label": o.label, "startedAt": o.started_at, "stoppedAt": stopped,
                "sizeBytes": o.size, "size": o.size.map(human), "repoSizeBytes": o.repo_size,
                "walStart": o.wal_start, "walStop": o.wal_stop, "failureReason": null, "nextAttemptAt": null}),
     )

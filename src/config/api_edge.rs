@@ -93,8 +93,16 @@ impl Checker {
                 ),
             );
         }
-        self.positive(at(base, "header_read_timeout"), &m.header_read_timeout);
-        self.positive(at(base, "request_timeout"), &m.request_timeout);
+        self.duration(
+            at(base, "header_read_timeout"),
+            &m.header_read_timeout,
+            super::bounds::HTTP_TIMEOUT,
+        );
+        self.duration(
+            at(base, "request_timeout"),
+            &m.request_timeout,
+            super::bounds::HTTP_TIMEOUT,
+        );
         if !(1..=10_000).contains(&m.max_concurrent_requests) {
             self.err(
                 at(base, "max_concurrent_requests"),

@@ -76,6 +76,19 @@ impl Backups {
             .map_or(&self.default_schedule, |o| &o.schedule)
     }
 
+    /// The volume a filesystem repository lives on (the defaults when
+    /// none is configured); `None` for an object store.
+    pub fn repository_volume(&self) -> Option<FilesystemRepository> {
+        match &self.repository {
+            Some(RepositoryConfig { s3: Some(_), .. }) => None,
+            Some(RepositoryConfig {
+                filesystem: Some(fs),
+                ..
+            }) => Some(fs.clone()),
+            _ => Some(FilesystemRepository::default()),
+        }
+    }
+
     /// The configured repository, or a filesystem one at `<state_dir>/backups`.
     pub fn repository_or_default(&self, state_dir: &Path) -> Repository {
         match &self.repository {
@@ -155,12 +168,37 @@ impl Default for S3Repository {
     }
 }
 
-/// A directory; relative paths are relative to the working directory.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+/// A directory on a shared volume. Instance pods mount the
+/// PersistentVolumeClaim `claim` of their namespace at `path` (created
+/// ReadWriteMany by the manager when missing), so a backup outlives the pod
+/// that took it and every instance of a cluster reads the same repository.
+/// Relative paths are relative to the working directory.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct FilesystemRepository {
     pub path: PathBuf,
+    /// The PVC (one per namespace) holding the repository.
+    pub claim: String,
+    /// Requested size of that PVC when the manager creates it.
+    pub size: String,
+    /// Storage class of that PVC (the member's default when unset); it must
+    /// offer ReadWriteMany.
+    pub storage_class: Option<String>,
 }
+
+impl Default for FilesystemRepository {
+    fn default() -> Self {
+        Self {
+            path: PathBuf::new(),
+            claim: DEFAULT_CLAIM.into(),
+            size: "20Gi".into(),
+            storage_class: None,
+        }
+    }
+}
+
+/// The PVC a filesystem repository lives on when `claim` is not set.
+pub const DEFAULT_CLAIM: &str = "pgfleet-backups";
 
 /// `[[backups.overrides]]`: a schedule for member clusters matching a selector.
 #[derive(Clone, Debug, Default, Deserialize)]

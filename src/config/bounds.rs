@@ -51,6 +51,8 @@ pub const BACKUP_START_DEADLINE: Range = upto(7 * DAY);
 pub const RETENTION_AGE: Range = upto(36_500 * DAY);
 pub const PROGRESS_DEADLINE: Range = upto(30 * DAY);
 pub const SOAK: Range = zero_upto(30 * DAY);
+/// The HTTP API's header-read and whole-request deadlines.
+pub const HTTP_TIMEOUT: Range = upto(HOUR);
 
 /// What is wrong with `d` for `range`, if anything.
 pub fn check(d: Duration, range: Range) -> Option<String> {

@@ -21,6 +21,7 @@ mod bounds;
 pub mod choices;
 mod env;
 mod error;
+pub mod images;
 mod lines;
 mod load;
 mod report;
@@ -74,6 +75,8 @@ pub struct Settings {
     pub telemetry: Telemetry,
     pub clusters: Vec<ClusterEntry>,
     pub backups: Backups,
+    /// `[images]`: the images a PostgresCluster may run (config::images).
+    pub images: images::Images,
     /// Rollouts by name (the `<name>` in `[rollouts.<name>]`).
     pub rollouts: BTreeMap<String, Rollout>,
     pub tenancy: Tenancy,

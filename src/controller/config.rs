@@ -10,9 +10,9 @@ use super::reconcile::{Error, event, kerr, ssa};
 use crate::crd::PostgresCluster;
 use crate::postgres;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::{Api, ResourceExt};
 use serde_json::json;
 use std::time::Duration;
 
@@ -26,8 +26,9 @@ pub async fn reconcile(
     owner: &Owner,
     ip: &InstancePlan,
     is_drill: bool,
+    repo: Option<&crate::backup::incarnation::RepoChoice>,
 ) -> Result<(String, Vec<String>), Error> {
-    let (ns, name) = (owner.namespace.clone(), pg.name_any());
+    let ns = owner.namespace.clone();
     let sync_names = pg.spec.synchronous.as_ref().map(|s| {
         let others: Vec<String> = ip
             .keep
@@ -52,30 +53,31 @@ pub async fn reconcile(
     let mut params = postgres::effective_parameters(&pg.spec.postgresql.parameters, sync_names);
     // A restore drill's throwaway copy archives nothing: it is deleted
     // minutes later and must not leave a stanza behind.
-    let backrest = match ctx.backup.as_ref() {
-        Some(b) => {
+    let backrest = match (ctx.backup.as_ref(), repo) {
+        (Some(b), Some(repo)) => {
             // (It still needs the repository to restore from.)
             if !is_drill {
                 for (k, v) in crate::backup::repo::archive_parameters() {
                     params.entry(k.to_string()).or_insert_with(|| v.to_string());
                 }
             }
-            let path = crate::backup::repo::repo_path(&b.repository, &ctx.member, &ns, &name);
             // pgbackrest.conf has no quoting: a value that could start a
             // line of its own is refused, never rendered.
-            if let Some(why) = crate::postgres::quote::ini_refusal(&path) {
+            if let Some(why) = crate::postgres::quote::ini_refusal(&repo.path) {
                 return Err(Error::Finalizer(format!(
                     "pgbackrest.conf: the repository path {why}"
                 )));
             }
+            // This incarnation's repository (backup::incarnation).
             Some(crate::backup::repo::render_conf(
                 &b.repository,
-                &path,
+                &repo.path,
                 &b.retention,
                 build::PGDATA,
+                repo.encrypted,
             ))
         }
-        None => None,
+        _ => None,
     };
     let cm = build::config_map(
         owner,

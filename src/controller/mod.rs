@@ -10,14 +10,16 @@ mod config;
 pub mod events;
 pub mod expect;
 pub mod failover;
+mod image_policy;
 pub mod index;
-pub mod pause;
 pub mod names;
 #[cfg(test)]
 mod names_props;
+pub mod pause;
 pub mod plan;
 pub mod pooler;
 pub mod reconcile;
+mod repository;
 mod restore;
 pub mod restore_source;
 pub mod rolling;
@@ -71,6 +73,8 @@ pub struct Ctx {
     /// Whether a restore may cross namespaces without the source's consent
     /// (`[tenancy] restore_across_namespaces`).
     pub restore_policy: crate::config::CrossNamespaceRestore,
+    /// `[images]`: what `spec.image` may name (image_policy).
+    pub images: Arc<crate::config::images::Images>,
 }
 
 /// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
@@ -145,6 +149,7 @@ pub fn start(
     backup: Option<Arc<crate::backup::repo::BackupEnv>>,
     peers: Vec<Arc<Member>>,
     restore_policy: crate::config::CrossNamespaceRestore,
+    images: Arc<crate::config::images::Images>,
 ) -> Handle {
     let shards = shards.max(1);
     crate::metrics::reconcile::member_started(&member.name);
@@ -168,6 +173,7 @@ pub fn start(
         backup,
         peers,
         restore_policy,
+        images,
     });
     let tasks = Arc::new(Tasks::default());
     let mut senders = vec![];

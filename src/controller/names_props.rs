@@ -66,7 +66,7 @@ proptest! {
         time in proptest::option::of(tricky()),
     ) {
         let fb = FromBackup {
-            cluster, namespace, member_cluster: member, backup, target_time: time,
+            cluster, namespace, member_cluster: member, backup, target_time: time, uid: None,
         };
         let target = Target { member: "alpha", namespace: "ns" };
         let members = ["alpha", "beta"];

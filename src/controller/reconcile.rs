@@ -222,7 +222,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         if errs.is_empty() {
             match super::restore::authorize(&ctx, &pg, &ns).await? {
                 Verdict::NoRestore => {}
-                Verdict::Allowed(a) => restore = Some(a),
+                Verdict::Allowed(a) => restore = Some(*a),
                 Verdict::Refused {
                     reasons,
                     may_change,
@@ -233,6 +233,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             }
         }
     }
+    errs.extend(super::image_policy::check(&ctx.images, &pg.spec));
     if !errs.is_empty() {
         // Touch nothing that runs; only say why.
         let reason = errs.join("; ");
@@ -280,6 +281,8 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let primary_name = ip.primary.map(|o| owner.instance_name(o));
 
     super::secrets::credentials(&pg, &ctx, &obs, &owner, restore.as_ref()).await?;
+    // This incarnation's repository and passphrase (before any Pod).
+    let repo = super::repository::prepare(&pg, &ctx, &obs, &owner, restore.as_ref()).await?;
     // A drill's throwaway copy takes no backups, so needs no TLS server.
     let backup_tls = ctx.backup.is_some() && !is_drill;
     if backup_tls {
@@ -287,7 +290,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     }
 
     let (cm_hash, mut pending) =
-        super::config::reconcile(&pg, &ctx, &obs, &owner, &ip, is_drill).await?;
+        super::config::reconcile(&pg, &ctx, &obs, &owner, &ip, is_drill, repo.as_ref()).await?;
     for svc in build::services(&owner) {
         let sname = svc["metadata"]["name"]
             .as_str()
@@ -330,14 +333,25 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         .as_ref()
         .map(|b| crate::backup::repo::credential_env(&b.repository))
         .unwrap_or_default();
+    let cred_env = super::repository::env(repo.as_ref(), &owner, &cred_env);
     // What every new Pod gets besides its spec.
     let finish = |pod: Value| {
-        let pod = with_config(pod, &cm_hash);
+        let mut pod = with_config(pod, &cm_hash);
+        if let Some(b) = &ctx.backup {
+            pod = b.mount(pod);
+        }
         match backup_tls {
             true => crate::backup::tls::mount(pod, &name),
             false => pod,
         }
     };
+    if let Some(b) = ctx.backup.as_ref()
+        && (!ip.create.is_empty() || !ip.recreate_pods.is_empty())
+    {
+        crate::backup::incarnation::ensure_claim(ctx.client.clone(), b, &ns)
+            .await
+            .map_err(kerr("create", "PersistentVolumeClaim", "backup repository"))?;
+    }
     for (o, init) in &ip.create {
         let (init, env) = match (*init, &pg.spec.bootstrap) {
             ("initdb", Some(b)) if b.from_backup.is_some() => {
@@ -347,7 +361,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
                     .ok_or_else(|| Error::Finalizer("restore source not authorized".into()))?;
                 (
                     "restore",
-                    super::restore::restore_env(&ctx, auth, &cred_env),
+                    super::restore::restore_env(&ctx, auth, &cred_env).await?,
                 )
             }
             _ => (*init, cred_env.clone()),

@@ -21,7 +21,7 @@ pub enum Verdict {
     /// Not a restore.
     NoRestore,
     /// The source may be read, and the backup to start from is resolved.
-    Allowed(Authorized),
+    Allowed(Box<Authorized>),
     /// Refused, with every reason; nothing was read from the source.
     /// `may_change`: the answer can change without the spec changing (the
     /// source's owner adds consent, the named backup completes), so it is
@@ -45,6 +45,35 @@ fn refused(reasons: Vec<String>, may_change: bool) -> Verdict {
 pub struct Authorized {
     source: Source,
     label: Option<String>,
+    /// The spec's request, for the incarnation (`uid`) it names.
+    from: crate::crd::cluster::FromBackup,
+}
+
+impl Authorized {
+    /// The source's repository: its current incarnation, or the one
+    /// `fromBackup.uid` names (backup::incarnation, finding 11).
+    pub async fn source_repo(
+        &self,
+        ctx: &Ctx,
+    ) -> Result<crate::backup::incarnation::RepoChoice, Error> {
+        let s = &self.source;
+        let repo = &ctx
+            .backup
+            .as_ref()
+            .ok_or_else(|| Error::Finalizer("backups are not configured".into()))?
+            .repository;
+        let client = source_client(ctx, &s.member)
+            .ok_or_else(|| Error::Finalizer(format!("unknown member cluster {}", s.member)))?;
+        crate::backup::incarnation::source_repo(
+            client,
+            repo,
+            &s.member,
+            s.namespace.as_str(),
+            &self.from,
+        )
+        .await
+        .map_err(Error::Finalizer)
+    }
 }
 
 /// Checks a restore's source before anything of it is read: names, member,
@@ -133,33 +162,35 @@ pub async fn authorize(ctx: &Ctx, pg: &PostgresCluster, ns: &str) -> Result<Verd
             }
         }
     };
-    Ok(Verdict::Allowed(Authorized { source, label }))
+    Ok(Verdict::Allowed(Box::new(Authorized {
+        source,
+        label,
+        from: fb.clone(),
+    })))
 }
 
 /// Where the first instance of a cluster bootstrapped from a backup
 /// restores from: the source's repository path, the backup label, and a
 /// point in time. Only for an authorized source.
-pub fn restore_env(ctx: &Ctx, auth: &Authorized, cred_env: &[Value]) -> Vec<Value> {
+pub async fn restore_env(
+    ctx: &Ctx,
+    auth: &Authorized,
+    cred_env: &[Value],
+) -> Result<Vec<Value>, Error> {
     let mut env = cred_env.to_vec();
-    let Some(backup) = ctx.backup.as_ref() else {
-        return env;
-    };
-    let s = &auth.source;
-    let path = crate::backup::repo::repo_path(
-        &backup.repository,
-        &s.member,
-        s.namespace.as_str(),
-        s.cluster.as_str(),
-    );
+    if ctx.backup.is_none() {
+        return Ok(env);
+    }
+    let path = auth.source_repo(ctx).await?.path;
     let var = |n: &str, v: &str| json!({"name": n, "value": v});
     env.push(var("PGFLEET_RESTORE_REPO_PATH", &path));
     if let Some(label) = &auth.label {
         env.push(var("PGFLEET_RESTORE_SET", label));
     }
-    if let Some(t) = &s.target_time {
+    if let Some(t) = &auth.source.target_time {
         env.push(var("PGFLEET_RESTORE_TARGET_TIME", t));
     }
-    env
+    Ok(env)
 }
 
 /// A cluster restored from a backup holds the source's roles and password
@@ -182,7 +213,7 @@ pub async fn restored_password(ctx: &Ctx, auth: &Authorized, which: &str) -> Opt
 
 /// A client for the member cluster holding a restore's source: this one,
 /// or a peer the manager is connected to; `None` for an unknown member.
-fn source_client(ctx: &Ctx, member: &str) -> Option<kube::Client> {
+pub(super) fn source_client(ctx: &Ctx, member: &str) -> Option<kube::Client> {
     if member == ctx.member {
         return Some(ctx.client.clone());
     }

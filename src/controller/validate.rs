@@ -214,6 +214,9 @@ mod tests {
             errs.iter().map(String::len).sum::<usize>() < 2000,
             "{errs:#?}"
         );
+    }
+
+    #[test]
     fn restore_source_names_and_time_are_checked_in_the_spec() {
         let mut s = spec();
         s.bootstrap = Some(

@@ -73,6 +73,11 @@ pub struct PostgresBackupStatus {
     pub repository_path: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// The instance that read the backup back from the repository before it
+    /// was recorded Completed (another instance than `instance` when the
+    /// cluster has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_on: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
     #[serde(default)]

@@ -260,6 +260,11 @@ pub struct FromBackup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub target_time: Option<String>,
+    /// The `metadata.uid` of the source incarnation whose repository to
+    /// restore from: needed for a source that was deleted (or deleted and
+    /// created again); the source's current incarnation when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
@@ -338,6 +343,14 @@ pub struct BackupHealth {
     /// scheduler's memory, so a restart neither repeats nor replays it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_slot: Option<String>,
+    /// The pgBackRest repository path of this incarnation, recorded before
+    /// its first instance starts and used from then on (backup::incarnation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository_path: Option<String>,
+    /// Whether that repository is encrypted (`repo1-cipher-type`), with
+    /// the passphrase in the Secret `<name>-backup-encryption`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted: Option<bool>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]

@@ -156,9 +156,9 @@ proptest! {
     fn pgbackrest_conf_paths_are_one_line_or_refused(path in nasty()) {
         let repo = crate::config::backups::Repository::Filesystem { path: "/r".into() };
         let retention = crate::config::backups::Retention { count: Some(2), age: None };
-        let baseline = crate::backup::repo::render_conf(&repo, "/p", &retention, "/d").lines().count();
+        let baseline = crate::backup::repo::render_conf(&repo, "/p", &retention, "/d", true).lines().count();
         if quote::ini_refusal(&path).is_none() {
-            let conf = crate::backup::repo::render_conf(&repo, &path, &retention, "/d");
+            let conf = crate::backup::repo::render_conf(&repo, &path, &retention, "/d", true);
             prop_assert_eq!(conf.lines().count(), baseline);
             let expected = format!("repo1-path={path}");
             prop_assert_eq!(conf.lines().filter(|l| l.starts_with("repo1-path=")).collect::<Vec<_>>(), vec![expected.as_str()]);

@@ -40,6 +40,8 @@ pub struct VirtualRuntime {
     data: Mutex<HashMap<String, Instance>>,
     /// namespace/pod -> data key of the running pod.
     pods: Mutex<HashMap<String, String>>,
+    /// Labels of the backups taken, by namespace/cluster (`backup-info`).
+    backups: Mutex<HashMap<String, Vec<String>>>,
 }
 
 const BYTES_PER_MS: u64 = 64;
@@ -243,9 +245,23 @@ impl VirtualRuntime {
                 let now = chrono::Utc::now();
                 let label = format!("{}F", now.format("%Y%m%d-%H%M%S%3f"));
                 let at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+                let ns = key.split('/').next().unwrap_or_default();
+                Self::lock(&self.backups)
+                    .entry(format!("{ns}/{}", inst.cluster))
+                    .or_default()
+                    .push(label.clone());
                 json!({"contract": 1, "label": label, "type": "full", "startedAt": at, "stoppedAt": at,
                        "size": 25_165_824, "repoSize": 3_145_728,
                        "walStart": "000000010000000000000003", "walStop": "000000010000000000000003"})
+            }
+            "backup-info" => {
+                let ns = key.split('/').next().unwrap_or_default();
+                let labels = Self::lock(&self.backups)
+                    .get(&format!("{ns}/{}", inst.cluster))
+                    .cloned()
+                    .unwrap_or_default();
+                let list: Vec<Value> = labels.iter().map(|l| json!({"label": l})).collect();
+                json!({"contract": 1, "backups": list})
             }
             // No list of kept backups: the manager then keeps every record.
             "expire" => json!({"contract": 1}),

@@ -129,12 +129,36 @@ pub fn script(spec: &ContainerSpec, user: &RunUser, dirs: &PodDirs) -> String {
         let t = format!("{}/", target.trim_end_matches('/'));
         sources.iter().any(|s| s.starts_with(&t))
     };
+    // A mount below a hiding one (a volume under /tmp) cannot be made
+    // after it (its source is hidden by then): it goes onto the hiding
+    // mount's source first, and the hiding mount carries it (`--rbind`).
+    let hiding: Vec<(String, String)> = mounts
+        .iter()
+        .filter(|m| hides(&m.1))
+        .map(|m| (m.0.clone(), m.1.clone()))
+        .collect();
+    let mut recursive = vec![];
+    for m in mounts.iter_mut() {
+        if let Some((hsrc, htgt)) = hiding
+            .iter()
+            .find(|(_, t)| m.1.starts_with(&format!("{}/", t.trim_end_matches('/'))))
+        {
+            m.1 = format!("{hsrc}{}", &m.1[htgt.trim_end_matches('/').len()..]);
+        } else if hides(&m.1) {
+            recursive.push(m.1.clone());
+        }
+    }
     mounts.sort_by_key(|m| (hides(&m.1), m.1.matches('/').count()));
     let mut s = String::from("set -e\n");
     for (src, tgt, ro) in &mounts {
+        let bind = if recursive.contains(tgt) {
+            "--rbind"
+        } else {
+            "--bind"
+        };
         let (src, tgt) = (q(src), q(tgt));
         s.push_str(&format!(
-            "[ -e {src} ] || mkdir -p {src}\nif [ -d {src} ]; then mkdir -p {tgt}; elif [ ! -e {tgt} ]; then mkdir -p \"$(dirname {tgt})\"; : > {tgt}; fi\nmount --bind {src} {tgt}\n"
+            "[ -e {src} ] || mkdir -p {src}\nif [ -d {src} ]; then mkdir -p {tgt}; elif [ ! -e {tgt} ]; then mkdir -p \"$(dirname {tgt})\"; : > {tgt}; fi\nmount {bind} {src} {tgt}\n"
         ));
         if *ro {
             s.push_str(&format!("mount -o remount,bind,ro {tgt}\n"));

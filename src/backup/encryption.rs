@@ -1,0 +1,107 @@
+//! Per-cluster repository encryption (issue 19, finding 6).
+//!
+//! Tenants' instance pods hold the object store's keys (the credentials
+//! Secret in their namespace), which usually open the whole bucket. So each
+//! cluster's repository is encrypted by pgBackRest (`aes-256-cbc`) with a
+//! passphrase of its own: with the shared keys a tenant can still list or
+//! delete another tenant's files, but not read them.
+//!
+//! The passphrase lives in the Secret `<name>-backup-encryption` (key
+//! `password`), generated once by the manager and reaching pgBackRest only
+//! as `PGBACKREST_REPO1_CIPHER_PASS` from a secretKeyRef: never in
+//! pgbackrest.conf, a log line or an event. The Secret has no owner: it
+//! outlives the cluster, because the backups do (deleting it by hand makes
+//! the cluster's backups unreadable for good). A cluster restored from an
+//! encrypted source starts with the source's passphrase, read only once the
+//! restore passed validation (restore::restored_password, the same gate as
+//! the source's passwords).
+
+use crate::controller::build::Owner;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+
+/// The Secret suffix (`<name>-backup-encryption`).
+pub const WHICH: &str = "backup-encryption";
+/// The key holding the passphrase.
+pub const KEY: &str = "password";
+
+pub fn secret_name(cluster: &str) -> String {
+    format!("{cluster}-{WHICH}")
+}
+
+/// The container environment carrying the passphrase (by reference).
+pub fn env(cluster: &str) -> Value {
+    json!({"name": "PGBACKREST_REPO1_CIPHER_PASS",
+           "valueFrom": {"secretKeyRef": {"name": secret_name(cluster), "key": KEY}}})
+}
+
+/// A new random passphrase (64 characters from a 62-letter alphabet).
+pub fn passphrase() -> String {
+    const CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    (0..64)
+        .map(|_| CHARS[rand::random_range(0..CHARS.len())] as char)
+        .collect()
+}
+
+/// The Secret object: labelled like the cluster's children (so the child
+/// index sees it) but not owned (it outlives the cluster).
+pub fn secret(o: &Owner, passphrase: &str) -> Value {
+    let mut labels = o.labels();
+    labels.insert(crate::controller::build::LABEL_KIND.into(), WHICH.into());
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": secret_name(&o.name), "namespace": o.namespace, "labels": labels,
+                     "annotations": {"pgfleet.io/cluster-uid": o.uid}},
+        "type": "Opaque",
+        "stringData": {KEY: passphrase},
+    })
+}
+
+/// Creates the Secret; false when one of that name exists already (kept:
+/// it may protect backups of an earlier incarnation).
+pub async fn create(client: kube::Client, o: &Owner, passphrase: &str) -> Result<bool, String> {
+    let s: Secret =
+        serde_json::from_value(secret(o, passphrase)).map_err(|e| format!("building: {e}"))?;
+    let pp = PostParams {
+        field_manager: Some(crate::controller::reconcile::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match Api::<Secret>::namespaced(client, &o.namespace)
+        .create(&pp, &s)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        // The API's message, never the object (it holds the passphrase).
+        Err(e) => Err(format!("creating Secret {}: {e}", secret_name(&o.name))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_passphrase_is_referenced_not_rendered() {
+        let o = Owner {
+            name: "orders".into(),
+            namespace: "shop".into(),
+            uid: "a-1".into(),
+            shard: 0,
+        };
+        let s = secret(&o, "p");
+        assert!(s["metadata"].get("ownerReferences").is_none());
+        assert_eq!(s["stringData"][KEY], "p");
+        let e = env("orders");
+        assert_eq!(
+            e["valueFrom"]["secretKeyRef"]["name"],
+            "orders-backup-encryption"
+        );
+        assert!(e.get("value").is_none());
+        let (a, b) = (passphrase(), passphrase());
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+    }
+}

@@ -444,7 +444,9 @@ async fn a_restore_drill_passes_on_a_good_backup_and_fails_on_a_damaged_one() {
     // Damage the backup in the store: its manifest (both copies) and its
     // copy of pg_control are gone, as after a botched bucket clean-up.
     let label = backup_status(&e, "d-full").await.label.unwrap();
-    let keys = store.list(&format!("fleet/pg-a/{NS}/d/backup/db/{label}/"));
+    // The repository of this incarnation: `<prefix>/<member>/<ns>/<name>/<uid>`.
+    let uid = e.pgc().get("d").await.unwrap().metadata.uid.unwrap();
+    let keys = store.list(&format!("fleet/pg-a/{NS}/d/{uid}/backup/db/{label}/"));
     let victims: Vec<&String> = keys
         .iter()
         .filter(|k| k.contains("pg_data/global/pg_control") || k.contains("backup.manifest"))
@@ -456,7 +458,7 @@ async fn a_restore_drill_passes_on_a_good_backup_and_fails_on_a_damaged_one() {
     assert!(
         store
             .list(&format!(
-                "fleet/pg-a/{NS}/d/backup/db/{label}/backup.manifest"
+                "fleet/pg-a/{NS}/d/{uid}/backup/db/{label}/backup.manifest"
             ))
             .is_empty()
     );

@@ -101,7 +101,8 @@ async fn three_instances_become_ready_with_one_primary_and_services_by_role() {
 
     // What else a PostgresCluster becomes: one bound PVC per instance, the
     // two generated credentials and (backups are configured: the embedded
-    // default repository) the pgBackRest TLS pair, the ConfigMap with the
+    // default repository) the pgBackRest TLS pair and the repository's
+    // encryption passphrase, the ConfigMap with the
     // instance script,
     // the PodDisruptionBudget; the controller's finalizer is on the object.
     let client = f.client(M);
@@ -110,6 +111,7 @@ async fn three_instances_become_ready_with_one_primary_and_services_by_role() {
     assert_eq!(
         kids.secrets,
         [
+            "orders-backup-encryption",
             "orders-backup-tls",
             "orders-replication",
             "orders-superuser"
@@ -522,8 +524,11 @@ async fn deleting_a_cluster_removes_its_children_and_volumes_per_reclaim_policy(
                     let obj = api.get_opt(name).await.map_err(|e| e.to_string())?;
                     let kids = child_names(&client, "shop", name).await;
                     let pdb = pdbs.get_opt(name).await.map_err(|e| e.to_string())?;
+                    // The repository's passphrase outlives the cluster, as
+                    // its backups do (docs/backups.md).
                     let want_kids = ChildNames {
                         pvcs: want,
+                        secrets: vec![format!("{name}-backup-encryption")],
                         ..Default::default()
                     };
                     if obj.is_none() && pdb.is_none() && kids == want_kids {

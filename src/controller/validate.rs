@@ -69,18 +69,6 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
         ));
     }
     parameters(spec, &mut errs);
-    if let Some(t) = spec
-        .bootstrap
-        .as_ref()
-        .and_then(|b| b.from_backup.as_ref())
-        .and_then(|f| f.target_time.as_ref())
-        && chrono::DateTime::parse_from_rfc3339(t).is_err()
-    {
-        errs.push(format!(
-            "spec.bootstrap.fromBackup.targetTime: \"{}\" is not an RFC 3339 time",
-            shown(t)
-        ));
-    }
     if errs.is_empty() {
         Ok(())
     } else {

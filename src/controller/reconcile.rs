@@ -5,7 +5,6 @@
 use super::Ctx;
 use super::build::{self, ANN_HASH, LABEL_ROLE, Owner};
 use super::plan::{self, StatusInput};
-use super::restore::Verdict;
 use super::validate::validate;
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::{PostgresClusterStatus, ReclaimPolicy};
@@ -211,28 +210,10 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let obs = ctx.expect.adjust(&ns, &name, ctx.index.get(&ns, &name));
     let mut errs = validate(&pg.spec).err().unwrap_or_default();
     let is_drill = pg.labels().contains_key(crate::backup::dispatch::DRILL_OF);
-    // Only before the first instance exists (a cluster holding data keeps
-    // being managed): the name must fit its children, and a restore's source
-    // must be allowed before anything of it is read.
-    let (mut restore, mut ask_again) = (None, false);
-    if obs.pvcs.is_empty() {
-        if let Err(e) = super::names::cluster_name(&name, is_drill) {
-            errs.push(e.to_string());
-        }
-        if errs.is_empty() {
-            match super::restore::authorize(&ctx, &pg, &ns).await? {
-                Verdict::NoRestore => {}
-                Verdict::Allowed(a) => restore = Some(*a),
-                Verdict::Refused {
-                    reasons,
-                    may_change,
-                } => {
-                    errs.extend(reasons);
-                    ask_again = may_change;
-                }
-            }
-        }
-    }
+    let (restore, ask_again) = match obs.pvcs.is_empty() {
+        true => super::restore::admit_new(&ctx, &pg, &ns, is_drill, &mut errs).await?,
+        false => (None, false),
+    };
     errs.extend(super::image_policy::check(&ctx.images, &pg.spec));
     if !errs.is_empty() {
         // Touch nothing that runs; only say why.

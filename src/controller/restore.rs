@@ -169,6 +169,38 @@ pub async fn authorize(ctx: &Ctx, pg: &PostgresCluster, ns: &str) -> Result<Verd
     })))
 }
 
+/// What a cluster without volumes must pass before anything is created:
+/// its name must fit its children, and a restore's source must be allowed
+/// before anything of it is read (a cluster holding data keeps being
+/// managed, so this runs only while it has none). Problems go to `errs`;
+/// returns the authorized source, if any, and whether a refusal may change
+/// without a spec change (consent given later, a backup completing).
+pub async fn admit_new(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    ns: &str,
+    is_drill: bool,
+    errs: &mut Vec<String>,
+) -> Result<(Option<Authorized>, bool), Error> {
+    if let Err(e) = super::names::cluster_name(&pg.name_any(), is_drill) {
+        errs.push(e.to_string());
+    }
+    if !errs.is_empty() {
+        return Ok((None, false));
+    }
+    Ok(match authorize(ctx, pg, ns).await? {
+        Verdict::NoRestore => (None, false),
+        Verdict::Allowed(a) => (Some(*a), false),
+        Verdict::Refused {
+            reasons,
+            may_change,
+        } => {
+            errs.extend(reasons);
+            (None, may_change)
+        }
+    })
+}
+
 /// Where the first instance of a cluster bootstrapped from a backup
 /// restores from: the source's repository path, the backup label, and a
 /// point in time. Only for an authorized source.

@@ -253,7 +253,7 @@ async fn a_changed_kubeconfig_file_is_followed_by_the_controllers() {
     let moved = pgfleet::sim::start(&pgfleet::sim::SimOptions {
         dir: dir.clone(),
         names: vec!["mover".into()],
-        runtime: pgfleet::sim::RuntimeKind::Virtual,
+        runtime: pgfleet::emulated::virtual_runtime(),
         persist: true,
         history: 10_000,
         admin: false,

@@ -47,9 +47,12 @@ fn sim_options(dir: &Path, runtime: RuntimeKind) -> SimOptions {
 async fn member_manifests_apply_and_the_manager_works_under_their_rbac() {
     fleet::init_tracing();
     let dir = temp_dir("deploy-member");
-    let sim = sim::start(&sim_options(&dir.join("sim"), RuntimeKind::Virtual))
-        .await
-        .unwrap();
+    let sim = sim::start(&sim_options(
+        &dir.join("sim"),
+        pgfleet::emulated::virtual_runtime(),
+    ))
+    .await
+    .unwrap();
     let member = &sim.clusters[0];
     let kubectl = Kubectl::new(&member.kubeconfig, &dir);
 

@@ -45,7 +45,7 @@ impl Env {
         let dir = fleet::temp_dir(tag);
         let mut opts = pgfleet::sim::SimOptions::new(dir.join("sim"), 0);
         opts.names = MEMBERS.iter().map(|s| s.to_string()).collect();
-        opts.runtime = pgfleet::sim::RuntimeKind::Virtual;
+        opts.runtime = pgfleet::emulated::virtual_runtime();
         opts.persist = false;
         opts.admin = false;
         let sim = pgfleet::sim::start(&opts).await.unwrap();

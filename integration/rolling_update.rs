@@ -232,7 +232,7 @@ async fn a_manager_killed_during_the_update_resumes_without_a_second_switchover(
     use manager_process::ManagerProcess;
     let dir = temp_dir("roll-kill");
     let mut opts = pgfleet::sim::SimOptions::new(dir.join("sim"), 1);
-    opts.runtime = pgfleet::sim::RuntimeKind::Virtual;
+    opts.runtime = pgfleet::emulated::virtual_runtime();
     opts.persist = false;
     opts.admin = false;
     let sim = pgfleet::sim::start(&opts).await.unwrap();

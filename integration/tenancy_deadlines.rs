@@ -380,7 +380,7 @@ async fn a_missing_kubeconfig_is_unreachable_until_the_file_appears() {
     let other_dir = fleet::temp_dir("dl-late-sim");
     let mut opts = pgfleet::sim::SimOptions::new(&other_dir, 1);
     opts.names = vec!["late".into()];
-    opts.runtime = pgfleet::sim::RuntimeKind::Virtual;
+    opts.runtime = pgfleet::emulated::virtual_runtime();
     let sim = pgfleet::sim::start(&opts).await.unwrap();
     std::fs::copy(&sim.clusters[0].kubeconfig, &late_path).unwrap();
     eventually_within(Duration::from_secs(120), "late Ready", || {

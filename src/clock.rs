@@ -37,3 +37,9 @@ impl Clock for ManualClock {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// The wall-clock time as Kubernetes writes timestamps (RFC 3339, whole
+/// seconds, `Z`), for the status fields pgfleet stamps itself.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod emulated;
 pub mod fleet;
 pub mod ha;
 pub mod http_client;
@@ -16,5 +17,7 @@ pub mod manager;
 pub mod metrics;
 pub mod postgres;
 pub mod rollout;
-pub mod sim;
+/// The embedded Kubernetes, now its own crate; this alias keeps `pgfleet::sim::…`
+/// paths working while the rest of the code moves to `pgfleet_sim::…`.
+pub use pgfleet_sim as sim;
 pub mod telemetry;

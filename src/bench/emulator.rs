@@ -7,13 +7,13 @@
 //! share a machine; the floors run on one task. Nothing here asserts a time.
 
 use crate::crd::{self, PostgresCluster, PostgresClusterSpec};
-use crate::sim::{self, RuntimeKind, SimOptions};
 use anyhow::{Context, Result};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, Resource};
+use pgfleet_sim::{self as sim, RuntimeKind, SimOptions};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};

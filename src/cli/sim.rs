@@ -1,6 +1,7 @@
 //! `pgfleet sim`: emulated clusters for kubectl, demos and manual testing.
 
-use crate::sim::{RuntimeKind, SimOptions};
+use crate::emulated::Runtime;
+use pgfleet_sim::SimOptions;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -13,7 +14,7 @@ pub struct SimArgs {
     pub dir: PathBuf,
     /// Kubelet runtime for pods.
     #[arg(long, value_enum, default_value = "host")]
-    pub runtime: RuntimeKind,
+    pub runtime: Runtime,
     /// Do not persist state in DIR.
     #[arg(long)]
     pub ephemeral: bool,
@@ -21,9 +22,9 @@ pub struct SimArgs {
 
 pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     let mut opts = SimOptions::new(&args.dir, args.clusters);
-    opts.runtime = args.runtime;
+    opts.runtime = args.runtime.kind();
     opts.persist = !args.ephemeral;
-    let sim = crate::sim::start(&opts).await?;
+    let sim = pgfleet_sim::start(&opts).await?;
     for c in &sim.clusters {
         println!(
             "cluster {:<10} https://{}  kubeconfig {}",
@@ -44,7 +45,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     }
     // Give the persister one more chance to write the latest state.
     for c in &sim.clusters {
-        let _ = crate::sim::persist::save_now(&c.cluster, &sim.dir, c.addr.port(), &c.token);
+        let _ = pgfleet_sim::persist::save_now(&c.cluster, &sim.dir, c.addr.port(), &c.token);
     }
     Ok(())
 }

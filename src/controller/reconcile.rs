@@ -206,7 +206,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let name = pg.name_any();
     let owner = Owner::of(&pg, super::shard_of(&ns, &name, ctx.shards));
     let prev = pg.status.clone();
-    let now = crate::sim::cluster::now_rfc3339();
+    let now = crate::clock::now_rfc3339();
     let obs = ctx.expect.adjust(&ns, &name, ctx.index.get(&ns, &name));
     let mut errs = validate(&pg.spec).err().unwrap_or_default();
     let is_drill = pg.labels().contains_key(crate::backup::dispatch::DRILL_OF);

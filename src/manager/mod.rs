@@ -24,7 +24,7 @@ pub struct Manager {
     pub rollouts: Vec<AbortOnDrop>,
     /// The fleet's backup dispatcher (schedules, caps, archiving checks).
     pub backups: AbortOnDrop,
-    pub sim: Option<crate::sim::Sim>,
+    pub sim: Option<pgfleet_sim::Sim>,
 }
 
 /// A background task that ends when its owner is dropped.
@@ -47,13 +47,13 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
     let sim = if embedded.is_empty() {
         None
     } else {
-        let mut opts = crate::sim::SimOptions::new(settings.manager.state_dir.join("embedded"), 0);
+        let mut opts = pgfleet_sim::SimOptions::new(settings.manager.state_dir.join("embedded"), 0);
         opts.names = embedded;
         opts.runtime = match settings.manager.embedded.runtime.get() {
-            EmbeddedRuntime::Virtual => crate::sim::RuntimeKind::Virtual,
-            EmbeddedRuntime::Process => crate::sim::RuntimeKind::Process,
+            EmbeddedRuntime::Virtual => crate::emulated::virtual_runtime(),
+            EmbeddedRuntime::Process => pgfleet_sim::RuntimeKind::Process,
         };
-        Some(crate::sim::start(&opts).await?)
+        Some(pgfleet_sim::start(&opts).await?)
     };
     let kubeconfigs: BTreeMap<String, std::path::PathBuf> = sim
         .as_ref()

@@ -1,5 +1,5 @@
 use super::*;
-use crate::sim::server::Query;
+use crate::server::Query;
 use serde_json::json;
 
 fn attrs(method: &str, url: &str) -> Vec<Attributes> {

@@ -7,7 +7,7 @@ use super::logs::LogBuf;
 use super::sandbox::{self, Entry, ns_members, signal};
 use super::spec::ContainerSpec;
 use super::volumes::{PodDirs, RunUser};
-use crate::sim::cluster::now_rfc3339;
+use crate::cluster::now_rfc3339;
 use anyhow::Context;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 //! The file is bind-mounted over /etc/hosts and kept current as Services come
 //! and go.
 
-use crate::sim::store::str_at;
+use crate::store::str_at;
 use anyhow::Context;
 use serde_json::Value;
 use std::io::Write;

@@ -4,9 +4,9 @@
 
 use super::probes::PortRef;
 use super::proxy::{pod_ports, pod_ready};
-use crate::sim::cluster::{Cluster, DeleteOpts, Sub, WriteOpts};
-use crate::sim::resources::ResKey;
-use crate::sim::store::str_at;
+use crate::cluster::{Cluster, DeleteOpts, Sub, WriteOpts};
+use crate::resources::ResKey;
+use crate::store::str_at;
 use serde_json::{Value, json};
 
 fn opts() -> WriteOpts {

@@ -3,7 +3,7 @@
 
 use super::ProcessRuntime;
 use super::pod::PodRun;
-use crate::sim::runtime::{ExecOutcome, ExecRequest};
+use crate::runtime::{ExecOutcome, ExecRequest};
 use anyhow::Context;
 use bytes::Bytes;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! `pods/exec`); tcpSocket and httpGet probes connect to the Pod's address.
 
 use super::sandbox::Entry;
-use crate::sim::store::str_at;
+use crate::store::str_at;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::time::Duration;

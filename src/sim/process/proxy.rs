@@ -7,10 +7,10 @@
 
 use super::endpoints;
 use super::probes::PortRef;
-use crate::sim::cluster::Cluster;
-use crate::sim::resources::ResKey;
-use crate::sim::selector::LabelSelector;
-use crate::sim::store::{StoredObject, str_at};
+use crate::cluster::Cluster;
+use crate::resources::ResKey;
+use crate::selector::LabelSelector;
+use crate::store::{StoredObject, str_at};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};

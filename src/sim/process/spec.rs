@@ -10,9 +10,9 @@
 
 use super::probes::Probe;
 use super::volumes;
-use crate::sim::cluster::Cluster;
-use crate::sim::resources::ResKey;
-use crate::sim::store::str_at;
+use crate::cluster::Cluster;
+use crate::resources::ResKey;
+use crate::store::str_at;
 use anyhow::{Context, bail};
 use serde_json::Value;
 use std::collections::HashMap;

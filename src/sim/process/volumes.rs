@@ -11,9 +11,9 @@
 //!
 //! Everything a container may write is owned by the user containers run as.
 
-use crate::sim::cluster::Cluster;
-use crate::sim::resources::ResKey;
-use crate::sim::store::str_at;
+use crate::cluster::Cluster;
+use crate::resources::ResKey;
+use crate::store::str_at;
 use anyhow::{Context, bail};
 use base64::Engine;
 use serde_json::Value;

@@ -7,12 +7,12 @@
 //! Roles/ClusterRoles bound to it, so a manager run with a kubeconfig from
 //! `deploy/member/make-kubeconfig.sh` is refused what the role does not grant.
 
-use crate::sim::audit::AuditRecord;
-use crate::sim::cluster::Cluster;
-use crate::sim::error::ApiError;
-use crate::sim::rbac::{self, Attributes};
-use crate::sim::resources::ResKey;
-use crate::sim::store::str_at;
+use crate::audit::AuditRecord;
+use crate::cluster::Cluster;
+use crate::error::ApiError;
+use crate::rbac::{self, Attributes};
+use crate::resources::ResKey;
+use crate::store::str_at;
 use base64::Engine;
 use serde_json::Value;
 

@@ -4,9 +4,9 @@
 //! an `APIGroupDiscoveryList`.
 
 use super::json_response;
-use crate::sim::cluster::Cluster;
-use crate::sim::error::ApiError;
-use crate::sim::resources::ResourceType;
+use crate::cluster::Cluster;
+use crate::error::ApiError;
+use crate::resources::ResourceType;
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::{Value, json};

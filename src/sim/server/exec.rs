@@ -4,9 +4,9 @@
 //! payload, and a final `Status` on channel 3. Also `pods/log`.
 
 use super::{Ctx, Query};
-use crate::sim::error::ApiError;
-use crate::sim::runtime::{ExecOutcome, ExecRequest, LogRequest};
-use crate::sim::store::str_at;
+use crate::error::ApiError;
+use crate::runtime::{ExecOutcome, ExecRequest, LogRequest};
+use crate::store::str_at;
 use axum::body::Body;
 use axum::extract::FromRequestParts;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -24,7 +24,7 @@ const PROTOCOLS: [&str; 4] = [
 ];
 
 fn container_of(ctx: &Ctx, ns: &str, pod: &str, q: &Query) -> Result<String, ApiError> {
-    let key = crate::sim::resources::ResKey {
+    let key = crate::resources::ResKey {
         group: String::new(),
         plural: "pods".into(),
     };
@@ -77,7 +77,7 @@ pub async fn exec(
         .hanging_exec
         .iter()
         .any(|f| line.contains(f.as_str()));
-    ctx.cluster.execs.record(crate::sim::exec_log::ExecRecord {
+    ctx.cluster.execs.record(crate::exec_log::ExecRecord {
         namespace: ns.to_string(),
         pod: pod.to_string(),
         container: container.clone(),
@@ -117,7 +117,7 @@ pub async fn exec(
                 // Keeps stdout open, so the session sends no status.
                 Some(hold) => Box::pin(async move {
                     let outcome = run.await;
-                    tokio::time::sleep(crate::sim::faults::HANG).await;
+                    tokio::time::sleep(crate::faults::HANG).await;
                     drop(hold);
                     outcome
                 }),

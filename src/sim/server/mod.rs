@@ -202,10 +202,10 @@ async fn route(ctx: Ctx, req: Request<Body>) -> Result<Response<Body>, ApiError>
 
 /// The RBAC attributes of a request, with `create` added for an apply that
 /// would create its object.
-fn request_attributes(cluster: &Cluster, req: &Request<Body>) -> Vec<crate::sim::rbac::Attributes> {
+fn request_attributes(cluster: &Cluster, req: &Request<Body>) -> Vec<crate::rbac::Attributes> {
     let path = req.uri().path();
     let query = Query::parse(req.uri().query());
-    let mut attrs = crate::sim::rbac::attributes(req.method().as_str(), path, &query);
+    let mut attrs = crate::rbac::attributes(req.method().as_str(), path, &query);
     let ct = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -214,7 +214,7 @@ fn request_attributes(cluster: &Cluster, req: &Request<Body>) -> Vec<crate::sim:
     if let Some(a) = attrs.first()
         && auth::apply_creates(cluster, path, a, ct)
     {
-        let create = crate::sim::rbac::Attributes {
+        let create = crate::rbac::Attributes {
             verb: "create".into(),
             ..a.clone()
         };

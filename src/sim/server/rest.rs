@@ -3,13 +3,13 @@
 //! subresources.
 
 use super::{Ctx, Query, bytes_response, discovery, exec, json_response, watch};
-use crate::sim::cluster::{DeleteOpts, Sub, WriteOpts};
-use crate::sim::error::ApiError;
-use crate::sim::patch;
-use crate::sim::resources::ResourceType;
-use crate::sim::selector::{FieldSelector, LabelSelector};
-use crate::sim::store::{StoredObject, str_at};
-use crate::sim::table;
+use crate::cluster::{DeleteOpts, Sub, WriteOpts};
+use crate::error::ApiError;
+use crate::patch;
+use crate::resources::ResourceType;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{StoredObject, str_at};
+use crate::table;
 use axum::body::Body;
 use axum::http::{Method, Request, Response, StatusCode, header};
 use base64::Engine;
@@ -553,7 +553,7 @@ async fn patch_object(
         }
         opts.is_apply = true;
         let rt = t.rt.clone();
-        let now = crate::sim::cluster::now_rfc3339();
+        let now = crate::cluster::now_rfc3339();
         let created = std::cell::Cell::new(false);
         let o = ctx
             .cluster

@@ -7,10 +7,10 @@
 
 use super::rest::{Filter, columns};
 use super::{Ctx, Query};
-use crate::sim::error::ApiError;
-use crate::sim::resources::ResourceType;
-use crate::sim::store::{EventType, StoredObject, WatchEvent};
-use crate::sim::table;
+use crate::error::ApiError;
+use crate::resources::ResourceType;
+use crate::store::{EventType, StoredObject, WatchEvent};
+use crate::table;
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode, header};
 use bytes::Bytes;

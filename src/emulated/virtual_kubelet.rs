@@ -8,13 +8,13 @@
 //! whose pod is labelled replica rejoins on the primary's timeline; the data
 //! (role, timeline) lives with the PVC, so it outlives the pod.
 
-use super::cluster::{Cluster, Sub, WriteOpts};
-use super::hostexec::settle_pod;
-use super::resources::ResKey;
-use super::runtime::{ExecOutcome, ExecRequest, LogRequest, Runtime};
-use super::store::{EventType, str_at};
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use pgfleet_sim::cluster::{Cluster, Sub, WriteOpts};
+use pgfleet_sim::hostexec::settle_pod;
+use pgfleet_sim::resources::ResKey;
+use pgfleet_sim::runtime::{ExecOutcome, ExecRequest, LogRequest, Runtime};
+use pgfleet_sim::store::{EventType, str_at};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -174,7 +174,7 @@ impl VirtualRuntime {
         if inst.fenced {
             return Some(json!({"contract": 1, "role": "stopped", "ready": false, "fenced": true}));
         }
-        let lsn = super::super::postgres::format_lsn(inst.lsn());
+        let lsn = crate::postgres::format_lsn(inst.lsn());
         Some(if inst.primary {
             json!({"contract": 1, "role": "primary", "ready": true, "timeline": inst.timeline,
                    "currentLsn": lsn, "receivedLsn": null, "replayedLsn": null, "version": inst.version, "pendingRestart": false})
@@ -185,7 +185,7 @@ impl VirtualRuntime {
                 .map(|p| p.timeline)
                 .unwrap_or(inst.timeline);
             let at = upstream.map(|p| p.lsn()).unwrap_or(inst.base_lsn);
-            let l = super::super::postgres::format_lsn(at.max(inst.base_lsn));
+            let l = crate::postgres::format_lsn(at.max(inst.base_lsn));
             json!({"contract": 1, "role": "replica", "ready": true, "timeline": timeline,
                    "currentLsn": null, "receivedLsn": l, "replayedLsn": l, "version": inst.version, "pendingRestart": false})
         })
@@ -226,7 +226,7 @@ impl VirtualRuntime {
                 {
                     other.base_lsn = other.base_lsn.max(lsn + 120);
                 }
-                json!({"contract": 1, "demoted": true, "lsn": super::super::postgres::format_lsn(lsn)})
+                json!({"contract": 1, "demoted": true, "lsn": crate::postgres::format_lsn(lsn)})
             }
             "fence" => {
                 inst.base_lsn = inst.lsn();
@@ -330,7 +330,7 @@ impl VirtualRuntime {
         if v.pointer("/metadata/deletionTimestamp").is_none()
             && c.faults.get().failing_images.iter().any(|i| i == image)
         {
-            super::hostexec::hold_image_pull(c, v);
+            pgfleet_sim::hostexec::hold_image_pull(c, v);
             return;
         }
         let starting = str_at(v, "/status/phase") != "Running"

@@ -27,7 +27,6 @@ pub mod server;
 pub mod store;
 pub mod table;
 pub mod tls;
-pub mod virtual_kubelet;
 
 use anyhow::Context;
 use cluster::{Cluster, WriteOpts};
@@ -36,19 +35,52 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// Builds the runtime of one emulated cluster (each cluster gets its own;
+/// the argument is the sim directory).
+pub type RuntimeFactory = Arc<dyn Fn(&Path) -> Arc<dyn runtime::Runtime> + Send + Sync>;
+
 /// Which kubelet runtime runs the pods of the emulated clusters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone)]
 pub enum RuntimeKind {
     /// Pods are scheduled nowhere and never run (API server only).
     None,
     /// Pods become Ready at once; exec runs commands on this host.
     Host,
-    /// Pods become Ready at once; `pgfleet-instance` verbs answer from an
-    /// in-memory PostgreSQL model (scale tests, the embedded default).
-    Virtual,
-    /// Each container is a real local process (PostgreSQL 15, PgBouncer) with
-    /// its own loopback address; Services get a working ClusterIP proxy.
+    /// Each container is a real local process with its own loopback address;
+    /// Services get a working ClusterIP proxy.
     Process,
+    /// A runtime the embedding program supplies through the [`runtime::Runtime`]
+    /// trait (pgfleet plugs in its in-memory PostgreSQL model this way), so the
+    /// emulator itself knows nothing of what the pods run.
+    Custom {
+        /// Shown in logs and `Debug` output.
+        name: String,
+        factory: RuntimeFactory,
+    },
+}
+
+impl RuntimeKind {
+    /// A runtime supplied by the embedding program, built once per cluster.
+    pub fn custom(
+        name: &str,
+        factory: impl Fn(&Path) -> Arc<dyn runtime::Runtime> + Send + Sync + 'static,
+    ) -> Self {
+        RuntimeKind::Custom {
+            name: name.to_string(),
+            factory: Arc::new(factory),
+        }
+    }
+}
+
+impl std::fmt::Debug for RuntimeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RuntimeKind::None => f.write_str("None"),
+            RuntimeKind::Host => f.write_str("Host"),
+            RuntimeKind::Process => f.write_str("Process"),
+            RuntimeKind::Custom { name, .. } => write!(f, "Custom({name})"),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -167,7 +199,7 @@ async fn start_one(
         &kubeconfig,
         kubeconfig_yaml(name, addr, &token, &tls.ca_pem).as_bytes(),
     )?;
-    if let Some(rt) = runtime_for(opts.runtime, &opts.dir) {
+    if let Some(rt) = runtime_for(&opts.runtime, &opts.dir) {
         *cluster.runtime.write().unwrap_or_else(|e| e.into_inner()) = Some(rt.clone());
         rt.start(cluster.clone());
     }
@@ -195,12 +227,12 @@ async fn start_one(
     })
 }
 
-fn runtime_for(kind: RuntimeKind, dir: &Path) -> Option<Arc<dyn runtime::Runtime>> {
+fn runtime_for(kind: &RuntimeKind, dir: &Path) -> Option<Arc<dyn runtime::Runtime>> {
     match kind {
         RuntimeKind::None => None,
         RuntimeKind::Host => Some(Arc::new(hostexec::HostRuntime)),
-        RuntimeKind::Virtual => Some(Arc::new(virtual_kubelet::VirtualRuntime::default())),
         RuntimeKind::Process => Some(Arc::new(process::ProcessRuntime::new(dir))),
+        RuntimeKind::Custom { factory, .. } => Some(factory(dir)),
     }
 }
 

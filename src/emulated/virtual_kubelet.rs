@@ -8,6 +8,7 @@
 //! whose pod is labelled replica rejoins on the primary's timeline; the data
 //! (role, timeline) lives with the PVC, so it outlives the pod.
 
+use crate::postgres::{CONTRACT_VERSION, InstanceReport, format_lsn};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use pgfleet_sim::cluster::{Cluster, Sub, WriteOpts};
@@ -167,17 +168,34 @@ impl VirtualRuntime {
         Self::lock(&self.pods).insert(pod_id, key);
     }
 
-    fn report(&self, pod_id: &str) -> Option<Value> {
+    /// The `status` reply, built from the contract type the manager parses.
+    fn report(&self, pod_id: &str) -> Option<InstanceReport> {
         let key = Self::lock(&self.pods).get(pod_id).cloned()?;
         let data = Self::lock(&self.data);
         let inst = data.get(&key)?;
+        let base = InstanceReport {
+            contract: CONTRACT_VERSION,
+            ..Default::default()
+        };
         if inst.fenced {
-            return Some(json!({"contract": 1, "role": "stopped", "ready": false, "fenced": true}));
+            return Some(InstanceReport {
+                role: "stopped".into(),
+                fenced: true,
+                ..base
+            });
         }
-        let lsn = crate::postgres::format_lsn(inst.lsn());
+        let running = InstanceReport {
+            ready: true,
+            version: Some(inst.version.clone()),
+            ..base
+        };
         Some(if inst.primary {
-            json!({"contract": 1, "role": "primary", "ready": true, "timeline": inst.timeline,
-                   "currentLsn": lsn, "receivedLsn": null, "replayedLsn": null, "version": inst.version, "pendingRestart": false})
+            InstanceReport {
+                role: "primary".into(),
+                timeline: Some(inst.timeline),
+                current_lsn: Some(format_lsn(inst.lsn())),
+                ..running
+            }
         } else {
             let upstream = Self::primary_of(&data, &inst.cluster, &key);
             let timeline = upstream
@@ -185,9 +203,14 @@ impl VirtualRuntime {
                 .map(|p| p.timeline)
                 .unwrap_or(inst.timeline);
             let at = upstream.map(|p| p.lsn()).unwrap_or(inst.base_lsn);
-            let l = crate::postgres::format_lsn(at.max(inst.base_lsn));
-            json!({"contract": 1, "role": "replica", "ready": true, "timeline": timeline,
-                   "currentLsn": null, "receivedLsn": l, "replayedLsn": l, "version": inst.version, "pendingRestart": false})
+            let l = format_lsn(at.max(inst.base_lsn));
+            InstanceReport {
+                role: "replica".into(),
+                timeline: Some(timeline),
+                received_lsn: Some(l.clone()),
+                replayed_lsn: Some(l),
+                ..running
+            }
         })
     }
 
@@ -198,9 +221,8 @@ impl VirtualRuntime {
             .cloned()
             .ok_or("the instance is not running")?;
         if verb == "status" {
-            return self
-                .report(pod_id)
-                .ok_or_else(|| "the instance is not running".to_string());
+            let report = self.report(pod_id).ok_or("the instance is not running")?;
+            return serde_json::to_value(report).map_err(|e| e.to_string());
         }
         let mut data = Self::lock(&self.data);
         let inst = data.get_mut(&key).ok_or("no data directory")?;
@@ -211,7 +233,7 @@ impl VirtualRuntime {
                     inst.timeline += 1;
                     inst.since = Instant::now();
                 }
-                json!({"contract": 1, "promoted": true})
+                json!({"contract": CONTRACT_VERSION, "promoted": true})
             }
             "demote" => {
                 let lsn = inst.lsn();
@@ -226,21 +248,21 @@ impl VirtualRuntime {
                 {
                     other.base_lsn = other.base_lsn.max(lsn + 120);
                 }
-                json!({"contract": 1, "demoted": true, "lsn": crate::postgres::format_lsn(lsn)})
+                json!({"contract": CONTRACT_VERSION, "demoted": true, "lsn": format_lsn(lsn)})
             }
             "fence" => {
                 inst.base_lsn = inst.lsn();
                 inst.fenced = true;
-                json!({"contract": 1, "fenced": true})
+                json!({"contract": CONTRACT_VERSION, "fenced": true})
             }
             "unfence" => {
                 inst.fenced = false;
                 inst.since = Instant::now();
-                json!({"contract": 1, "fenced": false})
+                json!({"contract": CONTRACT_VERSION, "fenced": false})
             }
             // Backups: a model good enough for scheduling and caps (the
             // process runtime runs the real pgBackRest).
-            "backup-init" => json!({"contract": 1, "stanza": "db", "created": true}),
+            "backup-init" => json!({"contract": CONTRACT_VERSION, "stanza": "db", "created": true}),
             "backup" => {
                 let now = chrono::Utc::now();
                 let label = format!("{}F", now.format("%Y%m%d-%H%M%S%3f"));
@@ -250,7 +272,7 @@ impl VirtualRuntime {
                     .entry(format!("{ns}/{}", inst.cluster))
                     .or_default()
                     .push(label.clone());
-                json!({"contract": 1, "label": label, "type": "full", "startedAt": at, "stoppedAt": at,
+                json!({"contract": CONTRACT_VERSION, "label": label, "type": "full", "startedAt": at, "stoppedAt": at,
                        "size": 25_165_824, "repoSize": 3_145_728,
                        "walStart": "000000010000000000000003", "walStop": "000000010000000000000003"})
             }
@@ -261,15 +283,15 @@ impl VirtualRuntime {
                     .cloned()
                     .unwrap_or_default();
                 let list: Vec<Value> = labels.iter().map(|l| json!({"label": l})).collect();
-                json!({"contract": 1, "backups": list})
+                json!({"contract": CONTRACT_VERSION, "backups": list})
             }
             // No list of kept backups: the manager then keeps every record.
-            "expire" => json!({"contract": 1}),
-            "query" => json!({"contract": 1, "ok": true, "rows": 1}),
-            "reload" => json!({"contract": 1, "reloaded": true}),
-            "checkpoint" => json!({"contract": 1, "checkpoint": true}),
-            "slots" => json!({"contract": 1, "slots": 0}),
-            "version" => json!({"contract": 1}),
+            "expire" => json!({"contract": CONTRACT_VERSION}),
+            "query" => json!({"contract": CONTRACT_VERSION, "ok": true, "rows": 1}),
+            "reload" => json!({"contract": CONTRACT_VERSION, "reloaded": true}),
+            "checkpoint" => json!({"contract": CONTRACT_VERSION, "checkpoint": true}),
+            "slots" => json!({"contract": CONTRACT_VERSION, "slots": 0}),
+            "version" => json!({"contract": CONTRACT_VERSION}),
             other => return Err(format!("unknown verb {other}")),
         })
     }

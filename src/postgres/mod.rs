@@ -14,7 +14,7 @@ mod shell_tests;
 pub use hba::render_pg_hba;
 pub use params::{render_postgresql_conf, shown};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The `pgfleet-instance` script shipped in each cluster's ConfigMap.
@@ -22,8 +22,9 @@ pub const INSTANCE_SCRIPT: &str = include_str!("instance.sh");
 /// Version of the verb/status contract the script implements.
 pub const CONTRACT_VERSION: u32 = 1;
 
-/// The JSON line `pgfleet-instance status` prints.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// The JSON line `pgfleet-instance status` prints (Serialize: the virtual
+/// runtime in src/emulated answers with it).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceReport {
     pub contract: u32,

@@ -5,7 +5,6 @@ pub mod api;
 pub mod backup;
 pub mod bench;
 pub mod cli;
-pub mod clock;
 pub mod config;
 pub mod controller;
 pub mod crd;
@@ -15,6 +14,9 @@ pub mod ha;
 pub mod http_client;
 pub mod manager;
 pub mod metrics;
+pub mod ops;
+pub mod pgbackrest;
+pub mod platform;
 pub mod postgres;
 pub mod rollout;
 /// The embedded Kubernetes, now its own crate; this alias keeps `pgfleet::sim::…`

@@ -2,13 +2,12 @@
 //!
 //! Reads are served from the controllers' caches and the fleet registry
 //! (`read.rs`); writes only record intent through the same functions the
-//! direct CLI commands use (`actions.rs`), behind a bearer token
+//! direct CLI commands use (`ops::actions`), behind a bearer token
 //! (`auth.rs`). Every error is JSON (`error.rs`). Two values come from
 //! other parts of the manager through hooks, so this module depends on
 //! neither: the metrics exposition and the owner of each member cluster.
 //! See `docs/api.md`.
 
-pub mod actions;
 pub mod auth;
 pub mod edge;
 pub mod error;
@@ -18,7 +17,6 @@ mod read;
 pub mod rollouts;
 mod source;
 pub mod tls;
-pub mod view;
 mod write;
 
 pub use edge::Edge;
@@ -77,26 +75,6 @@ pub struct ApiState {
 }
 
 impl ApiState {
-    /// The state of a running manager with the default hooks.
-    /// Owners and controllers come from the Leases (an HA replica runs
-    /// only the controllers of the members it owns).
-    pub fn of(settings: &Settings, mgr: &crate::manager::Manager) -> ApiState {
-        let ownership = mgr.ha.ownership.clone();
-        let identity = Some(ownership.identity().to_string());
-        let (o1, o2) = (ownership.clone(), ownership);
-        let hooks = Hooks {
-            metrics: Arc::new(crate::metrics::encode),
-            owner: Arc::new(move |member| {
-                o1.snapshot()
-                    .into_iter()
-                    .find(|m| m.member == member)
-                    .and_then(|m| m.owner)
-            }),
-            controllers: Arc::new(move || o2.controllers()),
-        };
-        ApiState::new(settings, mgr.fleet.clone(), identity, hooks)
-    }
-
     pub fn new(
         settings: &Settings,
         fleet: Arc<Fleet>,
@@ -150,7 +128,7 @@ pub fn router(state: ApiState) -> Router {
 pub async fn spawn(
     addr: SocketAddr,
     state: ApiState,
-) -> anyhow::Result<(SocketAddr, crate::manager::AbortOnDrop)> {
+) -> anyhow::Result<(SocketAddr, crate::platform::task::AbortOnDrop)> {
     let edge = Edge::of(&state.settings.manager)?;
     spawn_with(addr, state, edge).await
 }
@@ -161,14 +139,14 @@ pub async fn spawn_with(
     addr: SocketAddr,
     state: ApiState,
     edge: Edge,
-) -> anyhow::Result<(SocketAddr, crate::manager::AbortOnDrop)> {
+) -> anyhow::Result<(SocketAddr, crate::platform::task::AbortOnDrop)> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (manager.listen): {e}"))?;
     let bound = listener.local_addr()?;
     let app = router(state);
     let task = tokio::spawn(edge.serve(listener, app));
-    Ok((bound, crate::manager::AbortOnDrop(task)))
+    Ok((bound, crate::platform::task::AbortOnDrop(task)))
 }
 
 /// What `pgfleet run` checks before it starts anything: the API token (a

@@ -7,9 +7,10 @@
 use super::ApiState;
 use super::error::ApiError;
 use super::params::PgcPath;
-use super::source::{self, Source};
-use super::view::{ClusterView, PgcFilter, PgcView, count_phases};
+use super::source;
 use crate::fleet::ConnState;
+use crate::ops::view::Source;
+use crate::ops::view::{ClusterView, PgcFilter, PgcView, count_phases};
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};

@@ -1,11 +1,14 @@
 //! Rollout endpoints: status (the same decision `pgfleet rollout status`
 //! prints, computed by the rollout engine's planner over a fresh
 //! observation) and the operator commands, stored through
-//! [`super::actions::rollout_command`] like the CLI does.
+//! [`crate::ops::actions::rollout_command`] like the CLI does.
 
+use super::ApiState;
 use super::error::ApiError;
-use super::{ApiState, actions};
-use crate::rollout::engine::{Engine, Observation, SystemClock};
+use crate::ops::actions;
+use crate::platform::clock::SystemClock;
+use crate::platform::time::system_ts;
+use crate::rollout::engine::{Engine, Observation};
 use crate::rollout::plan::{Decision, RolloutState, StageState};
 use crate::rollout::status::StageStatus;
 use axum::Json;
@@ -13,17 +16,13 @@ use axum::extract::{Path, State};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
-
-fn rfc3339(t: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
+use std::time::{Duration, Instant};
 
 fn stage_json(s: &StageStatus) -> Value {
     let (state, until) = match &s.state {
         StageState::Pending => ("Pending", None),
         StageState::WaitingApproval => ("WaitingApproval", None),
-        StageState::Soaking { until } => ("Soaking", Some(rfc3339(*until))),
+        StageState::Soaking { until } => ("Soaking", Some(system_ts(*until))),
         StageState::Running => ("Running", None),
         StageState::Complete => ("Complete", None),
     };
@@ -43,7 +42,7 @@ pub fn rollout_json(engine: &Engine, obs: &Observation, d: &Decision) -> Value {
         RolloutState::WaitingApproval { stage } => ("WaitingApproval", Some(stage.clone())),
         RolloutState::Soaking { stage, until } => (
             "Soaking",
-            Some(format!("{stage} until {}", rfc3339(*until))),
+            Some(format!("{stage} until {}", system_ts(*until))),
         ),
         RolloutState::Paused { reason } => ("Paused", Some(reason.clone())),
         RolloutState::Aborted { reason } => ("Aborted", Some(reason.clone())),

@@ -6,9 +6,9 @@
 //! thus answers for the whole fleet.
 
 use super::ApiState;
-use super::view::PgcView;
 use crate::crd::PostgresCluster;
 use crate::fleet::{ConnState, Member};
+use crate::ops::view::{PgcView, Source};
 use kube::Api;
 use kube::api::ListParams;
 use std::collections::BTreeMap;
@@ -19,18 +19,6 @@ use std::time::{Duration, Instant};
 const LIST_TTL: Duration = Duration::from_secs(5);
 /// A LIST slower than this is given up (the member counts as unknown).
 const LIST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How a member's PostgresClusters were obtained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Source {
-    /// This replica's controller cache (it owns the member).
-    Cache,
-    /// A recent LIST (another replica owns the member).
-    List,
-    /// Neither: the member could not be listed and nothing was seen before.
-    Unknown,
-}
 
 /// Recent LISTs by member.
 #[derive(Default)]

@@ -1,12 +1,13 @@
 //! State-changing endpoints (behind the bearer-token layer in `mod.rs`).
-//! They only record intent through [`super::actions`], the same calls the
+//! They only record intent through [`crate::ops::actions`], the same calls the
 //! direct CLI commands make; the controllers and the backup dispatcher
 //! carry it out.
 
+use super::ApiState;
 use super::error::ApiError;
 use super::params::PgcPath;
-use super::{ApiState, actions};
 use crate::fleet::Member;
+use crate::ops::actions;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;

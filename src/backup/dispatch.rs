@@ -13,14 +13,14 @@
 //! `status.nextAttemptAt`), so a restarted manager neither repeats a slot
 //! nor replays missed ones.
 
-use super::repo::BackupEnv;
 use super::run::{self, Job};
 use super::schedule::{self, Candidate, Caps, Due, Running};
-use super::time::{parse_ts, ts};
-use crate::clock::Clock;
 use crate::config::backups::Backups;
 use crate::crd::{PostgresBackup, PostgresCluster};
 use crate::fleet::{ConnState, Fleet, Member};
+use crate::pgbackrest::repo::BackupEnv;
+use crate::platform::clock::Clock;
+use crate::platform::time::{parse_ts, ts};
 use chrono::{DateTime, Utc};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -31,8 +31,7 @@ use std::time::Duration;
 
 mod checks;
 
-/// A label on throwaway drill clusters: they are never backed up.
-pub const DRILL_OF: &str = "pgfleet.io/drill-of";
+use crate::platform::labels::DRILL_OF;
 
 /// Whether this replica owns a member (see `Dispatcher::acts_on`).
 pub type Owned = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -284,7 +283,7 @@ impl Dispatcher {
                 || p.pg.labels().contains_key(DRILL_OF)
                 || st.current_primary.is_none()
                 // The controller records the incarnation's repository first.
-                || super::incarnation::recorded(&p.pg).is_none()
+                || crate::pgbackrest::incarnation::recorded(&p.pg).is_none()
             {
                 continue;
             }
@@ -420,7 +419,7 @@ impl Dispatcher {
                 .as_ref()
                 .and_then(|s| s.current_primary.clone())
                 .unwrap_or_default();
-        let Some(repo) = super::incarnation::recorded(&p.pg) else {
+        let Some(repo) = crate::pgbackrest::incarnation::recorded(&p.pg) else {
             anyhow::bail!("{}: its repository is not recorded yet", p.key());
         };
         // A status value is input: a huge `attempts` must not overflow.
@@ -526,18 +525,20 @@ impl Dispatcher {
         let mut watches = vec![];
         for m in &self.fleet.members {
             let (wake, client) = (self.wake.clone(), m.client());
-            watches.push(crate::manager::AbortOnDrop(tokio::spawn(async move {
-                use futures::StreamExt;
-                use kube::runtime::{WatchStreamExt, watcher};
-                let api: Api<PostgresBackup> = Api::all(client);
-                let stream = watcher(api, watcher::Config::default())
-                    .default_backoff()
-                    .applied_objects();
-                futures::pin_mut!(stream);
-                while stream.next().await.is_some() {
-                    wake.notify_one();
-                }
-            })));
+            watches.push(crate::platform::task::AbortOnDrop(tokio::spawn(
+                async move {
+                    use futures::StreamExt;
+                    use kube::runtime::{WatchStreamExt, watcher};
+                    let api: Api<PostgresBackup> = Api::all(client);
+                    let stream = watcher(api, watcher::Config::default())
+                        .default_backoff()
+                        .applied_objects();
+                    futures::pin_mut!(stream);
+                    while stream.next().await.is_some() {
+                        wake.notify_one();
+                    }
+                },
+            )));
         }
         loop {
             if let Err(e) = self.round().await {

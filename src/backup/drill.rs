@@ -6,13 +6,13 @@
 //! A drill in flight is the throwaway itself, so a restarted manager finds
 //! and finishes it; the slot is recorded on the source like a backup's.
 
-use super::dispatch::DRILL_OF;
 use super::run::{event, patch_cluster_status};
 use super::schedule::{self, Due};
-use super::time::{parse_ts, ts};
 use crate::config::backups::Drills;
 use crate::crd::{PostgresBackup, PostgresCluster};
 use crate::fleet::Member;
+use crate::platform::labels::DRILL_OF;
+use crate::platform::time::{parse_ts, ts};
 use crate::postgres::exec::run_verb;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;

@@ -3,10 +3,10 @@
 //! applying retention; plus the small status writes the dispatcher makes.
 
 use super::schedule;
-use super::time::ts;
-use crate::clock::Clock;
 use crate::crd::{PostgresBackup, PostgresCluster};
 use crate::fleet::Member;
+use crate::platform::clock::Clock;
+use crate::platform::time::ts;
 use crate::postgres::exec::run_verb;
 use chrono::{DateTime, Utc};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -55,7 +55,7 @@ pub async fn event(
     reason: &str,
     note: String,
 ) {
-    crate::controller::events::on_postgres_cluster(
+    crate::platform::events::on_postgres_cluster(
         member.client(),
         "pgfleet-backup",
         ns,
@@ -335,11 +335,7 @@ async fn standby_of(job: &Job) -> Option<String> {
         .get(&job.cluster)
         .await
         .ok()?;
-    let selector = format!(
-        "{}={}",
-        crate::controller::build::LABEL_CLUSTER,
-        job.cluster
-    );
+    let selector = format!("{}={}", crate::platform::labels::LABEL_CLUSTER, job.cluster);
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, &job.namespace)
         .list(&ListParams::default().labels(&selector))
         .await
@@ -352,7 +348,7 @@ async fn standby_of(job: &Job) -> Option<String> {
             serves_tls: pods
                 .items
                 .iter()
-                .any(|p| p.name_any() == i.name && super::tls::serves(p)),
+                .any(|p| p.name_any() == i.name && crate::pgbackrest::tls::serves(p)),
         })
         .collect();
     super::source::standby(&job.primary, &candidates).map(str::to_string)

@@ -22,6 +22,7 @@
 //!
 //! Cron times are UTC.
 
+use crate::platform::hash::fnv1a64;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -43,15 +44,6 @@ pub fn offset(window: Duration, member: &str, namespace: &str, name: &str) -> Du
     }
     let key = format!("{member}/{namespace}/{name}");
     Duration::from_secs(fnv1a64(key.as_bytes()) % secs)
-}
-
-/// FNV-1a, 64-bit: a tiny hash with a published, frozen definition.
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    const BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes
-        .iter()
-        .fold(BASIS, |hash, &b| (hash ^ u64::from(b)).wrapping_mul(PRIME))
 }
 
 /// The latest slot (cron occurrence + `offset`) at or before `now`.

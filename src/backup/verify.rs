@@ -45,9 +45,9 @@ pub async fn verify(job: &Job, took: &str, label: &str) -> Result<String, String
     let client = job.member.client();
     let selector = format!(
         "{}={},{}=instance",
-        crate::controller::build::LABEL_CLUSTER,
+        crate::platform::labels::LABEL_CLUSTER,
         job.cluster,
-        crate::controller::build::LABEL_KIND
+        crate::platform::labels::LABEL_KIND
     );
     let ready: Vec<String> = Api::<Pod>::namespaced(client.clone(), &job.namespace)
         .list(&ListParams::default().labels(&selector))

@@ -4,10 +4,10 @@
 //! manager's settings.
 
 use super::{Args, NS};
-use crate::controller::build::LABEL_SHARD;
 use crate::controller::shard_of;
 use crate::crd::PostgresCluster;
 use crate::fleet::ratelimit::RateLimit;
+use crate::platform::labels::LABEL_SHARD;
 use anyhow::{Context, Result};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Namespace;

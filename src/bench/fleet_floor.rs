@@ -9,9 +9,9 @@
 
 use super::Args;
 use super::env::{rss, settings, tail};
-use crate::controller::build::LABEL_SHARD;
 use crate::crd::PostgresCluster;
 use crate::fleet::Fleet;
+use crate::platform::labels::LABEL_SHARD;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};

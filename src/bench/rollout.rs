@@ -12,7 +12,7 @@
 mod env;
 
 use crate::crd::PostgresCluster;
-use crate::manager::AbortOnDrop;
+use crate::platform::task::AbortOnDrop;
 use crate::rollout::plan::{RolloutState, StageState};
 use anyhow::{Context, Result, bail, ensure};
 use env::{Env, LABEL, PATIENCE, TICK, engine, first_seen, halt_run, is_at};

@@ -7,9 +7,11 @@
 //! the engine whose timing it measures.
 
 use crate::crd::PostgresCluster;
-use crate::manager::{AbortOnDrop, Manager};
+use crate::manager::Manager;
+use crate::platform::clock::SystemClock;
+use crate::platform::task::AbortOnDrop;
 use crate::rollout::control;
-use crate::rollout::engine::{Engine, SystemClock};
+use crate::rollout::engine::Engine;
 use crate::rollout::plan::ControlState;
 use anyhow::{Context, Result, bail, ensure};
 use futures::StreamExt;

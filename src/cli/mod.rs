@@ -167,7 +167,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Config {
             command: ConfigCommand::Check { file },
         } => {
-            let (report, code) = crate::config::check_report(file.as_deref());
+            let (report, code) =
+                crate::config::check_report(file.as_deref(), crate::fleet::check_kubeconfig);
             if code == 0 {
                 println!("{report}");
             } else {

@@ -4,8 +4,8 @@
 //! the outcome.
 
 use crate::config::ClusterSource;
-use crate::controller::switchover::ANNOTATION;
 use crate::crd::PostgresCluster;
+use crate::platform::labels::SWITCHOVER_TO;
 use anyhow::{Context, bail};
 use kube::Api;
 use std::path::Path;
@@ -59,7 +59,7 @@ pub async fn switchover(
 ) -> anyhow::Result<i32> {
     let (member, ns, name) = parse_target(target)?;
     let client = member_client(config, &member).await?;
-    let req = crate::api::actions::request_switchover(client.clone(), &ns, &name, to)
+    let req = crate::ops::actions::request_switchover(client.clone(), &ns, &name, to)
         .await
         .with_context(|| format!("switchover of {member}/{ns}/{name}"))?;
     let from = req.from;
@@ -80,7 +80,7 @@ pub async fn switchover(
             .metadata
             .annotations
             .as_ref()
-            .is_some_and(|a| a.contains_key(ANNOTATION))
+            .is_some_and(|a| a.contains_key(SWITCHOVER_TO))
             || st.switchover.is_some();
         if !pending {
             let now = st.current_primary.unwrap_or_default();
@@ -109,7 +109,7 @@ pub async fn backup_now(
     use crate::crd::PostgresBackup;
     let (member, ns, name) = parse_target(target)?;
     let client = member_client(config, &member).await?;
-    let backup = crate::api::actions::request_backup(client.clone(), &ns, &name)
+    let backup = crate::ops::actions::request_backup(client.clone(), &ns, &name)
         .await
         .with_context(|| format!("backup of {member}/{ns}/{name}"))?;
     let api: Api<PostgresBackup> = Api::namespaced(client, &ns);

@@ -2,12 +2,12 @@
 //! a manager's HTTP API, used when `--server`/`PGFLEET_SERVER` is given.
 //! Without it the commands talk to the member cluster directly
 //! (`ops.rs`, `rollout.rs`); both paths write the same durable request
-//! (`api::actions`).
+//! (`ops::actions`).
 
 use super::ops::parse_target;
 use super::remote::{ApiArgs, Client, Output, print_json};
 use super::rollout::RolloutCommand;
-use crate::api::view::PgcView;
+use crate::ops::view::PgcView;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,8 @@
 
 use crate::config::{ClusterSource, Settings};
 use crate::fleet::Fleet;
-use crate::rollout::engine::{Engine, Observation, SystemClock};
+use crate::platform::clock::SystemClock;
+use crate::rollout::engine::{Engine, Observation};
 use crate::rollout::plan::{self, Estimate};
 use anyhow::Context;
 use std::collections::BTreeMap;
@@ -152,7 +153,7 @@ pub async fn run(config: Option<&Path>, cmd: RolloutCommand) -> anyhow::Result<i
         _ => None,
     };
     let who = std::env::var("USER").unwrap_or_else(|_| "an operator".into());
-    let done = crate::api::actions::rollout_command(
+    let done = crate::ops::actions::rollout_command(
         &engine,
         &fleet,
         &obs,

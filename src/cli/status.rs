@@ -2,7 +2,7 @@
 //! manager's API answers. Rendering is pure (answer → text) and unit-tested.
 
 use super::remote::{ApiArgs, Client, Output, print_json};
-use crate::api::view::{ClusterView, PgcView};
+use crate::ops::view::{ClusterView, PgcView};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;

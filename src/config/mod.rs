@@ -57,7 +57,7 @@ pub use choices::{
 };
 pub use error::{ConfigError, ConfigErrors, TokenFileError};
 pub use load::{DEFAULT_CONFIG_PATH, EMBEDDED_DEFAULTS, load, load_str, load_with_env};
-pub use report::{EXIT_INVALID, EXIT_OK, check_report};
+pub use report::{EXIT_INVALID, EXIT_OK, KubeconfigCheck, check_report};
 pub use rollouts::{Rollout, Stage};
 pub use selector::{LabelSelector, Selector};
 pub use tenancy::Tenancy;

@@ -17,20 +17,27 @@ pub const EXIT_INVALID: i32 = 2;
 /// code: a short summary and 0, or every problem and 2. Starts nothing.
 /// Every member's kubeconfig is loaded too (no request is made), so a
 /// missing, garbage or placeholder file is reported here rather than left
-/// for `pgfleet run` to find.
-pub fn check_report(path: Option<&Path>) -> (String, i32) {
-    check_report_with_env(path, process_env())
+/// for `pgfleet run` to find. Loading one is the fleet's business (a layer
+/// above configuration), so the caller passes `check`, normally
+/// `fleet::check_kubeconfig`.
+pub fn check_report(path: Option<&Path>, check: KubeconfigCheck) -> (String, i32) {
+    check_report_with_env(path, process_env(), check)
 }
+
+/// Whether a client can be built from a kubeconfig file and context
+/// (`insecure`: skip TLS verification); the reason when not.
+pub type KubeconfigCheck = fn(&Path, Option<&str>, bool) -> Result<(), String>;
 
 /// [`check_report`] with an explicit environment.
 pub(crate) fn check_report_with_env(
     path: Option<&Path>,
     env: Vec<(String, String)>,
+    check: KubeconfigCheck,
 ) -> (String, i32) {
     let (origin, result) = load_detailed(path, env);
     match result {
         Ok(settings) => {
-            let problems = kubeconfig_problems(&settings);
+            let problems = kubeconfig_problems(&settings, check);
             if problems.is_empty() {
                 (format!("{origin}: OK\n{}", settings.summary()), EXIT_OK)
             } else {
@@ -58,12 +65,11 @@ pub(crate) fn check_report_with_env(
 
 /// One line per member whose kubeconfig cannot be used: the key, the
 /// member, the file and the reason (never the file's content).
-fn kubeconfig_problems(settings: &Settings) -> Vec<String> {
+fn kubeconfig_problems(settings: &Settings, check: KubeconfigCheck) -> Vec<String> {
     let mut out = vec![];
     for (i, c) in settings.clusters.iter().enumerate() {
         if let ClusterSource::Kubeconfig { path, context } = c.source()
-            && let Err(reason) =
-                crate::fleet::check_kubeconfig(path, context, c.insecure_skip_tls_verify)
+            && let Err(reason) = check(path, context, c.insecure_skip_tls_verify)
         {
             out.push(format!(
                 "clusters[{i}].kubeconfig (member cluster {}): {reason}",

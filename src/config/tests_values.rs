@@ -217,7 +217,7 @@ fn check_report_summarises_or_lists_problems() {
     std::fs::create_dir_all(&dir).unwrap();
     let good = dir.join("good.toml");
     std::fs::write(&good, EMBEDDED_DEFAULTS).unwrap();
-    let (text, code) = check_report_with_env(Some(&good), Vec::new());
+    let (text, code) = check_report_with_env(Some(&good), Vec::new(), |_, _, _| Ok(()));
     assert_eq!(code, 0, "{text}");
     assert!(
         text.contains(
@@ -231,7 +231,7 @@ fn check_report_summarises_or_lists_problems() {
     );
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, "[manager]\nlisten = 1\n").unwrap();
-    let (text, code) = check_report_with_env(Some(&bad), Vec::new());
+    let (text, code) = check_report_with_env(Some(&bad), Vec::new(), |_, _, _| Ok(()));
     assert_eq!(code, 2);
     assert!(
         text.contains(&format!("{}:2: manager.listen: ", bad.display())),

@@ -9,18 +9,11 @@ use crate::postgres;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-pub const LABEL_CLUSTER: &str = "pgfleet.io/cluster";
-pub const LABEL_INSTANCE: &str = "pgfleet.io/instance";
-pub const LABEL_ROLE: &str = "pgfleet.io/role";
-pub const LABEL_SHARD: &str = "pgfleet.io/shard";
-/// `instance` or `pooler`: what a pgfleet Pod is.
-pub const LABEL_KIND: &str = "pgfleet.io/kind";
-pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-pub const ANN_HASH: &str = "pgfleet.io/hash";
-pub const ANN_VERSION: &str = "pgfleet.io/version";
-pub const ANN_PARAMETERS: &str = "pgfleet.io/parameters";
-/// On instance pods: the configuration hash the instance last loaded.
-pub const ANN_CONFIG: &str = "pgfleet.io/config-hash";
+pub use crate::platform::hash::content_hash;
+pub use crate::platform::labels::{
+    ANN_CONFIG, ANN_HASH, ANN_PARAMETERS, ANN_VERSION, LABEL_CLUSTER, LABEL_INSTANCE, LABEL_KIND,
+    LABEL_MANAGED_BY, LABEL_ROLE, LABEL_SHARD,
+};
 
 const DATA_MOUNT: &str = "/var/lib/postgresql/data";
 /// PGDATA inside every instance pod.
@@ -82,18 +75,6 @@ impl Owner {
     pub fn secret_name(&self, which: &str) -> String {
         format!("{}-{which}", self.name)
     }
-}
-
-/// A stable content hash (FNV-1a over canonical JSON): children carry the
-/// hash of what they were built from, so an unchanged child costs no write.
-pub fn content_hash(v: &Value) -> String {
-    let bytes = serde_json::to_vec(v).unwrap_or_default();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
 }
 
 /// Stamps the hash annotation computed over everything else.
@@ -348,7 +329,7 @@ fn ports(suffix: &str) -> Value {
     let mut ports =
         vec![json!({"name": "postgresql", "port": 5432, "targetPort": 5432, "protocol": "TCP"})];
     if suffix == "rw" {
-        let p = crate::backup::tls::PORT;
+        let p = crate::pgbackrest::tls::PORT;
         ports.push(json!({"name": "pgbackrest", "port": p, "targetPort": p, "protocol": "TCP"}));
     }
     json!(ports)

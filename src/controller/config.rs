@@ -26,7 +26,7 @@ pub async fn reconcile(
     owner: &Owner,
     ip: &InstancePlan,
     is_drill: bool,
-    repo: Option<&crate::backup::incarnation::RepoChoice>,
+    repo: Option<&crate::pgbackrest::incarnation::RepoChoice>,
 ) -> Result<(String, Vec<String>), Error> {
     let ns = owner.namespace.clone();
     let sync_names = pg.spec.synchronous.as_ref().map(|s| {
@@ -57,7 +57,7 @@ pub async fn reconcile(
         (Some(b), Some(repo)) => {
             // (It still needs the repository to restore from.)
             if !is_drill {
-                for (k, v) in crate::backup::repo::archive_parameters() {
+                for (k, v) in crate::pgbackrest::repo::archive_parameters() {
                     params.entry(k.to_string()).or_insert_with(|| v.to_string());
                 }
             }
@@ -69,7 +69,7 @@ pub async fn reconcile(
                 )));
             }
             // This incarnation's repository (backup::incarnation).
-            Some(crate::backup::repo::render_conf(
+            Some(crate::pgbackrest::repo::render_conf(
                 &b.repository,
                 &repo.path,
                 &b.retention,

@@ -7,7 +7,6 @@
 
 pub mod build;
 mod config;
-pub mod events;
 pub mod expect;
 pub mod failover;
 mod image_policy;
@@ -31,8 +30,8 @@ pub mod validate;
 
 use crate::crd::PostgresCluster;
 use crate::fleet::Member;
-use build::LABEL_SHARD;
-use events::Recorder;
+use crate::platform::events::Recorder;
+use crate::platform::labels::LABEL_SHARD;
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
@@ -66,7 +65,7 @@ pub struct Ctx {
     pub shards: u32,
     pub stats: Arc<Stats>,
     /// The backup repository; instances archive WAL to it when set.
-    pub backup: Option<Arc<crate::backup::repo::BackupEnv>>,
+    pub backup: Option<Arc<crate::pgbackrest::repo::BackupEnv>>,
     /// Every member cluster of the fleet: a restore from another member
     /// reads the source's backup records and passwords there.
     pub peers: Vec<Arc<Member>>,
@@ -146,7 +145,7 @@ pub fn start(
     member: Arc<Member>,
     shards: u32,
     workers: u32,
-    backup: Option<Arc<crate::backup::repo::BackupEnv>>,
+    backup: Option<Arc<crate::pgbackrest::repo::BackupEnv>>,
     peers: Vec<Arc<Member>>,
     restore_policy: crate::config::CrossNamespaceRestore,
     images: Arc<crate::config::images::Images>,

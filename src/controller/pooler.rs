@@ -7,7 +7,7 @@ use super::build::{ANN_HASH, LABEL_KIND, Owner, content_hash};
 use crate::crd::PostgresCluster;
 use serde_json::{Value, json};
 
-pub const LABEL_POOLER: &str = "pgfleet.io/pooler";
+use crate::platform::labels::LABEL_POOLER;
 pub const PORT: u16 = 6432;
 /// Pooler images need sh, pgbouncer and psql on PATH (psql for the admin
 /// console through exec); `deploy/images/pgbouncer/Dockerfile` builds one.

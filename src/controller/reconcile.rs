@@ -22,9 +22,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const FIELD_MANAGER: &str = "pgfleet";
-pub const FINALIZER: &str = "pgfleet.io/cleanup";
-pub const PAUSED: &str = "pgfleet.io/paused";
+pub use crate::platform::labels::{FIELD_MANAGER, FINALIZER, PAUSED};
 /// Status fields the backup dispatcher owns.
 const BACKUP_OWNED: &[&str] = &["lastBackup", "backup", "archive", "lastRestoreDrill"];
 
@@ -206,10 +204,10 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let name = pg.name_any();
     let owner = Owner::of(&pg, super::shard_of(&ns, &name, ctx.shards));
     let prev = pg.status.clone();
-    let now = crate::clock::now_rfc3339();
+    let now = crate::platform::time::now_rfc3339();
     let obs = ctx.expect.adjust(&ns, &name, ctx.index.get(&ns, &name));
     let mut errs = validate(&pg.spec).err().unwrap_or_default();
-    let is_drill = pg.labels().contains_key(crate::backup::dispatch::DRILL_OF);
+    let is_drill = pg.labels().contains_key(crate::platform::labels::DRILL_OF);
     let (restore, ask_again) = match obs.pvcs.is_empty() {
         true => super::restore::admit_new(&ctx, &pg, &ns, is_drill, &mut errs).await?,
         false => (None, false),
@@ -312,7 +310,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let cred_env = ctx
         .backup
         .as_ref()
-        .map(|b| crate::backup::repo::credential_env(&b.repository))
+        .map(|b| crate::pgbackrest::repo::credential_env(&b.repository))
         .unwrap_or_default();
     let cred_env = super::repository::env(repo.as_ref(), &owner, &cred_env);
     // What every new Pod gets besides its spec.
@@ -322,14 +320,14 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
             pod = b.mount(pod);
         }
         match backup_tls {
-            true => crate::backup::tls::mount(pod, &name),
+            true => crate::pgbackrest::tls::mount(pod, &name),
             false => pod,
         }
     };
     if let Some(b) = ctx.backup.as_ref()
         && (!ip.create.is_empty() || !ip.recreate_pods.is_empty())
     {
-        crate::backup::incarnation::ensure_claim(ctx.client.clone(), b, &ns)
+        crate::pgbackrest::incarnation::ensure_claim(ctx.client.clone(), b, &ns)
             .await
             .map_err(kerr("create", "PersistentVolumeClaim", "backup repository"))?;
     }

@@ -1,18 +1,22 @@
 //! The backup repository of one PostgresCluster as the reconcile wires it
 //! (issue 19, findings 6 and 11): which repository this incarnation uses
-//! (backup::incarnation, recorded in its status before the first instance
-//! starts) and its encryption passphrase Secret (backup::encryption).
+//! (pgbackrest::incarnation, recorded in its status before the first
+//! instance starts) and its encryption passphrase Secret
+//! (pgbackrest::encryption).
 
 use super::Ctx;
 use super::build::Owner;
 use super::plan::Observed;
 use super::reconcile::{Error, event};
 use super::restore::Authorized;
-use crate::backup::encryption;
-use crate::backup::incarnation::{self, RepoChoice};
 use crate::crd::PostgresCluster;
+use crate::pgbackrest::encryption;
+use crate::pgbackrest::incarnation::{self, RepoChoice};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::PostParams;
 use kube::runtime::events::EventType;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The repository of this incarnation, recorded and with its passphrase
 /// Secret in place; `None` without backups.
@@ -102,7 +106,7 @@ async fn passphrase_secret(
     } else {
         encryption::passphrase()
     };
-    if encryption::create(ctx.client.clone(), owner, &pass)
+    if create_secret(ctx.client.clone(), owner, &pass)
         .await
         .map_err(Error::Finalizer)?
     {
@@ -129,4 +133,62 @@ pub fn env(choice: Option<&RepoChoice>, owner: &Owner, cred_env: &[Value]) -> Ve
         env.push(encryption::env(&owner.name));
     }
     env
+}
+
+/// The Secret object: labelled like the cluster's children (so the child
+/// index sees it) but not owned (it outlives the cluster).
+fn secret(o: &Owner, passphrase: &str) -> Value {
+    let mut labels = o.labels();
+    labels.insert(
+        crate::platform::labels::LABEL_KIND.into(),
+        encryption::WHICH.into(),
+    );
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": encryption::secret_name(&o.name), "namespace": o.namespace, "labels": labels,
+                     "annotations": {"pgfleet.io/cluster-uid": o.uid}},
+        "type": "Opaque",
+        "stringData": {encryption::KEY: passphrase},
+    })
+}
+
+/// Creates the Secret; false when one of that name exists already (kept:
+/// it may protect backups of an earlier incarnation).
+async fn create_secret(client: kube::Client, o: &Owner, passphrase: &str) -> Result<bool, String> {
+    let s: Secret =
+        serde_json::from_value(secret(o, passphrase)).map_err(|e| format!("building: {e}"))?;
+    let pp = PostParams {
+        field_manager: Some(crate::platform::labels::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match Api::<Secret>::namespaced(client, &o.namespace)
+        .create(&pp, &s)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        // The API's message, never the object (it holds the passphrase).
+        Err(e) => Err(format!(
+            "creating Secret {}: {e}",
+            encryption::secret_name(&o.name)
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_passphrase_secret_is_not_owned() {
+        let o = Owner {
+            name: "orders".into(),
+            namespace: "shop".into(),
+            uid: "a-1".into(),
+            shard: 0,
+        };
+        let s = secret(&o, "p");
+        assert!(s["metadata"].get("ownerReferences").is_none());
+        assert_eq!(s["stringData"][encryption::KEY], "p");
+    }
 }

@@ -9,8 +9,9 @@
 
 use super::Ctx;
 use super::reconcile::{Error, kerr};
-use super::restore_source::{self, ANN_RESTORE_ALLOWED, BackupRef, Source, Target};
+use super::restore_source::{self, BackupRef, Source, Target};
 use crate::crd::{PostgresBackup, PostgresCluster};
+use crate::platform::labels::ANN_RESTORE_ALLOWED;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -55,7 +56,7 @@ impl Authorized {
     pub async fn source_repo(
         &self,
         ctx: &Ctx,
-    ) -> Result<crate::backup::incarnation::RepoChoice, Error> {
+    ) -> Result<crate::pgbackrest::incarnation::RepoChoice, Error> {
         let s = &self.source;
         let repo = &ctx
             .backup
@@ -64,7 +65,7 @@ impl Authorized {
             .repository;
         let client = source_client(ctx, &s.member)
             .ok_or_else(|| Error::Finalizer(format!("unknown member cluster {}", s.member)))?;
-        crate::backup::incarnation::source_repo(
+        crate::pgbackrest::incarnation::source_repo(
             client,
             repo,
             &s.member,

@@ -23,10 +23,7 @@ use crate::config::CrossNamespaceRestore;
 use crate::crd::cluster::FromBackup;
 use chrono::{DateTime, Utc};
 
-/// The annotation on a source PostgresCluster listing who may restore from
-/// it: comma-separated `<namespace>` (a namespace of the source's own member
-/// cluster) or `<member>/<namespace>` (a namespace of that member cluster).
-pub const ANN_RESTORE_ALLOWED: &str = "pgfleet.io/restore-allowed-namespaces";
+use crate::platform::labels::ANN_RESTORE_ALLOWED;
 
 const FIELD: &str = "spec.bootstrap.fromBackup";
 

@@ -75,11 +75,11 @@ pub async fn backup_tls(
     obs: &Observed,
     owner: &Owner,
 ) -> Result<(), Error> {
-    let sname = crate::backup::tls::secret_name(&owner.name);
+    let sname = crate::pgbackrest::tls::secret_name(&owner.name);
     if obs.secrets.contains(&sname) {
         return Ok(());
     }
-    let (ca, cert, key) = crate::backup::tls::issue(&owner.name, &owner.namespace)
+    let (ca, cert, key) = crate::pgbackrest::tls::issue(&owner.name, &owner.namespace)
         .map_err(|e| Error::Finalizer(format!("issuing the backup TLS certificate: {e}")))?;
     if create(
         ctx,

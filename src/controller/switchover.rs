@@ -28,7 +28,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-pub const ANNOTATION: &str = "pgfleet.io/switchover-to";
+pub use crate::platform::labels::SWITCHOVER_TO as ANNOTATION;
 const EXEC_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the target may take to receive the old primary's last WAL.
 const CATCH_UP: Duration = Duration::from_secs(30);

@@ -69,7 +69,7 @@ impl Member {
             } else {
                 tracing::info!(cluster = %self.name, state = s.label(), "member cluster connection changed");
                 *cur = s;
-                crate::metrics::cluster_state(&self.name, cur);
+                crate::metrics::cluster_state(&self.name, cur.label());
                 true
             }
         });
@@ -171,7 +171,7 @@ async fn member(
             (client, backend, ConnState::Unreachable { reason })
         }
     };
-    crate::metrics::cluster_state(&entry.name, &state);
+    crate::metrics::cluster_state(&entry.name, state.label());
     Ok(Member {
         name: entry.name.clone(),
         labels: entry.labels.clone(),

@@ -43,7 +43,7 @@ pub async fn install(member: Arc<Member>, examples: bool) {
 
 async fn install_once(member: &Member, examples: bool) -> anyhow::Result<()> {
     let client = member.client();
-    let pp = PatchParams::apply(crate::controller::reconcile::FIELD_MANAGER).force();
+    let pp = PatchParams::apply(crate::platform::labels::FIELD_MANAGER).force();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in crate::crd::all() {
         crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))

@@ -8,6 +8,7 @@ pub mod bootstrap;
 use crate::config::{EmbeddedRuntime, Settings};
 use crate::controller;
 use crate::fleet::Fleet;
+use crate::platform::task::AbortOnDrop;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -25,15 +26,6 @@ pub struct Manager {
     /// The fleet's backup dispatcher (schedules, caps, archiving checks).
     pub backups: AbortOnDrop,
     pub sim: Option<pgfleet_sim::Sim>,
-}
-
-/// A background task that ends when its owner is dropped.
-pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// Starts everything the settings describe.
@@ -71,7 +63,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
         m.probe_timeout.get(),
         m.probe_failure_threshold.max(1),
     );
-    let backup_env = Arc::new(crate::backup::repo::BackupEnv::from_settings(settings));
+    let backup_env = Arc::new(crate::pgbackrest::repo::BackupEnv::from_settings(settings));
     for member in &fleet.members {
         let is_embedded = kubeconfigs.contains_key(&member.name);
         tokio::spawn(bootstrap::install(
@@ -113,7 +105,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
         &settings.backups,
         backup_env.clone(),
         fleet.clone(),
-        Arc::new(crate::clock::SystemClock),
+        Arc::new(crate::platform::clock::SystemClock),
     );
     if settings.backups.repository.is_none() {
         dispatcher.members = Some(kubeconfigs.keys().cloned().collect());
@@ -128,7 +120,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
             name,
             settings,
             fleet.clone(),
-            Arc::new(crate::rollout::engine::SystemClock),
+            Arc::new(crate::platform::clock::SystemClock),
         )?));
     }
     let mut rollouts = vec![];
@@ -219,6 +211,30 @@ impl Manager {
     }
 }
 
+impl Manager {
+    /// What the API serves for this manager: the fleet and the default
+    /// hooks. Owners and controllers come from the Leases (an HA replica
+    /// runs only the controllers of the members it owns). It lives here, not
+    /// in `api`, because the manager starts the API: `api` knows only the
+    /// hooks it is given.
+    pub fn api_state(&self, settings: &Settings) -> crate::api::ApiState {
+        let ownership = self.ha.ownership.clone();
+        let identity = Some(ownership.identity().to_string());
+        let (o1, o2) = (ownership.clone(), ownership);
+        let hooks = crate::api::Hooks {
+            metrics: Arc::new(crate::metrics::encode),
+            owner: Arc::new(move |member| {
+                o1.snapshot()
+                    .into_iter()
+                    .find(|m| m.member == member)
+                    .and_then(|m| m.owner)
+            }),
+            controllers: Arc::new(move || o2.controllers()),
+        };
+        crate::api::ApiState::new(settings, self.fleet.clone(), identity, hooks)
+    }
+}
+
 /// Entry point of `pgfleet run`; returns the exit code.
 pub async fn run_cli(config: Option<&Path>) -> anyhow::Result<i32> {
     let settings = match crate::config::load(config) {
@@ -238,7 +254,7 @@ pub async fn run_cli(config: Option<&Path>) -> anyhow::Result<i32> {
     let scheme = edge.scheme();
     let telemetry = crate::telemetry::init(&settings.telemetry)?;
     let mgr = start(&settings, true).await?;
-    let api_state = crate::api::ApiState::of(&settings, &mgr);
+    let api_state = mgr.api_state(&settings);
     let (addr, _api) =
         crate::api::spawn_with(settings.manager.listen_addr(), api_state, edge).await?;
     println!("pgfleet API and dashboard on {scheme}://{addr}/");

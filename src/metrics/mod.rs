@@ -12,7 +12,6 @@
 pub mod ops;
 pub mod pgc;
 pub mod reconcile;
-pub mod rollout;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -62,8 +61,8 @@ pub struct Metrics {
     pub failover_duration: HistogramFamily<ClusterLabel>,
     pub switchovers: Family<ClusterLabel, Counter>,
     pub switchover_duration: HistogramFamily<ClusterLabel>,
-    pub rollout_pgcs: Family<rollout::StageLabel, Gauge>,
-    pub rollout_state: Family<rollout::StateLabel, Gauge>,
+    pub rollout_pgcs: Family<RolloutStageLabel, Gauge>,
+    pub rollout_state: Family<RolloutStateLabel, Gauge>,
     pub pgcs: std::sync::Arc<pgc::Store>,
 }
 
@@ -175,9 +174,10 @@ pub fn encode() -> String {
 }
 
 /// Records a member cluster's connection state (called on every change).
-pub fn cluster_state(cluster: &str, state: &crate::fleet::ConnState) {
+/// `state` is the connection state's label (`Connecting`, `Ready`,
+/// `Unreachable`), so metrics need not know the fleet's types.
+pub fn cluster_state(cluster: &str, current: &str) {
     let m = get();
-    let current = state.label();
     for s in ["Connecting", "Ready", "Unreachable"] {
         m.cluster_state
             .get_or_create(&StateLabel {
@@ -189,6 +189,49 @@ pub fn cluster_state(cluster: &str, state: &crate::fleet::ConnState) {
     m.cluster_up
         .get_or_create(&ClusterLabel::new(cluster))
         .set(i64::from(current == "Ready"));
+}
+
+/// A rollout stage's PostgresClusters by state (`pgfleet_rollout_postgresclusters`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutStageLabel {
+    pub rollout: String,
+    pub stage: String,
+    pub state: String,
+}
+
+/// A rollout's state (`pgfleet_rollout_state`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutStateLabel {
+    pub rollout: String,
+    pub state: String,
+}
+
+/// Records a rollout's current state: 1 for `current`, 0 for the other
+/// `states`. What the states are is the rollout's (`rollout::metrics`).
+pub fn rollout_state(rollout: &str, states: &[&str], current: &str) {
+    let m = get();
+    for s in states {
+        m.rollout_state
+            .get_or_create(&RolloutStateLabel {
+                rollout: rollout.to_string(),
+                state: (*s).to_string(),
+            })
+            .set(i64::from(*s == current));
+    }
+}
+
+/// Records how many PostgresClusters of a rollout stage are in each state.
+pub fn rollout_stage(rollout: &str, stage: &str, counts: &[(&str, usize)]) {
+    let m = get();
+    for (state, n) in counts {
+        m.rollout_pgcs
+            .get_or_create(&RolloutStageLabel {
+                rollout: rollout.to_string(),
+                stage: stage.to_string(),
+                state: (*state).to_string(),
+            })
+            .set(i64::try_from(*n).unwrap_or(i64::MAX));
+    }
 }
 
 #[cfg(test)]

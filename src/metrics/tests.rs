@@ -1,7 +1,6 @@
 use super::pgc::Obs;
 use super::*;
 use crate::crd::PostgresClusterStatus;
-use crate::fleet::ConnState;
 
 fn sample<'a>(page: &'a str, prefix: &str) -> Option<&'a str> {
     page.lines()
@@ -42,13 +41,8 @@ fn reconcile_series_count_errors_and_drain_the_queue() {
 
 #[test]
 fn connectivity_has_one_current_state() {
-    cluster_state("enc-b", &ConnState::Ready);
-    cluster_state(
-        "enc-b",
-        &ConnState::Unreachable {
-            reason: "timeout".into(),
-        },
-    );
+    cluster_state("enc-b", "Ready");
+    cluster_state("enc-b", "Unreachable");
     let page = encode();
     assert_eq!(
         sample(&page, "pgfleet_cluster_up{cluster=\"enc-b\"}"),
@@ -131,7 +125,7 @@ fn per_postgrescluster_series_render_ages_and_go_away_with_it() {
 
 /// Fills every metric with a sample for the dashboard test.
 fn populate(cluster: &str) {
-    cluster_state(cluster, &ConnState::Ready);
+    cluster_state(cluster, "Ready");
     reconcile::start(cluster).finish(false);
     ops::failover_completed(cluster, Some(4200));
     ops::switchover_completed(cluster, Some("2026-01-01T00:00:00Z"));
@@ -149,25 +143,8 @@ fn populate(cluster: &str) {
             drill_passed: Some(true),
         },
     );
-    let status = crate::rollout::plan::RolloutStatus {
-        state: crate::rollout::plan::RolloutState::Running,
-        stages: vec![crate::rollout::plan::StageStatus {
-            name: "canary".into(),
-            state: crate::rollout::plan::StageState::Running,
-            total: 4,
-            done: 1,
-            in_flight: 1,
-            failed: 0,
-            pending: 2,
-            deferred: 0,
-            ineligible: 0,
-            reverted: 0,
-            failures: vec![],
-        }],
-        done: 1,
-        total: 4,
-    };
-    rollout::observe("dash", &status);
+    rollout_state("dash", &["running"], "running");
+    rollout_stage("dash", "canary", &[("total", 4), ("done", 1)]);
 }
 
 static METRIC: std::sync::LazyLock<regex::Regex> =

@@ -7,7 +7,7 @@ pub mod hba;
 pub mod params;
 pub mod quote;
 #[cfg(test)]
-mod render_props;
+pub(crate) mod render_props;
 #[cfg(test)]
 mod shell_tests;
 

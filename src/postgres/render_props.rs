@@ -1,17 +1,17 @@
 //! Property tests: random strings thrown at every renderer and validator
-//! that takes tenant input (postgresql.conf, pg_hba.conf, pgbackrest.conf,
+//! that takes tenant input (postgresql.conf, pg_hba.conf,
 //! messages that repeat tenant text). Each either refuses the input or
 //! renders it so that no line break escapes and the field reads back as
 //! what was given.
 #![allow(clippy::unwrap_used)]
 
-use super::{hba, params, quote, shown};
+use super::{hba, params, shown};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
 /// Strings rich in what breaks configuration files: quotes, backslashes,
 /// line breaks, comment and separator characters, NUL, non-ASCII.
-fn nasty() -> impl Strategy<Value = String> {
+pub(crate) fn nasty() -> impl Strategy<Value = String> {
     let unit = prop_oneof![
         4 => proptest::char::range('a', 'z').prop_map(String::from),
         1 => proptest::char::range('0', '9').prop_map(String::from),
@@ -150,21 +150,6 @@ proptest! {
     ) {
         let line = format!("{kind} {db} {user} {addr} {method}");
         prop_assert_eq!(hba::refusal(&line), None, "{}", line);
-    }
-
-    #[test]
-    fn pgbackrest_conf_paths_are_one_line_or_refused(path in nasty()) {
-        let repo = crate::config::backups::Repository::Filesystem { path: "/r".into() };
-        let retention = crate::config::backups::Retention { count: Some(2), age: None };
-        let baseline = crate::backup::repo::render_conf(&repo, "/p", &retention, "/d", true).lines().count();
-        if quote::ini_refusal(&path).is_none() {
-            let conf = crate::backup::repo::render_conf(&repo, &path, &retention, "/d", true);
-            prop_assert_eq!(conf.lines().count(), baseline);
-            let expected = format!("repo1-path={path}");
-            prop_assert_eq!(conf.lines().filter(|l| l.starts_with("repo1-path=")).collect::<Vec<_>>(), vec![expected.as_str()]);
-        } else {
-            prop_assert!(path.is_empty() || path.trim() != path || path.chars().any(char::is_control));
-        }
     }
 
     #[test]

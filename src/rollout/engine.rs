@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use tracing::Instrument;
 
-pub use crate::clock::{Clock, ManualClock, SystemClock};
+use crate::platform::clock::Clock;
 
 /// Everything the engine saw in one round.
 #[derive(Debug, Clone)]
@@ -53,7 +53,7 @@ pub struct Engine {
     /// The longest pause between rounds.
     pub tick: Duration,
     /// The rollout's trace (its root context is stored with the control).
-    trace: crate::telemetry::rollout::RolloutTrace,
+    trace: super::trace::RolloutTrace,
 }
 
 /// The planner's form of a configured rollout.
@@ -96,10 +96,7 @@ impl Engine {
             })?;
         Ok(Engine {
             home,
-            trace: crate::telemetry::rollout::RolloutTrace::new(
-                name,
-                &config.version().to_string(),
-            ),
+            trace: super::trace::RolloutTrace::new(name, &config.version().to_string()),
             spec: spec_of(name, &config),
             config,
             windows: settings
@@ -287,24 +284,26 @@ impl Engine {
         let mut watches = vec![];
         for m in &self.fleet.members {
             let (wake, client) = (wake.clone(), m.client());
-            watches.push(crate::manager::AbortOnDrop(tokio::spawn(async move {
-                use futures::StreamExt;
-                use kube::runtime::{WatchStreamExt, watcher};
-                let api: Api<PostgresCluster> = Api::all(client);
-                let stream = watcher(api, watcher::Config::default())
-                    .default_backoff()
-                    .touched_objects();
-                futures::pin_mut!(stream);
-                while stream.next().await.is_some() {
-                    wake.notify_one();
-                }
-            })));
+            watches.push(crate::platform::task::AbortOnDrop(tokio::spawn(
+                async move {
+                    use futures::StreamExt;
+                    use kube::runtime::{WatchStreamExt, watcher};
+                    let api: Api<PostgresCluster> = Api::all(client);
+                    let stream = watcher(api, watcher::Config::default())
+                        .default_backoff()
+                        .touched_objects();
+                    futures::pin_mut!(stream);
+                    while stream.next().await.is_some() {
+                        wake.notify_one();
+                    }
+                },
+            )));
         }
         let mut last = String::new();
         loop {
             let wait = match self.round().await {
                 Ok(d) => {
-                    crate::metrics::rollout::observe(&self.spec.name, &d.status);
+                    super::metrics::observe(&self.spec.name, &d.status);
                     let line = d.status.to_string();
                     if line != last {
                         tracing::info!(rollout = %self.spec.name, status = %line, "rollout progress");
@@ -474,7 +473,7 @@ impl Engine {
         let Ok(m) = self.member(&r.member) else {
             return;
         };
-        crate::controller::events::on_postgres_cluster(
+        crate::platform::events::on_postgres_cluster(
             m.client(),
             "pgfleet-rollout",
             &r.namespace,

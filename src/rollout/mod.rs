@@ -7,5 +7,7 @@
 pub mod control;
 pub mod engine;
 pub mod marks;
+pub mod metrics;
 pub mod plan;
 pub mod status;
+pub mod trace;

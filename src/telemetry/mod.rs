@@ -11,11 +11,10 @@
 //! its settings are read goes to stderr with `eprintln!`.
 //!
 //! The span model is in `docs/observability.md`; the spans themselves are
-//! made in [`spans`] and [`rollout`].
+//! made in [`spans`] and in `rollout::trace` (a rollout owns its trace).
 
 pub mod export;
 pub mod format;
-pub mod rollout;
 pub mod spans;
 
 use crate::config::Telemetry;

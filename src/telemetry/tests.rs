@@ -1,5 +1,4 @@
 use super::export::traces_url;
-use super::rollout::{extract, inject};
 
 #[test]
 fn traces_url_appends_the_standard_path_to_a_base_url() {
@@ -12,15 +11,6 @@ fn traces_url_appends_the_standard_path_to_a_base_url() {
         traces_url("https://collector.example/otlp/v1/traces"),
         "https://collector.example/otlp/v1/traces"
     );
-}
-
-#[test]
-fn traceparent_round_trips() {
-    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let cx = extract(tp).expect("a valid traceparent");
-    assert_eq!(inject(&cx).as_deref(), Some(tp));
-    assert!(extract("garbage").is_none());
-    assert!(extract("00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none());
 }
 
 /// Log lines written by `format` while inside a span of an OpenTelemetry

@@ -1,8 +1,9 @@
 //! The dispatcher's side work in each round, next to the backups: asking
 //! every primary how WAL archiving goes (the live RPO), and restore drills.
 
-use super::{DRILL_OF, Dispatcher, Pgc};
+use super::{Dispatcher, Pgc};
 use crate::backup::run;
+use crate::platform::labels::DRILL_OF;
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 

@@ -104,7 +104,7 @@ impl PgcView {
             switchover_in_progress: st.switchover.is_some()
                 || pg
                     .annotations()
-                    .contains_key(crate::controller::switchover::ANNOTATION),
+                    .contains_key(crate::platform::labels::SWITCHOVER_TO),
             rolling_update: st
                 .rolling_update
                 .as_ref()
@@ -141,7 +141,19 @@ pub struct ClusterView {
     pub postgresclusters: usize,
     /// Where they were read from: `cache`, `list` or `unknown`.
     #[serde(default)]
-    pub source: Option<super::source::Source>,
+    pub source: Option<Source>,
+}
+
+/// How a member's PostgresClusters were obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// This replica's controller cache (it owns the member).
+    Cache,
+    /// A recent LIST (another replica owns the member).
+    List,
+    /// Neither: the member could not be listed and nothing was seen before.
+    Unknown,
 }
 
 /// PostgresClusters per phase.

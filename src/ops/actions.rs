@@ -4,9 +4,9 @@
 //! PostgresCluster, a PostgresBackup record, a rollout control ConfigMap.
 //! The manager's controllers, dispatcher and engines carry them out.
 
-use crate::controller::switchover::ANNOTATION;
 use crate::crd::{PostgresBackup, PostgresCluster};
 use crate::fleet::Fleet;
+use crate::platform::labels::SWITCHOVER_TO;
 use crate::rollout::control::{self, Stored};
 use crate::rollout::engine::{Engine, Observation};
 use anyhow::Context;
@@ -41,7 +41,7 @@ pub async fn request_switchover(
         anyhow::ensure!(known, "{ns}/{name} has no instance named {to:?}");
     }
     let patch =
-        serde_json::json!({"metadata": {"annotations": {ANNOTATION: to.unwrap_or("auto")}}});
+        serde_json::json!({"metadata": {"annotations": {SWITCHOVER_TO: to.unwrap_or("auto")}}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .context("requesting the switchover")?;

@@ -14,12 +14,9 @@
 //! the cluster's backups unreadable for good). A cluster restored from an
 //! encrypted source starts with the source's passphrase, read only once the
 //! restore passed validation (restore::restored_password, the same gate as
-//! the source's passwords).
+//! the source's passwords). The Secret itself is written by the controller
+//! (`controller::repository`), which knows the cluster it belongs to.
 
-use crate::controller::build::Owner;
-use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
-use kube::api::PostParams;
 use serde_json::{Value, json};
 
 /// The Secret suffix (`<name>-backup-encryption`).
@@ -45,55 +42,12 @@ pub fn passphrase() -> String {
         .collect()
 }
 
-/// The Secret object: labelled like the cluster's children (so the child
-/// index sees it) but not owned (it outlives the cluster).
-pub fn secret(o: &Owner, passphrase: &str) -> Value {
-    let mut labels = o.labels();
-    labels.insert(crate::controller::build::LABEL_KIND.into(), WHICH.into());
-    json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": secret_name(&o.name), "namespace": o.namespace, "labels": labels,
-                     "annotations": {"pgfleet.io/cluster-uid": o.uid}},
-        "type": "Opaque",
-        "stringData": {KEY: passphrase},
-    })
-}
-
-/// Creates the Secret; false when one of that name exists already (kept:
-/// it may protect backups of an earlier incarnation).
-pub async fn create(client: kube::Client, o: &Owner, passphrase: &str) -> Result<bool, String> {
-    let s: Secret =
-        serde_json::from_value(secret(o, passphrase)).map_err(|e| format!("building: {e}"))?;
-    let pp = PostParams {
-        field_manager: Some(crate::controller::reconcile::FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match Api::<Secret>::namespaced(client, &o.namespace)
-        .create(&pp, &s)
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-        // The API's message, never the object (it holds the passphrase).
-        Err(e) => Err(format!("creating Secret {}: {e}", secret_name(&o.name))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_passphrase_is_referenced_not_rendered() {
-        let o = Owner {
-            name: "orders".into(),
-            namespace: "shop".into(),
-            uid: "a-1".into(),
-            shard: 0,
-        };
-        let s = secret(&o, "p");
-        assert!(s["metadata"].get("ownerReferences").is_none());
-        assert_eq!(s["stringData"][KEY], "p");
         let e = env("orders");
         assert_eq!(
             e["valueFrom"]["secretKeyRef"]["name"],

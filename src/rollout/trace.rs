@@ -10,9 +10,9 @@
 //! its finish). The root span itself is short: it marks the rollout's
 //! beginning, not its length.
 
+use super::control::{NAMESPACE, object_name};
+use super::plan::PgcRef;
 use crate::fleet::Member;
-use crate::rollout::control::{NAMESPACE, object_name};
-use crate::rollout::plan::PgcRef;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -67,7 +67,7 @@ impl RolloutTrace {
     /// ConfigMaps, else a new root span stored in every reachable member.
     /// Only called for rounds that act, and only while traces are exported.
     pub async fn root(&self, members: &[Arc<Member>]) -> Option<opentelemetry::Context> {
-        if !super::tracing_enabled() {
+        if !crate::telemetry::tracing_enabled() {
             return None;
         }
         if let Some(cx) = self.cached() {
@@ -167,7 +167,7 @@ impl RolloutTrace {
             opentelemetry::KeyValue::new("namespace", r.namespace.clone()),
             opentelemetry::KeyValue::new("name", r.name.clone()),
         ];
-        super::spans::record_interval("rollout.wait", root, attrs, started, finished);
+        crate::telemetry::spans::record_interval("rollout.wait", root, attrs, started, finished);
     }
 }
 
@@ -188,4 +188,18 @@ async fn store(m: &Member, rollout: &str, traceparent: &str) -> anyhow::Result<(
         .patch(&object_name(rollout), &pp, &Patch::Apply(&cm))
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparent_round_trips() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let cx = extract(tp).expect("a valid traceparent");
+        assert_eq!(inject(&cx).as_deref(), Some(tp));
+        assert!(extract("garbage").is_none());
+        assert!(extract("00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none());
+    }
 }

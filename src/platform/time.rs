@@ -1,7 +1,19 @@
-//! Timestamps as the backup records and status carry them: RFC 3339 in
-//! UTC, whole seconds (what `kubectl get` shows and compares as text).
+//! Timestamps as records and status carry them: RFC 3339 in UTC, whole
+//! seconds (what `kubectl get` shows and compares as text). The clock that
+//! plans over hours is [`super::clock`].
 
 use chrono::{DateTime, Utc};
+use std::time::SystemTime;
+
+/// Now, as status fields carry it.
+pub fn now_rfc3339() -> String {
+    ts(Utc::now())
+}
+
+/// A `SystemTime` (a [`super::clock::Clock`] reading) as status fields carry it.
+pub fn system_ts(t: SystemTime) -> String {
+    ts(DateTime::<Utc>::from(t))
+}
 
 pub fn ts(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)

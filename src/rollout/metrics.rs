@@ -1,23 +1,9 @@
 //! Rollout progress by rollout and stage, refreshed after every engine round
-//! (`rollout/engine.rs`). Rollouts are few (one per `[rollouts.<name>]`), so
-//! plain families are fine here.
+//! (`engine.rs`). The families live in the process registry (`metrics`);
+//! what a rollout's states are and how its status maps onto them is the
+//! rollout's own.
 
-use super::get;
-use crate::rollout::plan::{RolloutState, RolloutStatus};
-use prometheus_client::encoding::EncodeLabelSet;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StageLabel {
-    pub rollout: String,
-    pub stage: String,
-    pub state: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StateLabel {
-    pub rollout: String,
-    pub state: String,
-}
+use super::plan::{RolloutState, RolloutStatus};
 
 /// Every value of the `state` label of `pgfleet_rollout_state`.
 pub const STATES: &[&str] = &[
@@ -45,16 +31,7 @@ pub fn state_name(s: &RolloutState) -> &'static str {
 
 /// Records a rollout's status after a round.
 pub fn observe(rollout: &str, status: &RolloutStatus) {
-    let m = get();
-    let current = state_name(&status.state);
-    for s in STATES {
-        m.rollout_state
-            .get_or_create(&StateLabel {
-                rollout: rollout.to_string(),
-                state: (*s).to_string(),
-            })
-            .set(i64::from(*s == current));
-    }
+    crate::metrics::rollout_state(rollout, STATES, state_name(&status.state));
     for st in &status.stages {
         let counts = [
             ("total", st.total),
@@ -64,14 +41,6 @@ pub fn observe(rollout: &str, status: &RolloutStatus) {
             ("pending", st.pending),
             ("deferred", st.deferred),
         ];
-        for (state, n) in counts {
-            m.rollout_pgcs
-                .get_or_create(&StageLabel {
-                    rollout: rollout.to_string(),
-                    stage: st.name.clone(),
-                    state: state.to_string(),
-                })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
-        }
+        crate::metrics::rollout_stage(rollout, &st.name, &counts);
     }
 }

@@ -1,0 +1,40 @@
+//! The one hash pgfleet uses: FNV-1a, 64-bit. Its definition is published
+//! and frozen, unlike `std`'s `DefaultHasher`, whose output may change
+//! between Rust releases, so values computed by one manager build (content
+//! hashes on children, backup schedule offsets) hold for the next.
+
+use serde_json::Value;
+
+/// FNV-1a, 64-bit: a tiny hash with a published, frozen definition.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    const BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .iter()
+        .fold(BASIS, |hash, &b| (hash ^ u64::from(b)).wrapping_mul(PRIME))
+}
+
+/// A stable content hash (FNV-1a over canonical JSON): children carry the
+/// hash of what they were built from, so an unchanged child costs no write.
+pub fn content_hash(v: &Value) -> String {
+    let bytes = serde_json::to_vec(v).unwrap_or_default();
+    format!("{:016x}", fnv1a64(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a64_matches_published_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn content_hash_is_sixteen_hex_digits_of_the_json() {
+        let v = serde_json::json!({"a": 1});
+        assert_eq!(content_hash(&v), format!("{:016x}", fnv1a64(br#"{"a":1}"#)));
+    }
+}

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod backup;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod cli;
 pub mod clock;
@@ -18,3 +19,5 @@ pub mod postgres;
 pub mod rollout;
 pub mod sim;
 pub mod telemetry;
+#[cfg(feature = "testkit")]
+pub mod testkit;

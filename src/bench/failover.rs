@@ -108,7 +108,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     b.create("so", serde_json::json!({"clusterSize": 2, "version": "15", "pooler": {"enabled": true, "instances": 1}})).await?;
     for (name, size) in [("fo", 3), ("floor", 3), ("so", 2)] {
         healthy(&b, name, size).await?;
-        let (ip, pw) = (b.service_ip(&format!("{name}-rw")).await?, b.password(name).await?);
+        let (ip, pw) = (
+            b.service_ip(&format!("{name}-rw")).await?,
+            b.password(name).await?,
+        );
         let c = pg::connect(&ip, 5432, &pw, Duration::from_secs(10)).await?;
         c.batch_execute("CREATE TABLE IF NOT EXISTS probe (at timestamptz)")
             .await?;

@@ -21,7 +21,12 @@ pub const MANY_OBJECTS: &str = "shards_per_cluster = 4\nworkers_per_cluster = 8\
 /// wave=i` (rollout stages select on them); fast probes, so Unreachable and
 /// Ready transitions are quick; generous client QPS, so the client rate
 /// limit never paces a test. `manager_extra` goes into `[manager]`.
-pub fn embedded_toml(state_dir: &Path, runtime: &str, members: &[&str], manager_extra: &str) -> String {
+pub fn embedded_toml(
+    state_dir: &Path,
+    runtime: &str,
+    members: &[&str],
+    manager_extra: &str,
+) -> String {
     let mut toml = format!(
         "[manager]\nstate_dir = \"{}\"\nprobe_interval = \"500ms\"\nprobe_timeout = \"500ms\"\n\
          probe_failure_threshold = 2\nqps = 500.0\nburst = 1000\n{manager_extra}\
@@ -67,9 +72,14 @@ pub async fn wait_served(client: &kube::Client, member: &str, patience: Duration
 
 /// Creates namespace `ns` (server-side apply: no error when it exists).
 pub async fn apply_namespace(client: &kube::Client, ns: &str) -> Result<()> {
-    let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    let obj =
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
     Api::<Namespace>::all(client.clone())
-        .patch(ns, &PatchParams::apply("pgfleet-testkit"), &Patch::Apply(&obj))
+        .patch(
+            ns,
+            &PatchParams::apply("pgfleet-testkit"),
+            &Patch::Apply(&obj),
+        )
         .await
         .map_err(Error::kube(format!("creating namespace {ns}")))?;
     Ok(())

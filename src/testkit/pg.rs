@@ -19,13 +19,13 @@ pub async fn connect(
         .password(password)
         .dbname("postgres")
         .connect_timeout(timeout);
-    let (client, conn) = cfg
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|source| Error::Postgres {
-            what: format!("connecting to {host}:{port}"),
-            source,
-        })?;
+    let (client, conn) =
+        cfg.connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|source| Error::Postgres {
+                what: format!("connecting to {host}:{port}"),
+                source,
+            })?;
     tokio::spawn(async move {
         let _ = conn.await;
     });

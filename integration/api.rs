@@ -6,8 +6,8 @@
 //! anything the manager printed or answered. Outcomes only; nothing timed.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/manager_bin.rs"]
-mod bin;
+mod common;
+use common::bin;
 #[path = "api_leak.rs"]
 mod leak;
 

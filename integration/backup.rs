@@ -8,10 +8,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "failover_env.rs"]
-mod env;
-#[path = "common/s3.rs"]
-mod s3;
+mod common;
+use common::process as env;
+use common::s3;
 
 use env::{Env, NS, connect};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -28,7 +27,7 @@ use std::time::{Duration, SystemTime};
 /// An environment whose backups go to a fresh S3 store, with the
 /// credentials Secret in place.
 async fn setup(tag: &str, extra: &str) -> (Env, s3::S3) {
-    let dir = std::env::temp_dir().join(format!("pgfleet-s3-{tag}-{:x}", rand::random::<u32>()));
+    let dir = common::temp_dir(&format!("s3-{tag}"));
     let store = s3::S3::start(&dir);
     let e = Env::start_with(tag, &format!("{}{extra}", store.backups_toml())).await;
     credentials(&e.client).await;

@@ -5,8 +5,8 @@
 //! from the standby, and the fallback to the primary.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
+mod common;
+use common::fleet;
 
 use fleet::*;
 use kube::api::{ListParams, PostParams};

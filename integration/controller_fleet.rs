@@ -4,8 +4,8 @@
 //! what changed while it was gone.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
+mod common;
+use common::fleet;
 
 use fleet::*;
 use kube::api::ListParams;

@@ -7,8 +7,8 @@
 //! saved to `<target dir>/test-artefacts/dashboard.png`.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/manager_bin.rs"]
-mod bin;
+mod common;
+use common::bin;
 
 use bin::*;
 use kube::Api;

@@ -10,8 +10,8 @@
 //!   ServiceMonitor CRD), creates nothing, and renders the intended shapes.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
+mod common;
+use common::fleet;
 #[path = "deploy/kubectl.rs"]
 mod kubectl;
 #[path = "deploy/rules.rs"]

@@ -4,8 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "failover_env.rs"]
-mod env;
+mod common;
+use common::process as env;
 
 use env::{Env, NS, Writer, connect, rows};
 use std::time::Duration;

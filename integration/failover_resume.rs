@@ -4,11 +4,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "failover_env.rs"]
-mod env;
-#[path = "common/manager_process.rs"]
-mod manager_process;
+mod common;
+use common::manager_process;
+use common::process as env;
 
+use common::eventually_within;
 use env::{Env, NS, Writer, connect, rows};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -16,43 +16,19 @@ use manager_process::ManagerProcess;
 use pgfleet::crd::PostgresCluster;
 use std::time::{Duration, Instant};
 
-async fn wait_for<F, Fut>(what: &str, limit: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("timed out after {limit:?} waiting for: {what}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline() {
-    let n: u64 = rand::random();
-    let dir = std::env::temp_dir().join(format!("pgfleet-resume-{n:x}"));
+    let dir = common::temp_dir("resume");
     let mut opts = pgfleet::sim::SimOptions::new(dir.join("sim"), 1);
     opts.runtime = pgfleet::sim::RuntimeKind::Process;
     opts.persist = false;
     opts.admin = false;
     let sim = pgfleet::sim::start(&opts).await.unwrap();
     let kc = sim.clusters[0].kubeconfig.clone();
-    let client = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(&kc).unwrap(),
-            &Default::default(),
-        )
-        .await
-        .unwrap(),
-    )
-    .unwrap();
+    let client = common::client_from(&kc).await;
     let mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m1"));
     let pgc: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);
-    wait_for("CRDs", Duration::from_secs(60), || async {
+    eventually_within(Duration::from_secs(60), "CRDs", || async {
         pgc.list(&Default::default()).await.is_ok()
     })
     .await;
@@ -66,7 +42,7 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
     .unwrap();
     pgc.create(&PostParams::default(), &pg).await.unwrap();
     let status = || async { pgc.get("rs").await.unwrap().status.unwrap_or_default() };
-    wait_for("healthy", Duration::from_secs(180), || async {
+    eventually_within(Duration::from_secs(180), "healthy", || async {
         let s = status().await;
         s.phase.as_deref() == Some("Healthy") && s.ready_instances == 3
     })
@@ -111,15 +87,15 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
         .await
         .unwrap();
     let _mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m2"));
-    wait_for(
-        "the recorded target promoted",
+    eventually_within(
         Duration::from_secs(120),
+        "the recorded target promoted",
         || async { status().await.current_primary.as_deref() == Some(target.as_str()) },
     )
     .await;
-    wait_for(
-        "all three instances ready again",
+    eventually_within(
         Duration::from_secs(180),
+        "all three instances ready again",
         || async {
             let s = status().await;
             s.phase.as_deref() == Some("Healthy") && s.ready_instances == 3

@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 #[path = "ha_env.rs"]
 mod env;
 

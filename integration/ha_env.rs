@@ -18,8 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
-#[path = "common/controller.rs"]
-pub mod fleet;
+pub use crate::common::fleet;
 
 /// Short, so takeovers happen within seconds; the other timings follow
 /// client-go's proportions (renew deadline < duration, retry < deadline).

@@ -10,10 +10,9 @@
 //! password, a generated superuser password).
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
-#[path = "common/otlp.rs"]
-mod receiver;
+mod common;
+use common::fleet;
+use common::otlp as receiver;
 
 use base64::Engine as _;
 use fleet::{TestFleet, client_from, eventually, eventually_within, pgc_object, temp_dir};

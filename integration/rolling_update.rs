@@ -5,10 +5,9 @@
 //! heals it. Outcomes are read from pods, status and the recorded events.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
-#[path = "common/manager_process.rs"]
-mod manager_process;
+mod common;
+use common::fleet;
+use common::manager_process;
 
 use fleet::*;
 use k8s_openapi::api::core::v1::Pod;

@@ -4,8 +4,8 @@
 //! marks, the stored control) and the recorded Events; nothing is timed.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
+mod common;
+use common::fleet;
 
 use fleet::*;
 use k8s_openapi::api::events::v1::Event;

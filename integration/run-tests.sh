@@ -30,9 +30,14 @@ fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 cargo fmt --all -- --check
-cargo clippy --all-targets --locked -- -D warnings
+# Every feature: the benchmarks (`bench`) and the test kit the integration
+# tests and benchmarks share (`testkit`).
+cargo clippy --all-targets --all-features --locked -- -D warnings
+# The product alone: builds without the benchmarks, the test kit and their
+# dependencies.
+cargo clippy --lib --bins --no-default-features --locked -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --locked --no-fail-fast
+  cargo nextest run --all-features --locked --no-fail-fast
 else
-  cargo test --locked --no-fail-fast
+  cargo test --all-features --locked --no-fail-fast
 fi

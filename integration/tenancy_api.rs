@@ -18,8 +18,8 @@
 //! Outcomes only: nothing is timed beyond "eventually", with generous patience.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/manager_bin.rs"]
-mod bin;
+mod common;
+use common::bin;
 #[path = "tenancy_api/certs.rs"]
 mod certs;
 

@@ -9,8 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "failover_env.rs"]
-mod env;
+mod common;
+use common::process as env;
 
 use env::{Env, NS, connect};
 use kube::api::{Api, PostParams};

@@ -6,10 +6,9 @@
 //! `Unreachable` (with the reason) instead of stopping `pgfleet run`.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/manager_bin.rs"]
-mod bin;
-#[path = "common/controller.rs"]
-mod fleet;
+use common::bin;
+mod common;
+use common::fleet;
 
 use fleet::{PATIENCE, TestFleet, client_from, eventually, eventually_within};
 use k8s_openapi::api::core::v1::Pod;

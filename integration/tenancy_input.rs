@@ -7,11 +7,10 @@
 //! over real HTTP and checks objects, not log lines.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
+mod common;
+use common::fleet;
 
-#[path = "failover_env.rs"]
-mod env;
+use common::process as env;
 
 use fleet::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};

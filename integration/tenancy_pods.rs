@@ -5,8 +5,8 @@
 //! with kube's 403. Outcomes only; nothing is timed.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
+mod common;
+use common::fleet;
 
 use fleet::*;
 use k8s_openapi::api::core::v1::{Namespace, Pod};

@@ -10,8 +10,8 @@
 //! namespace opens nothing).
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
+mod common;
+use common::fleet;
 #[allow(dead_code)]
 #[path = "deploy/kubectl.rs"]
 mod kubectl;

@@ -9,8 +9,8 @@
 //! namespace holds the victim's password or the victim's other Secret.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
+mod common;
+use common::fleet;
 
 use fleet::*;
 use k8s_openapi::ByteString;

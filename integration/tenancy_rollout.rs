@@ -6,8 +6,8 @@
 //! the PostgresClusters and the stored ConfigMaps; nothing is timed.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
+mod common;
+use common::fleet;
 
 use fleet::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod backup;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod cli;
 pub mod config;
@@ -23,3 +24,5 @@ pub mod rollout;
 /// paths working while the rest of the code moves to `pgfleet_sim::…`.
 pub use pgfleet_sim as sim;
 pub mod telemetry;
+#[cfg(feature = "testkit")]
+pub mod testkit;

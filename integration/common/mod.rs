@@ -1,36 +1,50 @@
-//! Shared helpers for the integration tests of the embedded Kubernetes API
-//! server: start a sim on its own Tokio runtime (so stopping it is like
-//! killing the process), build `kube::Client`s the way a user does (from the
-//! written kubeconfig), wait for conditions, talk to the admin endpoint.
+//! The integration tests' one support module. Every test binary includes it
+//! with `mod common;` and uses the subset it needs:
+//! - here: temp dirs, clients from kubeconfigs, `eventually` (one way of
+//!   waiting), and a sim on its own Tokio runtime for the API server tests;
+//! - [`fleet`]: a whole manager over embedded members (controller tests);
+//! - [`process`]: one member with real PostgreSQL (failover, backup tests);
+//! - [`bin`]: the `pgfleet` binary as a child process (API, dashboard);
+//! - [`manager_process`]: a manager that can be killed and restarted;
+//! - [`s3`], [`otlp`]: an object store and a trace receiver on loopback.
 //!
-//! Every test binary includes this module and uses a different subset of it.
+//! The environments themselves live in the library (`pgfleet::testkit`,
+//! feature `testkit`), shared with the benchmarks; this module turns their
+//! errors into test failures.
 #![allow(dead_code, clippy::unwrap_used)]
+
+pub mod bin;
+pub mod fleet;
+pub mod manager_process;
+pub mod otlp;
+pub mod process;
+pub mod s3;
 
 use pgfleet::sim::{self, RuntimeKind, Sim, SimOptions};
 use serde_json::{Value, json};
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+pub use pgfleet::testkit::Outcome;
 
 /// How long `eventually` waits before it gives up. Generous: the machines are
 /// shared 2-core boxes and the tests never assert on how fast something is.
-pub const PATIENCE: Duration = Duration::from_secs(30);
+pub const PATIENCE: Duration = Duration::from_secs(90);
 
 /// A fresh directory under the system temp dir, unique per process and call.
 pub fn temp_dir(tag: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!(
-        "pgfleet-it-{tag}-{}-{nanos}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    pgfleet::testkit::temp_dir(tag).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Logs to the test output when `RUST_LOG` is set (e.g. `pgfleet=debug`).
+pub fn init_tracing() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .try_init();
+    }
 }
 
 /// Options for a one-cluster sim named "a" with the host runtime.
@@ -132,41 +146,41 @@ pub async fn start(tag: &str) -> TestSim {
 
 /// A `kube::Client` built from a kubeconfig file, the same path a user takes.
 pub async fn client_from(kubeconfig: &Path) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("reading the kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    pgfleet::testkit::client_from(kubeconfig)
         .await
-        .expect("a kube config from the kubeconfig");
-    kube::Client::try_from(config).expect("a kube client")
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Like [`client_from`], without kube's default retrying of 429/503/504
 /// answers (which would otherwise hide an injected 429 for minutes).
 pub async fn client_without_retries(kubeconfig: &Path) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("reading the kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    pgfleet::testkit::client_without_retries(kubeconfig)
         .await
-        .expect("a kube config from the kubeconfig");
-    config.default_retry = false;
-    kube::Client::try_from(config).expect("a kube client")
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Polls `f` until it yields `Some`, for up to [`PATIENCE`]; panics naming `what`.
-pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+/// Polls `check` until it holds (`Some`, `Ok` or `true`), for up to
+/// [`PATIENCE`]; then fails naming `what` and the last state observed (the
+/// `Err`). The one way tests wait: never a timed assertion.
+pub async fn eventually<O, F, Fut>(what: &str, check: F) -> O::Value
 where
+    O: Outcome,
     F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
+    Fut: Future<Output = O>,
 {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {PATIENCE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_within(PATIENCE, what, check).await
+}
+
+/// [`eventually`] with an explicit patience.
+pub async fn eventually_within<O, F, Fut>(patience: Duration, what: &str, check: F) -> O::Value
+where
+    O: Outcome,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = O>,
+{
+    pgfleet::testkit::until(patience, what, check)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Blocking twin of [`eventually`] for synchronous tests.

@@ -5,11 +5,13 @@
 //! data set, and plain commands run in its pod through `pods/exec` — the
 //! same path `pgfleet-instance` verbs take, minus the script.
 
-use crate::crd::{PostgresBackup, PostgresCluster};
+use crate::crd::PostgresBackup;
+use crate::testkit::process::{ProcessEnv, ProcessOptions};
+use crate::testkit::{pg, wait};
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{AttachParams, Patch, PatchParams, PostParams};
+use kube::api::AttachParams;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -23,8 +25,9 @@ pub const NAME: &str = "src";
 pub const CONF: &str = "/etc/pgfleet/config/pgbackrest.conf";
 
 pub struct Env {
-    pub client: kube::Client,
-    pub _mgr: crate::manager::Manager,
+    /// The member, the manager and the `bench` namespace: the environment
+    /// the backup tests run in, with a filesystem repository.
+    pub process: ProcessEnv,
     /// Everything of the run: `state/` (the embedded cluster) and `repo/`.
     pub base: PathBuf,
     /// Remove `base` when done (it was not given with `--dir`).
@@ -54,119 +57,47 @@ impl Env {
                 .with_context(|| format!("chmod {}", d.display()))?;
         }
         // Backups only on request: a schedule that never fires (30 February).
-        let toml = format!(
-            r#"[manager]
-state_dir = "{}"
-probe_interval = "500ms"
-probe_timeout = "500ms"
-[manager.embedded]
-runtime = "process"
-[[clusters]]
-name = "{MEMBER}"
-embedded = true
-[backups]
-default_schedule = "0 0 30 2 *"
-repository = {{ filesystem = {{ path = "{}" }} }}
-"#,
-            base.join("state").display(),
+        let extra_toml = format!(
+            "[backups]\ndefault_schedule = \"0 0 30 2 *\"\nrepository = {{ filesystem = {{ path = \"{}\" }} }}\n",
             repo.display()
         );
-        let settings =
-            crate::config::load_str(&toml, "bench").map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mgr = crate::manager::start(&settings, false).await?;
-        let client = mgr.fleet.members.first().context("no member")?.client();
-        let env = Env {
-            client,
-            _mgr: mgr,
+        let process = ProcessEnv::start(ProcessOptions {
+            dir: base.join("state"),
+            member: MEMBER.into(),
+            namespace: NS.into(),
+            extra_toml,
+        })
+        .await?;
+        Ok(Env {
+            process,
             base,
             owned,
-        };
-        let start = Instant::now();
-        while Api::<PostgresCluster>::all(env.client.clone())
-            .list(&Default::default())
-            .await
-            .is_err()
-        {
-            if start.elapsed() > Duration::from_secs(60) {
-                bail!("the CRDs were not served within 60 s");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let ns =
-            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
-        Api::<Namespace>::all(env.client.clone())
-            .patch(NS, &PatchParams::apply("bench"), &Patch::Apply(&ns))
-            .await?;
-        Ok(env)
-    }
-
-    pub fn pgc(&self) -> Api<PostgresCluster> {
-        Api::namespaced(self.client.clone(), NS)
+        })
     }
 
     pub fn pgb(&self) -> Api<PostgresBackup> {
-        Api::namespaced(self.client.clone(), NS)
+        Api::namespaced(self.process.client.clone(), NS)
     }
 
     /// Creates the 1-instance PostgresCluster and waits until it is Healthy
     /// and archiving; returns its primary pod.
     pub async fn create_cluster(&self) -> Result<String> {
-        let pg: PostgresCluster = serde_json::from_value(serde_json::json!({
-            "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
-            "metadata": {"name": NAME, "namespace": NS},
-            "spec": {"clusterSize": 1, "version": "15"}}))?;
-        self.pgc().create(&PostParams::default(), &pg).await?;
-        let start = Instant::now();
-        loop {
-            let st = self.pgc().get(NAME).await?.status.unwrap_or_default();
-            if st.phase.as_deref() == Some("Healthy") && st.ready_instances == 1 {
-                return st.current_primary.context("no primary");
-            }
-            if start.elapsed() > Duration::from_secs(300) {
-                bail!("{NAME} not healthy after 300 s: phase {:?}", st.phase);
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let spec = serde_json::json!({"clusterSize": 1, "version": "15"});
+        self.process.create(NAME, spec).await?;
+        Ok(self
+            .process
+            .wait_healthy(NAME, 1, false, Duration::from_secs(300))
+            .await?)
     }
 
     /// A session through the `-rw` Service, like an application.
     pub async fn connect(&self) -> Result<tokio_postgres::Client> {
-        let svc = Api::<Service>::namespaced(self.client.clone(), NS)
-            .get(&format!("{NAME}-rw"))
-            .await?;
-        let ip = svc
-            .spec
-            .and_then(|s| s.cluster_ip)
-            .context("service without ClusterIP")?;
-        let secret = Api::<Secret>::namespaced(self.client.clone(), NS)
-            .get(&format!("{NAME}-superuser"))
-            .await?;
-        let pw = secret
-            .data
-            .and_then(|d| d.get("password").cloned())
-            .context("no password")?;
-        let mut cfg = tokio_postgres::Config::new();
-        cfg.host(&ip)
-            .port(5432)
-            .user("postgres")
-            .password(String::from_utf8(pw.0)?)
-            .dbname("postgres")
-            .connect_timeout(Duration::from_secs(2));
-        let start = Instant::now();
-        loop {
-            match cfg.connect(tokio_postgres::NoTls).await {
-                Ok((c, conn)) => {
-                    tokio::spawn(async move {
-                        let _ = conn.await;
-                    });
-                    return Ok(c);
-                }
-                Err(e) if start.elapsed() > Duration::from_secs(60) => {
-                    return Err(e).context("connecting through -rw");
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
+        let ip = self.process.service_ip(&format!("{NAME}-rw")).await?;
+        let pw = self.process.password(NAME).await?;
+        let session = wait::until(Duration::from_secs(60), "a session through -rw", || {
+            pg::connect(&ip, 5432, &pw, Duration::from_secs(2))
+        });
+        Ok(session.await?)
     }
 
     /// Loads about `size_mb` MiB of table data; returns the database size
@@ -213,7 +144,7 @@ repository = {{ filesystem = {{ path = "{}" }} }}
     /// Runs `argv` in the pod's postgres container; its stdout, or an error
     /// with stderr when it fails.
     pub async fn exec(&self, pod: &str, argv: &[&str], timeout: Duration) -> Result<String> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        let api: Api<Pod> = Api::namespaced(self.process.client.clone(), NS);
         let params = AttachParams::default()
             .container("postgres")
             .stdin(false)

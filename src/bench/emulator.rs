@@ -339,10 +339,7 @@ async fn bench(args: &Args, dir: &std::path::Path) -> Result<()> {
         .await
         .context("starting the emulated cluster")?;
     let sc = sim.clusters.first().context("the sim started no cluster")?;
-    let kc =
-        kube::config::Kubeconfig::read_from(&sc.kubeconfig).context("reading the kubeconfig")?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    let client = Client::try_from(config).context("building the client")?;
+    let client = crate::testkit::client_from(&sc.kubeconfig).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for c in crd::all() {
         crds.create(&PostParams::default(), &c)

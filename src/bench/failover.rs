@@ -6,11 +6,10 @@
 //! (relabel), done by hand with the manager paused. Also the write stall of
 //! a switchover with and without the pooler. No assertions: figures only.
 
-use crate::crd::PostgresCluster;
-use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
-use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use crate::testkit::pg;
+use crate::testkit::process::{ProcessEnv, ProcessOptions};
+use anyhow::Context;
+use kube::api::{Patch, PatchParams};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -24,74 +23,16 @@ pub struct Args {
 }
 
 const NS: &str = "bench";
+/// How long a cluster may take to become Healthy (real PostgreSQL on a
+/// shared machine); bounds a broken run, never a measured figure.
+const HEALTHY: Duration = Duration::from_secs(300);
 
-struct Bench {
-    client: kube::Client,
-    _mgr: crate::manager::Manager,
-}
+/// The benchmark's environment: the one the failover tests run in.
+type Bench = ProcessEnv;
 
-impl Bench {
-    fn pgc(&self) -> Api<PostgresCluster> {
-        Api::namespaced(self.client.clone(), NS)
-    }
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), NS)
-    }
-
-    async fn wait_healthy(&self, name: &str, size: i32) -> anyhow::Result<String> {
-        let start = Instant::now();
-        loop {
-            let st = self.pgc().get(name).await?.status.unwrap_or_default();
-            if st.phase.as_deref() == Some("Healthy")
-                && st.ready_instances == size
-                && st.switchover.is_none()
-            {
-                return st.current_primary.context("no primary");
-            }
-            if start.elapsed() > Duration::from_secs(300) {
-                bail!("{name} not healthy after 300 s: phase {:?}", st.phase);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn ip(&self, svc: &str) -> anyhow::Result<String> {
-        let s = Api::<Service>::namespaced(self.client.clone(), NS)
-            .get(svc)
-            .await?;
-        s.spec
-            .and_then(|s| s.cluster_ip)
-            .context("service without ClusterIP")
-    }
-
-    async fn password(&self, name: &str) -> anyhow::Result<String> {
-        let s = Api::<Secret>::namespaced(self.client.clone(), NS)
-            .get(&format!("{name}-superuser"))
-            .await?;
-        let raw = s
-            .data
-            .and_then(|d| d.get("password").cloned())
-            .context("no password")?;
-        Ok(String::from_utf8(raw.0)?)
-    }
-
-    async fn create(&self, name: &str, spec: serde_json::Value) -> anyhow::Result<()> {
-        let pg: PostgresCluster = serde_json::from_value(
-            serde_json::json!({"apiVersion": "pgfleet.io/v1",
-            "kind": "PostgresCluster", "metadata": {"name": name, "namespace": NS}, "spec": spec}),
-        )?;
-        self.pgc().create(&PostParams::default(), &pg).await?;
-        Ok(())
-    }
-
-    async fn kill(&self, pod: &str) -> anyhow::Result<()> {
-        let dp = DeleteParams {
-            grace_period_seconds: Some(0),
-            ..Default::default()
-        };
-        self.pods().delete(pod, &dp).await?;
-        Ok(())
-    }
+/// Waits until `name` is Healthy with `size` instances and no switchover.
+async fn healthy(b: &Bench, name: &str, size: i32) -> anyhow::Result<String> {
+    Ok(b.wait_healthy(name, size, true, HEALTHY).await?)
 }
 
 async fn try_write(host: &str, port: u16, pw: &str) -> bool {
@@ -147,28 +88,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let dir = args.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("pgfleet-bench-failover-{}", std::process::id()))
     });
-    let toml = format!(
-        "[manager]\nstate_dir = \"{}\"\nprobe_interval = \"500ms\"\nprobe_timeout = \"500ms\"\n[manager.embedded]\nruntime = \"process\"\n[[clusters]]\nname = \"bench\"\nembedded = true\n",
-        dir.display()
-    );
-    let settings = crate::config::load_str(&toml, "bench").map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mgr = crate::manager::start(&settings, false).await?;
-    let client = mgr.fleet.members.first().context("no member")?.client();
-    let b = Bench { client, _mgr: mgr };
-    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
-    for _ in 0..600 {
-        if Api::<PostgresCluster>::all(b.client.clone())
-            .list(&Default::default())
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Api::<Namespace>::all(b.client.clone())
-        .patch(NS, &PatchParams::apply("bench"), &Patch::Apply(&ns))
-        .await?;
+    let b = ProcessEnv::start(ProcessOptions {
+        dir,
+        member: "bench".into(),
+        namespace: NS.into(),
+        extra_toml: String::new(),
+    })
+    .await?;
     b.create(
         "fo",
         serde_json::json!({"clusterSize": 3, "version": "15", "failoverDelay": "1s"}),
@@ -181,27 +107,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     .await?;
     b.create("so", serde_json::json!({"clusterSize": 2, "version": "15", "pooler": {"enabled": true, "instances": 1}})).await?;
     for (name, size) in [("fo", 3), ("floor", 3), ("so", 2)] {
-        b.wait_healthy(name, size).await?;
-        let (ip, pw) = (b.ip(&format!("{name}-rw")).await?, b.password(name).await?);
-        let mut cfg = tokio_postgres::Config::new();
-        cfg.host(&ip)
-            .port(5432)
-            .user("postgres")
-            .password(&pw)
-            .dbname("postgres");
-        let (c, conn) = cfg.connect(tokio_postgres::NoTls).await?;
-        tokio::spawn(conn);
+        healthy(&b, name, size).await?;
+        let (ip, pw) = (
+            b.service_ip(&format!("{name}-rw")).await?,
+            b.password(name).await?,
+        );
+        let c = pg::connect(&ip, 5432, &pw, Duration::from_secs(10)).await?;
         c.batch_execute("CREATE TABLE IF NOT EXISTS probe (at timestamptz)")
             .await?;
     }
     let (mut total, mut detect, mut decide, mut promote, mut rewire, mut floor) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
-    let (fo_ip, fo_pw) = (b.ip("fo-rw").await?, b.password("fo").await?);
+    let (fo_ip, fo_pw) = (b.service_ip("fo-rw").await?, b.password("fo").await?);
     for i in 0..args.runs {
-        let primary = b.wait_healthy("fo", 3).await?;
+        let primary = healthy(&b, "fo", 3).await?;
         let t0 = Instant::now();
         let wall0 = chrono::Utc::now();
-        b.kill(&primary).await?;
+        b.force_delete_pod(&primary).await?;
         let down = until_write(&fo_ip, 5432, &fo_pw, t0).await;
         // The record is complete once the manager wrote the rewire time.
         let mut lf = None;
@@ -279,7 +201,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// Floor: the same kill, then a bare `pg_promote()` on a replica and one
 /// relabel (the proxy rewires), with the manager paused.
 async fn floor_run(b: &Bench) -> anyhow::Result<f64> {
-    let primary = b.wait_healthy("floor", 3).await?;
+    let primary = healthy(b, "floor", 3).await?;
     let pause = serde_json::json!({"metadata": {"annotations": {"pgfleet.io/paused": "true"}}});
     b.pgc()
         .patch("floor", &PatchParams::default(), &Patch::Merge(&pause))
@@ -298,17 +220,10 @@ async fn floor_run(b: &Bench) -> anyhow::Result<f64> {
         .as_ref()
         .and_then(|s| s.pod_ip.clone())
         .context("no pod ip")?;
-    let (ip, pw) = (b.ip("floor-rw").await?, b.password("floor").await?);
-    let mut cfg = tokio_postgres::Config::new();
-    cfg.host(&tip)
-        .port(5432)
-        .user("postgres")
-        .password(&pw)
-        .dbname("postgres");
-    let (c, conn) = cfg.connect(tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
+    let (ip, pw) = (b.service_ip("floor-rw").await?, b.password("floor").await?);
+    let c = pg::connect(&tip, 5432, &pw, Duration::from_secs(10)).await?;
     let t0 = Instant::now();
-    b.kill(&primary).await?;
+    b.force_delete_pod(&primary).await?;
     c.batch_execute("SELECT pg_promote(true, 60)").await?;
     let relabel = serde_json::json!({"metadata": {"labels": {"pgfleet.io/role": "primary"}}});
     b.pods()
@@ -339,8 +254,8 @@ async fn switchover_stall(b: &Bench) -> anyhow::Result<()> {
         ("with pooler", "so-pooler", 6432u16),
         ("without pooler", "so-rw", 5432),
     ] {
-        b.wait_healthy("so", 2).await?;
-        let host = b.ip(svc).await?;
+        healthy(b, "so", 2).await?;
+        let host = b.service_ip(svc).await?;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (s2, h2, pw2) = (stop.clone(), host.clone(), pw.clone());
         // Like an application: one session, reconnecting only after an
@@ -393,7 +308,7 @@ async fn switchover_stall(b: &Bench) -> anyhow::Result<()> {
             .patch("so", &PatchParams::default(), &Patch::Merge(&req))
             .await?;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        b.wait_healthy("so", 2).await?;
+        healthy(b, "so", 2).await?;
         tokio::time::sleep(Duration::from_millis(300)).await;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let (worst, failed) = client.await?;

@@ -13,9 +13,11 @@ use crate::platform::task::AbortOnDrop;
 use crate::rollout::control;
 use crate::rollout::engine::Engine;
 use crate::rollout::plan::ControlState;
+use crate::testkit::fleet;
+use pgfleet_sim::SimCluster;
 use anyhow::{Context, Result, bail, ensure};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
@@ -59,31 +61,16 @@ impl Env {
         });
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let members: Vec<String> = (1..=members).map(|i| format!("member-{i}")).collect();
-        let env = Env {
-            mgr: crate::manager::start(&load(&base_toml(&dir, &members))?, false).await?,
-            members,
-            dir,
-        };
-        for m in &env.members {
-            let api: Api<PostgresCluster> = Api::all(env.client(m)?);
-            let deadline = Instant::now() + PATIENCE;
-            while let Err(e) = api.list(&ListParams::default()).await {
-                if Instant::now() > deadline {
-                    bail!("{m} does not serve PostgresClusters: {e}");
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
-            match Api::<Namespace>::all(env.client(m)?)
-                .create(&PostParams::default(), &ns)
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e).context(format!("creating namespace {NS} in {m}")),
-            }
+        let mgr = fleet::start_manager(&base_toml(&dir, &members), PATIENCE).await?;
+        for m in &members {
+            let client = mgr
+                .fleet
+                .get(m)
+                .with_context(|| format!("no member cluster {m}"))?
+                .client();
+            fleet::apply_namespace(&client, NS).await?;
         }
-        Ok(env)
+        Ok(Env { mgr, members, dir })
     }
 
     /// Settings with the manager's members plus `rollouts` (TOML), for
@@ -237,24 +224,15 @@ pub fn is_at(pg: &PostgresCluster, version: Option<&str>) -> bool {
 }
 
 fn load(toml: &str) -> Result<crate::config::Settings> {
-    crate::config::load_str(toml, "bench").map_err(|e| anyhow::anyhow!("{e}\n{toml}"))
+    Ok(fleet::load(toml)?)
 }
 
-/// The manager's settings: embedded members, fast probes, generous client
-/// QPS (the benchmark measures pacing, not the client rate limit).
+/// The manager's settings: the test fleet's (embedded virtual members
+/// labelled `wave=0,1,…`, fast probes, generous client QPS: the benchmark
+/// measures pacing, not the client rate limit).
 fn base_toml(dir: &std::path::Path, members: &[String]) -> String {
-    let mut toml = format!(
-        "[manager]\nstate_dir = \"{}\"\nshards_per_cluster = 4\nworkers_per_cluster = 8\n\
-         probe_interval = \"500ms\"\nprobe_timeout = \"500ms\"\nqps = 500.0\nburst = 1000\n\
-         [manager.embedded]\nruntime = \"virtual\"\n",
-        dir.display()
-    );
-    for (i, name) in members.iter().enumerate() {
-        toml.push_str(&format!(
-            "\n[[clusters]]\nname = \"{name}\"\nembedded = true\nlabels = {{ wave = \"{i}\" }}\n"
-        ));
-    }
-    toml
+    let names: Vec<&str> = members.iter().map(String::as_str).collect();
+    fleet::embedded_toml(dir, "virtual", &names, fleet::MANY_OBJECTS)
 }
 
 /// One failure → halt measurement (seconds; `None` when never observed).

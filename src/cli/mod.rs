@@ -87,6 +87,7 @@ pub enum Command {
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
     /// Benchmarks that print figures and ratios to a floor from the same run.
+    #[cfg(feature = "bench")]
     Bench {
         #[command(subcommand)]
         what: crate::bench::BenchCommand,
@@ -127,6 +128,7 @@ pub enum ConfigCommand {
 pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Sim(args) => sim::run(args).await.map(|_| 0),
+        #[cfg(feature = "bench")]
         Command::Bench { what } => crate::bench::run(what).await.map(|_| 0),
         Command::Switchover {
             target,

@@ -4,9 +4,8 @@
 //! a user reaches the clusters), and polling helpers that fail with the last
 //! observed state instead of asserting on how fast anything happened.
 //!
-//! Included by the controller test binaries with
-//! `#[path = "common/controller.rs"] mod fleet;` (independent of
-//! `common/mod.rs`, which serves the API server tests).
+//! The manager and its settings come from `pgfleet::testkit::fleet`, the
+//! same environment `pgfleet bench rollout` measures.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use k8s_openapi::api::core::v1::{
@@ -15,71 +14,29 @@ use k8s_openapi::api::core::v1::{
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use pgfleet::crd::PostgresCluster;
-use pgfleet::manager::{self, Manager};
+use pgfleet::manager::Manager;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
-/// How long a condition may take before a test gives up. Generous on
-/// purpose: shared 2-core machines, and tests never assert on speed.
-pub const PATIENCE: Duration = Duration::from_secs(60);
+/// The shared helpers, for tests that `use fleet::*`.
+#[allow(unused_imports)]
+pub use super::{
+    PATIENCE, client_from, client_without_retries, eventually, eventually_within, init_tracing,
+    temp_dir,
+};
+use pgfleet::testkit::fleet as kit;
 
 /// Labels the controller puts on children.
 pub const LABEL_CLUSTER: &str = "pgfleet.io/cluster";
 pub const LABEL_ROLE: &str = "pgfleet.io/role";
 
-/// Logs to the test output when `RUST_LOG` is set (e.g. `pgfleet=debug`).
-pub fn init_tracing() {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_test_writer()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .try_init();
-    }
-}
-
-/// A fresh directory under the system temp dir, unique per process and call.
-pub fn temp_dir(tag: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!(
-        "pgfleet-ctl-{tag}-{}-{nanos}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The fleet config of a test: embedded members with the given names, fast
-/// probes (so Unreachable/Ready transitions are quick), generous client QPS.
+/// The fleet config of a test: embedded (virtual) members with the given
+/// names, labelled `env=test, wave=i`, fast probes (so Unreachable/Ready
+/// transitions are quick), generous client QPS.
 pub fn settings_toml(state_dir: &std::path::Path, members: &[&str]) -> String {
-    let mut toml = format!(
-        r#"[manager]
-state_dir = "{}"
-shards_per_cluster = 4
-workers_per_cluster = 8
-probe_interval = "500ms"
-probe_timeout = "500ms"
-probe_failure_threshold = 2
-qps = 500.0
-burst = 1000
-"#,
-        state_dir.display()
-    );
-    for (i, name) in members.iter().enumerate() {
-        toml.push_str(&format!(
-            "\n[[clusters]]\nname = \"{name}\"\nembedded = true\nlabels = {{ env = \"test\", wave = \"{i}\" }}\n"
-        ));
-    }
-    toml
+    kit::embedded_toml(state_dir, "virtual", members, kit::MANY_OBJECTS)
 }
 
 /// A running manager with its embedded member clusters.
@@ -96,29 +53,14 @@ impl TestFleet {
         init_tracing();
         let dir = temp_dir(tag);
         let toml = settings_toml(&dir, members);
-        let settings = pgfleet::config::load_str(&toml, "test")
-            .unwrap_or_else(|e| panic!("test config is invalid:\n{e}\n{toml}"));
-        let mgr = manager::start(&settings, false)
+        let mgr = kit::start_manager(&toml, PATIENCE)
             .await
-            .expect("starting the manager");
+            .unwrap_or_else(|e| panic!("{e}"));
         let mut clients = BTreeMap::new();
         for c in &mgr.sim.as_ref().expect("embedded clusters").clusters {
             clients.insert(c.name.clone(), client_from(&c.kubeconfig).await);
         }
-        let fleet = TestFleet { mgr, dir, clients };
-        for m in members {
-            let api: Api<PostgresCluster> = Api::all(fleet.client(m));
-            eventually(&format!("the PostgresCluster CRD served in {m}"), || {
-                let api = api.clone();
-                async move {
-                    api.list(&ListParams::default())
-                        .await
-                        .map_err(|e| e.to_string())
-                }
-            })
-            .await;
-        }
-        fleet
+        TestFleet { mgr, dir, clients }
     }
 
     /// A client of member `name`, built from its kubeconfig.
@@ -244,47 +186,6 @@ pub fn pgc_object(name: &str, spec: Value) -> PostgresCluster {
         "metadata": {"name": name}, "spec": spec,
     }))
     .unwrap()
-}
-
-/// A `kube::Client` built from a kubeconfig file, the same path a user takes.
-pub async fn client_from(kubeconfig: &std::path::Path) -> Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("reading the kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("a kube config from the kubeconfig");
-    Client::try_from(config).expect("a kube client")
-}
-
-/// Polls `f` every 200 ms until it returns `Ok`, for up to [`PATIENCE`];
-/// then panics naming `what` and the last `Err` (the last observed state).
-pub async fn eventually<T, E, F, Fut>(what: &str, f: F) -> T
-where
-    E: std::fmt::Display,
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-{
-    eventually_within(PATIENCE, what, f).await
-}
-
-/// [`eventually`] with an explicit patience.
-pub async fn eventually_within<T, E, F, Fut>(patience: Duration, what: &str, mut f: F) -> T
-where
-    E: std::fmt::Display,
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-{
-    let deadline = Instant::now() + patience;
-    loop {
-        match f().await {
-            Ok(v) => return v,
-            Err(last) => {
-                if Instant::now() >= deadline {
-                    panic!("gave up after {patience:?} waiting for {what}; last observed: {last}");
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// A condition of a PostgresCluster by type.

@@ -1,30 +1,39 @@
-//! Harness for the Day-2 scenarios with real PostgreSQL: one embedded member
-//! cluster on the process runtime, the manager running in-process, clients
-//! connecting through the Services' ClusterIPs like real applications.
+//! The Day-2 scenarios' world with real PostgreSQL: one embedded member
+//! cluster `pg-a` on the process runtime, the manager running in-process,
+//! clients connecting through the Services' ClusterIPs like real
+//! applications. The environment is `pgfleet::testkit::process` (the one
+//! `pgfleet bench failover|backup` measure); this wrapper fails the test on
+//! errors and adds the scenarios' helpers (a writer, row checks).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use pgfleet::crd::PostgresCluster;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::api::Api;
 use pgfleet::sim::process::ProcessRuntime;
+use pgfleet::testkit::process::{ProcessEnv, ProcessOptions};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const NS: &str = "app";
 
-pub struct Env {
-    pub mgr: pgfleet::manager::Manager,
-    pub client: kube::Client,
-    pub dir: std::path::PathBuf,
+/// How long a cluster may take to become Healthy with real PostgreSQL.
+const HEALTHY: Duration = Duration::from_secs(180);
+
+/// Fails the test with the environment's error.
+fn ok<T>(r: pgfleet::testkit::Result<T>) -> T {
+    r.unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let n: u64 = rand::random();
-    let d = std::env::temp_dir().join(format!("pgfleet-{tag}-{n:x}"));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+pub struct Env(ProcessEnv);
+
+/// The environment's fields (`mgr`, `client`, `dir`) and its `pgc()`,
+/// `pods()`.
+impl std::ops::Deref for Env {
+    type Target = ProcessEnv;
+    fn deref(&self) -> &ProcessEnv {
+        &self.0
+    }
 }
 
 impl Env {
@@ -34,125 +43,56 @@ impl Env {
 
     /// Like `start`, with more fleet TOML (e.g. a `[backups]` section).
     pub async fn start_with(tag: &str, extra_toml: &str) -> Env {
-        let dir = temp_dir(tag);
-        let mut toml = format!(
-            r#"
-[manager]
-state_dir = "{}"
-probe_interval = "500ms"
-probe_timeout = "500ms"
-probe_failure_threshold = 2
-[manager.embedded]
-runtime = "process"
-[[clusters]]
-name = "pg-a"
-embedded = true
-labels = {{ env = "test" }}
-"#,
-            dir.display()
-        );
-        toml.push_str(extra_toml);
-        let settings = pgfleet::config::load_str(&toml, "test").unwrap_or_else(|e| panic!("{e}"));
-        let mgr = pgfleet::manager::start(&settings, false).await.unwrap();
-        let client = mgr.fleet.members[0].client();
-        let env = Env { mgr, client, dir };
-        env.wait("CRDs served", Duration::from_secs(60), || async {
-            Api::<PostgresCluster>::all(env.client.clone())
-                .list(&Default::default())
-                .await
-                .is_ok()
+        super::init_tracing();
+        Env(ok(ProcessEnv::start(ProcessOptions {
+            dir: super::temp_dir(tag),
+            member: "pg-a".into(),
+            namespace: NS.into(),
+            extra_toml: extra_toml.into(),
         })
-        .await;
-        let ns =
-            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
-        Api::<Namespace>::all(env.client.clone())
-            .patch(NS, &PatchParams::apply("test"), &Patch::Apply(&ns))
-            .await
-            .unwrap();
-        env
+        .await))
     }
 
     pub fn runtime(&self) -> Arc<ProcessRuntime> {
-        let sim = self.mgr.sim.as_ref().unwrap();
-        ProcessRuntime::for_cluster(&sim.clusters[0].cluster).expect("process runtime")
+        ok(self.0.runtime())
     }
 
     pub fn sim_cluster(&self) -> &pgfleet::sim::SimCluster {
-        &self.mgr.sim.as_ref().unwrap().clusters[0]
+        ok(self.0.sim_cluster())
     }
 
-    pub fn pgc(&self) -> Api<PostgresCluster> {
-        Api::namespaced(self.client.clone(), NS)
-    }
-
-    pub fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), NS)
-    }
-
-    pub async fn wait<F, Fut>(&self, what: &str, limit: Duration, mut f: F)
+    /// Waits until `check` holds, for up to `limit` (see `eventually`).
+    pub async fn wait<F, Fut>(&self, what: &str, limit: Duration, check: F)
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if f().await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("timed out after {limit:?} waiting for: {what}");
+        super::eventually_within(limit, what, check).await
     }
 
     pub async fn create(&self, name: &str, spec: serde_json::Value) {
-        let obj = serde_json::json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
-            "metadata": {"name": name, "namespace": NS}, "spec": spec});
-        let pg: PostgresCluster = serde_json::from_value(obj).unwrap();
-        self.pgc()
-            .create(&PostParams::default(), &pg)
-            .await
-            .unwrap();
+        ok(self.0.create(name, spec).await)
     }
 
     pub async fn status(&self, name: &str) -> pgfleet::crd::PostgresClusterStatus {
-        self.pgc()
-            .get(name)
-            .await
-            .unwrap()
-            .status
-            .unwrap_or_default()
+        ok(self.0.status(name).await)
     }
 
     /// Waits for Healthy with `size` ready instances; returns the primary.
     pub async fn wait_healthy(&self, name: &str, size: i32) -> String {
-        let limit = Duration::from_secs(180);
-        let start = Instant::now();
-        loop {
-            let st = self.status(name).await;
-            if st.phase.as_deref() == Some("Healthy") && st.ready_instances == size {
-                return st.current_primary.unwrap();
-            }
-            if start.elapsed() > limit {
-                panic!("{name} not healthy after {limit:?}: {st:#?}");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        ok(self.0.wait_healthy(name, size, false, HEALTHY).await)
     }
 
     pub async fn service_ip(&self, svc: &str) -> String {
-        service_ip(&self.client, svc).await
+        ok(self.0.service_ip(svc).await)
     }
 
     pub async fn password(&self, cluster: &str) -> String {
-        password(&self.client, cluster).await
+        ok(self.0.password(cluster).await)
     }
 
     pub async fn force_delete_pod(&self, pod: &str) {
-        let dp = DeleteParams {
-            grace_period_seconds: Some(0),
-            ..Default::default()
-        };
-        self.pods().delete(pod, &dp).await.unwrap();
+        ok(self.0.force_delete_pod(pod).await)
     }
 
     pub async fn role_of(&self, pod: &str) -> Option<String> {
@@ -163,7 +103,7 @@ labels = {{ env = "test" }}
 
 impl Drop for Env {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.0.dir);
     }
 }
 
@@ -186,23 +126,13 @@ pub async fn password(client: &kube::Client, cluster: &str) -> String {
     String::from_utf8(s.data.unwrap()["password"].0.clone()).unwrap()
 }
 
+/// A superuser session to `host:port` (gives up connecting after 2 s).
 pub async fn connect(
     host: &str,
     port: u16,
     password: &str,
-) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let mut cfg = tokio_postgres::Config::new();
-    cfg.host(host)
-        .port(port)
-        .user("postgres")
-        .password(password)
-        .dbname("postgres")
-        .connect_timeout(Duration::from_secs(2));
-    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(client)
+) -> pgfleet::testkit::Result<tokio_postgres::Client> {
+    pgfleet::testkit::pg::connect(host, port, password, Duration::from_secs(2)).await
 }
 
 /// A client writing numbered rows in its own transactions, reconnecting

@@ -7,24 +7,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Generous on purpose: shared 2-core machines; nothing here is timed.
-pub const PATIENCE: Duration = Duration::from_secs(90);
-
-/// A fresh directory under the system temp dir.
-pub fn temp_dir(tag: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "pgfleet-api-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+/// The shared helpers, for tests that `use bin::*`.
+#[allow(unused_imports)]
+pub use super::{PATIENCE, client_from, eventually, temp_dir};
 
 /// A config with embedded (virtual) members, any free port, a token file.
 pub fn config(dir: &Path, members: &[&str], token_file: Option<&Path>, extra: &str) -> PathBuf {
@@ -179,31 +166,6 @@ pub async fn http(
     let code = resp.status().as_u16();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     (code, String::from_utf8_lossy(&bytes).into_owned())
-}
-
-/// Polls `f` until it returns `Some`, or panics with the last state.
-pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        match f().await {
-            Ok(v) => return v,
-            Err(last) if Instant::now() > deadline => panic!("{what}: gave up; last: {last}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-        }
-    }
-}
-
-/// A kube client from a kubeconfig file (the way a user reaches a member).
-pub async fn client_from(kubeconfig: &Path) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
 }
 
 /// Runs the pgfleet CLI (e.g. `status --server …`); (exit code, stdout, stderr).

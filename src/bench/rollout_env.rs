@@ -25,7 +25,6 @@ use kube::runtime::watcher::{self, Event, watcher};
 use pgfleet_sim::SimCluster;
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use std::fmt::Debug;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -35,7 +35,7 @@ where
 async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline() {
     let n: u64 = rand::random();
     let dir = std::env::temp_dir().join(format!("pgfleet-resume-{n:x}"));
-    let mut opts = pgfleet::sim::SimOptions::new(dir.join("sim"), 1);
+    let mut opts = pgfleet::emulated::sim_options(dir.join("sim"), 1);
     opts.runtime = pgfleet::sim::RuntimeKind::Process;
     opts.persist = false;
     opts.admin = false;

@@ -343,6 +343,7 @@ async fn process_runtime_writes_secret_files_owner_only_under_restricted() {
         persist: false,
         history: 1_000,
         admin: false,
+        images: pgfleet::emulated::images::rules(),
     };
     let sim = TestSim::start(opts).await;
     let client = client_from(&sim.sim.clusters[40].kubeconfig).await;

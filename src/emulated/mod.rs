@@ -7,10 +7,6 @@
 pub mod images;
 pub mod virtual_kubelet;
 
-#[cfg(test)]
-#[path = "pod_security_tests.rs"]
-mod pod_security_tests;
-
 use pgfleet_sim::{RuntimeKind, SimOptions};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -29,10 +29,12 @@ if ! command -v kubectl >/dev/null 2>&1; then
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+# --workspace: pgfleet and the embedded Kubernetes crate (src/sim, its own
+# tests in src/sim/tests).
 cargo fmt --all -- --check
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --locked --no-fail-fast
+  cargo nextest run --workspace --locked --no-fail-fast
 else
-  cargo test --locked --no-fail-fast
+  cargo test --workspace --locked --no-fail-fast
 fi

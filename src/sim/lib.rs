@@ -1,7 +1,12 @@
 //! The embedded Kubernetes (DESIGN §5): N emulated clusters on loopback, each
 //! an HTTP API server with its own port, bearer token and kubeconfig, its state
-//! persisted in a directory so a restart keeps the objects. Everything else in
-//! pgfleet reaches these clusters only through kubeconfigs and HTTP.
+//! persisted in a directory so a restart keeps the objects. Clients reach these
+//! clusters only through kubeconfigs and HTTP.
+//!
+//! This crate (`pgfleet-sim`) knows nothing of what the pods run: the
+//! embedding program plugs in a kubelet runtime ([`RuntimeKind::custom`]) and
+//! the process runtime's image table ([`SimOptions::images`]). See
+//! docs/architecture.md ("Crates") and docs/embedded-kubernetes.md.
 
 pub mod admin;
 pub mod audit;

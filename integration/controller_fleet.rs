@@ -257,6 +257,7 @@ async fn a_changed_kubeconfig_file_is_followed_by_the_controllers() {
         persist: true,
         history: 10_000,
         admin: false,
+        images: vec![],
     })
     .await
     .unwrap();

@@ -40,6 +40,7 @@ fn sim_options(dir: &Path, runtime: RuntimeKind) -> SimOptions {
         persist: false,
         history: 10_000,
         admin: false,
+        images: pgfleet::emulated::images::rules(),
     }
 }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline() {
     let dir = common::temp_dir("resume");
-    let mut opts = pgfleet::sim::SimOptions::new(dir.join("sim"), 1);
+    let mut opts = pgfleet::emulated::sim_options(dir.join("sim"), 1);
     opts.runtime = pgfleet::sim::RuntimeKind::Process;
     opts.persist = false;
     opts.admin = false;

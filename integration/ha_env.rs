@@ -42,7 +42,7 @@ impl Env {
     pub async fn start(tag: &str) -> Env {
         fleet::init_tracing();
         let dir = fleet::temp_dir(tag);
-        let mut opts = pgfleet::sim::SimOptions::new(dir.join("sim"), 0);
+        let mut opts = pgfleet::emulated::sim_options(dir.join("sim"), 0);
         opts.names = MEMBERS.iter().map(|s| s.to_string()).collect();
         opts.runtime = pgfleet::emulated::virtual_runtime();
         opts.persist = false;

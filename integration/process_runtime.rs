@@ -57,6 +57,7 @@ async fn sim_at(tag: &str, index: usize) -> (TestSim, Arc<ProcessRuntime>, kube:
         persist: false,
         history: 10_000,
         admin: true,
+        images: pgfleet::emulated::images::rules(),
     };
     let sim = TestSim::start(opts).await;
     let c = &sim.sim.clusters[index];

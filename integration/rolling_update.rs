@@ -230,7 +230,7 @@ async fn an_image_that_cannot_start_stops_the_update_and_reverting_heals_it() {
 async fn a_manager_killed_during_the_update_resumes_without_a_second_switchover() {
     use manager_process::ManagerProcess;
     let dir = temp_dir("roll-kill");
-    let mut opts = pgfleet::sim::SimOptions::new(dir.join("sim"), 1);
+    let mut opts = pgfleet::emulated::sim_options(dir.join("sim"), 1);
     opts.runtime = pgfleet::emulated::virtual_runtime();
     opts.persist = false;
     opts.admin = false;

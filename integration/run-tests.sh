@@ -29,15 +29,17 @@ if ! command -v kubectl >/dev/null 2>&1; then
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+# --workspace: pgfleet and the embedded Kubernetes crate (src/sim, its own
+# tests in src/sim/tests).
 cargo fmt --all -- --check
 # Every feature: the benchmarks (`bench`) and the test kit the integration
 # tests and benchmarks share (`testkit`).
-cargo clippy --all-targets --all-features --locked -- -D warnings
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 # The product alone: builds without the benchmarks, the test kit and their
 # dependencies.
-cargo clippy --lib --bins --no-default-features --locked -- -D warnings
+cargo clippy -p pgfleet --lib --bins --no-default-features --locked -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --all-features --locked --no-fail-fast
+  cargo nextest run --workspace --all-features --locked --no-fail-fast
 else
-  cargo test --all-features --locked --no-fail-fast
+  cargo test --workspace --all-features --locked --no-fail-fast
 fi

@@ -166,7 +166,7 @@ async fn a_failed_switchover_step_still_resumes_the_pooler() {
 async fn a_chatty_command_returns_with_its_output_capped() {
     use pgfleet::postgres::exec::{ExecError, STDERR_CAP, run_command};
     let dir = fleet::temp_dir("dl-chatty");
-    let mut opts = pgfleet::sim::SimOptions::new(&dir, 1);
+    let mut opts = pgfleet::emulated::sim_options(&dir, 1);
     opts.names = vec!["host".into()];
     let sim = pgfleet::sim::start(&opts).await.unwrap();
     let client = client_from(&sim.clusters[0].kubeconfig).await;
@@ -377,7 +377,7 @@ async fn a_missing_kubeconfig_is_unreachable_until_the_file_appears() {
 
     // The member cluster comes up and its kubeconfig is put in place.
     let other_dir = fleet::temp_dir("dl-late-sim");
-    let mut opts = pgfleet::sim::SimOptions::new(&other_dir, 1);
+    let mut opts = pgfleet::emulated::sim_options(&other_dir, 1);
     opts.names = vec!["late".into()];
     opts.runtime = pgfleet::emulated::virtual_runtime();
     let sim = pgfleet::sim::start(&opts).await.unwrap();

@@ -56,6 +56,7 @@ pub fn options(dir: &Path, persist: bool) -> SimOptions {
         persist,
         history: 10_000,
         admin: true,
+        images: pgfleet::emulated::images::rules(),
     }
 }
 

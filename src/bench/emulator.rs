@@ -334,6 +334,7 @@ async fn bench(args: &Args, dir: &std::path::Path) -> Result<()> {
         persist: false,
         history: 200_000,
         admin: false,
+        images: vec![],
     };
     let sim = sim::start(&opts)
         .await

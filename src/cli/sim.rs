@@ -1,7 +1,6 @@
 //! `pgfleet sim`: emulated clusters for kubectl, demos and manual testing.
 
 use crate::emulated::Runtime;
-use pgfleet_sim::SimOptions;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -21,7 +20,7 @@ pub struct SimArgs {
 }
 
 pub async fn run(args: SimArgs) -> anyhow::Result<()> {
-    let mut opts = SimOptions::new(&args.dir, args.clusters);
+    let mut opts = crate::emulated::sim_options(&args.dir, args.clusters);
     opts.runtime = args.runtime.kind();
     opts.persist = !args.ephemeral;
     let sim = pgfleet_sim::start(&opts).await?;

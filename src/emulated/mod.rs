@@ -4,13 +4,11 @@
 //! embedded default) sits here, next to the contract types it answers with,
 //! so a contract change breaks its build rather than its tests.
 
+pub mod images;
 pub mod virtual_kubelet;
 
-#[cfg(test)]
-#[path = "pod_security_tests.rs"]
-mod pod_security_tests;
-
-use pgfleet_sim::RuntimeKind;
+use pgfleet_sim::{RuntimeKind, SimOptions};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The kubelet runtimes pgfleet offers for emulated clusters (`pgfleet sim
@@ -46,4 +44,13 @@ pub fn virtual_runtime() -> RuntimeKind {
     RuntimeKind::custom("virtual", |_dir| {
         Arc::new(virtual_kubelet::VirtualRuntime::default())
     })
+}
+
+/// Options for `n` emulated clusters (sim-1 … sim-n) in `dir` with pgfleet's
+/// image table, so the process runtime runs PostgreSQL and PgBouncer.
+pub fn sim_options(dir: impl Into<PathBuf>, n: usize) -> SimOptions {
+    SimOptions {
+        images: images::rules(),
+        ..SimOptions::new(dir, n)
+    }
 }

@@ -39,7 +39,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
     let sim = if embedded.is_empty() {
         None
     } else {
-        let mut opts = pgfleet_sim::SimOptions::new(settings.manager.state_dir.join("embedded"), 0);
+        let mut opts = crate::emulated::sim_options(settings.manager.state_dir.join("embedded"), 0);
         opts.names = embedded;
         opts.runtime = match settings.manager.embedded.runtime.get() {
             EmbeddedRuntime::Virtual => crate::emulated::virtual_runtime(),

@@ -1,7 +1,12 @@
 //! The embedded Kubernetes (DESIGN §5): N emulated clusters on loopback, each
 //! an HTTP API server with its own port, bearer token and kubeconfig, its state
-//! persisted in a directory so a restart keeps the objects. Everything else in
-//! pgfleet reaches these clusters only through kubeconfigs and HTTP.
+//! persisted in a directory so a restart keeps the objects. Clients reach these
+//! clusters only through kubeconfigs and HTTP.
+//!
+//! This crate (`pgfleet-sim`) knows nothing of what the pods run: the
+//! embedding program plugs in a kubelet runtime ([`RuntimeKind::custom`]) and
+//! the process runtime's image table ([`SimOptions::images`]). See
+//! docs/architecture.md ("Crates") and docs/embedded-kubernetes.md.
 
 pub mod admin;
 pub mod audit;
@@ -30,6 +35,7 @@ pub mod tls;
 
 use anyhow::Context;
 use cluster::{Cluster, WriteOpts};
+pub use process::images::{BinDir, ImageMatch, ImageRule};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -94,6 +100,10 @@ pub struct SimOptions {
     pub history: usize,
     /// Serve the admin (fault injection) endpoint.
     pub admin: bool,
+    /// What images stand for on this machine, for the process runtime
+    /// (first match wins; pgfleet supplies its PostgreSQL and PgBouncer
+    /// rules). Empty: every container must give its command.
+    pub images: Vec<ImageRule>,
 }
 
 impl SimOptions {
@@ -105,6 +115,7 @@ impl SimOptions {
             persist: true,
             history: 100_000,
             admin: true,
+            images: vec![],
         }
     }
 }
@@ -199,7 +210,7 @@ async fn start_one(
         &kubeconfig,
         kubeconfig_yaml(name, addr, &token, &tls.ca_pem).as_bytes(),
     )?;
-    if let Some(rt) = runtime_for(&opts.runtime, &opts.dir) {
+    if let Some(rt) = runtime_for(opts) {
         *cluster.runtime.write().unwrap_or_else(|e| e.into_inner()) = Some(rt.clone());
         rt.start(cluster.clone());
     }
@@ -227,11 +238,12 @@ async fn start_one(
     })
 }
 
-fn runtime_for(kind: &RuntimeKind, dir: &Path) -> Option<Arc<dyn runtime::Runtime>> {
-    match kind {
+fn runtime_for(opts: &SimOptions) -> Option<Arc<dyn runtime::Runtime>> {
+    let dir = &opts.dir;
+    match &opts.runtime {
         RuntimeKind::None => None,
         RuntimeKind::Host => Some(Arc::new(hostexec::HostRuntime)),
-        RuntimeKind::Process => Some(Arc::new(process::ProcessRuntime::new(dir))),
+        RuntimeKind::Process => Some(Arc::new(process::ProcessRuntime::new(dir, &opts.images))),
         RuntimeKind::Custom { factory, .. } => Some(factory(dir)),
     }
 }

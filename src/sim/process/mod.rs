@@ -15,6 +15,7 @@ pub mod container;
 pub mod dns;
 pub mod endpoints;
 pub mod faults;
+pub mod images;
 pub mod logs;
 pub mod pod;
 pub mod probes;
@@ -45,6 +46,8 @@ const RUN_AS: &str = "postgres";
 
 pub struct ProcessRuntime {
     sim_dir: PathBuf,
+    /// What images stand for on this machine (`SimOptions::images`).
+    images: Arc<[images::ImageRule]>,
     /// `<sim dir>/process/<cluster>`, set when started.
     dir: OnceLock<PathBuf>,
     cluster: OnceLock<Weak<Cluster>>,
@@ -79,10 +82,12 @@ fn id_of(v: &Value) -> String {
 }
 
 impl ProcessRuntime {
-    /// A runtime keeping its directories under `sim_dir/process/<cluster>`.
-    pub fn new(sim_dir: &Path) -> Self {
+    /// A runtime keeping its directories under `sim_dir/process/<cluster>`,
+    /// running images as the table `images` says.
+    pub fn new(sim_dir: &Path, images: &[images::ImageRule]) -> Self {
         ProcessRuntime {
             sim_dir: sim_dir.to_path_buf(),
+            images: images.into(),
             dir: OnceLock::new(),
             cluster: OnceLock::new(),
             user: volumes::lookup_user(RUN_AS).map_err(|e| format!("{e:#}")),
@@ -193,6 +198,7 @@ impl ProcessRuntime {
                 String::new(),
                 self.pod_dirs(v),
                 self.user.clone().unwrap_or_else(|_| placeholder_user()),
+                self.images.clone(),
             );
             run.stop(Duration::ZERO);
             tokio::spawn(run.run(Arc::downgrade(c)));
@@ -216,7 +222,7 @@ impl ProcessRuntime {
                 ip.to_string()
             }
         };
-        let run = PodRun::new(v, ip, self.pod_dirs(v), user);
+        let run = PodRun::new(v, ip, self.pod_dirs(v), user, self.images.clone());
         lock(&self.pods).insert(id, run.clone());
         let me = self.clone();
         let weak = Arc::downgrade(c);

@@ -4,6 +4,7 @@
 
 use super::container::Container;
 use super::dns;
+use super::images::ImageRule;
 use super::spec;
 use super::volumes::{self, PodDirs, RunUser};
 use crate::cluster::{Cluster, DeleteOpts, Sub, WriteOpts, now_rfc3339};
@@ -30,6 +31,8 @@ pub struct PodRun {
     pub ip: String,
     pub dirs: PodDirs,
     pub user: RunUser,
+    /// The image table (`SimOptions::images`).
+    images: Arc<[ImageRule]>,
     /// The latest Pod object, with `status.podIP` set to `ip`.
     view: Mutex<Value>,
     containers: Mutex<Vec<Arc<Container>>>,
@@ -51,7 +54,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl PodRun {
-    pub fn new(pod: &Value, ip: String, dirs: PodDirs, user: RunUser) -> Arc<Self> {
+    pub fn new(
+        pod: &Value,
+        ip: String,
+        dirs: PodDirs,
+        user: RunUser,
+        images: Arc<[ImageRule]>,
+    ) -> Arc<Self> {
         let mut view = pod.clone();
         view["status"]["podIP"] = json!(ip);
         Arc::new(PodRun {
@@ -61,6 +70,7 @@ impl PodRun {
             ip,
             dirs,
             user,
+            images,
             view: Mutex::new(view),
             containers: Mutex::new(vec![]),
             stop: watch::channel(None).0,
@@ -212,7 +222,7 @@ impl PodRun {
             .into_iter()
             .flatten()
         {
-            let s = spec::resolve(c, &view, ct, &vols, &self.user.home)
+            let s = spec::resolve(c, &view, ct, &vols, &self.user.home, &self.images)
                 .map_err(|e| ("CreateContainerConfigError", format!("{e:#}")))?;
             out.push(Arc::new(Container::new(
                 s,

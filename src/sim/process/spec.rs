@@ -3,11 +3,12 @@
 //! `$(VAR)` expansion), the environment (`value`, `fieldRef`,
 //! `secretKeyRef`, `configMapKeyRef`, `envFrom`) and the bind mounts.
 //!
-//! Images are not pulled: `postgres:*` maps to the locally installed
-//! PostgreSQL (its `bin` directory goes first on PATH), anything containing
-//! `pgbouncer` to `/usr/sbin/pgbouncer`, and every other image runs its
-//! command as given with the host's tools.
+//! Images are not pulled: the image table ([`super::images`], supplied by
+//! the embedding program in `SimOptions::images`) says which local program an
+//! image stands for (its `bin` directory goes first on PATH); every other
+//! image runs its command as given with the host's tools.
 
+use super::images::{self, ImageRule, ResolvedImage};
 use super::probes::Probe;
 use super::volumes;
 use crate::cluster::Cluster;
@@ -16,10 +17,9 @@ use crate::store::str_at;
 use anyhow::{Context, bail};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const BASE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-const PGBOUNCER: &str = "/usr/sbin/pgbouncer";
 
 /// One bind mount inside a container's mount namespace.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,65 +43,6 @@ pub struct ContainerSpec {
     pub readiness: Option<Probe>,
     pub liveness: Option<Probe>,
     pub startup: Option<Probe>,
-}
-
-/// What an image stands for on this machine.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ImageKind {
-    /// PostgreSQL with this `bin` directory.
-    Postgres(PathBuf),
-    Pgbouncer,
-    Other,
-}
-
-/// The repository part of an image reference: `docker.io/library/postgres:15` → `postgres`.
-fn repository(image: &str) -> &str {
-    let no_digest = image.split('@').next().unwrap_or(image);
-    let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
-    last.split(':').next().unwrap_or(last)
-}
-
-/// The tag's major version (`15.4-bookworm` → `15`).
-fn major(image: &str) -> Option<String> {
-    let no_digest = image.split('@').next().unwrap_or(image);
-    let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
-    let tag = last.split_once(':')?.1;
-    let m: String = tag.chars().take_while(char::is_ascii_digit).collect();
-    (!m.is_empty()).then_some(m)
-}
-
-/// Maps an image to a local program. PostgreSQL images use the installed
-/// major version the tag names when present, else PostgreSQL 15 (the one the
-/// project's machines carry), else the newest installed.
-pub fn classify(image: &str) -> ImageKind {
-    let repo = repository(image);
-    if repo == "postgres" || repo == "postgresql" {
-        let root = Path::new("/usr/lib/postgresql");
-        let want = major(image).map(|m| root.join(m).join("bin"));
-        if let Some(w) = want.filter(|w| w.join("postgres").exists()) {
-            return ImageKind::Postgres(w);
-        }
-        let fifteen = root.join("15/bin");
-        if fifteen.join("postgres").exists() {
-            return ImageKind::Postgres(fifteen);
-        }
-        let mut installed: Vec<u32> = std::fs::read_dir(root)
-            .map(|d| {
-                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        installed.sort_unstable();
-        let newest = installed
-            .last()
-            .map(|v| root.join(v.to_string()).join("bin"))
-            .unwrap_or(fifteen);
-        return ImageKind::Postgres(newest);
-    }
-    if image.contains("pgbouncer") {
-        return ImageKind::Pgbouncer;
-    }
-    ImageKind::Other
 }
 
 /// Expands kubelet-style `$(VAR)` references; `$$(` is a literal `$(`, and
@@ -195,7 +136,7 @@ fn environment(
     c: &Cluster,
     pod: &Value,
     ct: &Value,
-    kind: &ImageKind,
+    kind: &ResolvedImage,
     home: &str,
 ) -> anyhow::Result<Vec<(String, String)>> {
     let mut order: Vec<String> = vec![];
@@ -205,9 +146,9 @@ fn environment(
             order.push(k.to_string());
         }
     };
-    let path = match kind {
-        ImageKind::Postgres(bin) => format!("{}:{BASE_PATH}", bin.display()),
-        _ => BASE_PATH.to_string(),
+    let path = match &kind.bin_dir {
+        Some(bin) => format!("{}:{BASE_PATH}", bin.display()),
+        None => BASE_PATH.to_string(),
     };
     let hostname = match str_at(pod, "/spec/hostname") {
         "" => str_at(pod, "/metadata/name"),
@@ -217,13 +158,8 @@ fn environment(
     set(&mut order, &mut map, "HOME", home.to_string());
     set(&mut order, &mut map, "HOSTNAME", hostname.to_string());
     set(&mut order, &mut map, "LANG", "C.UTF-8".into());
-    if matches!(kind, ImageKind::Postgres(_)) {
-        set(
-            &mut order,
-            &mut map,
-            "PGDATA",
-            "/var/lib/postgresql/data".into(),
-        );
+    for (k, v) in &kind.env {
+        set(&mut order, &mut map, k, v.clone());
     }
     let ns = str_at(pod, "/metadata/namespace");
     for src in ct
@@ -281,29 +217,32 @@ fn strings(v: Option<&Value>) -> Vec<String> {
 /// The argv: `command` + `args`, or the image's default program.
 fn argv(
     ct: &Value,
-    kind: &ImageKind,
+    kind: &ResolvedImage,
     env: &HashMap<String, String>,
 ) -> anyhow::Result<Vec<String>> {
     let mut command = strings(ct.get("command"));
     let args = strings(ct.get("args"));
+    let program = kind.program.as_deref();
     if command.is_empty() {
-        command = match kind {
-            ImageKind::Postgres(_) => vec!["postgres".into()],
-            ImageKind::Pgbouncer if args.is_empty() => {
-                vec![PGBOUNCER.into(), "/etc/pgbouncer/pgbouncer.ini".into()]
-            }
-            ImageKind::Pgbouncer => vec![PGBOUNCER.into()],
-            ImageKind::Other => bail!(
+        let Some(program) = program else {
+            bail!(
                 "image {} has no local entrypoint: give the container a command",
                 str_at(ct, "/image")
-            ),
+            )
         };
-    } else if *kind == ImageKind::Pgbouncer
-        && command
+        command = vec![program.to_string()];
+        if args.is_empty() {
+            command.extend(kind.default_args.iter().cloned());
+        }
+    } else if let Some(p) = program.filter(|p| p.starts_with('/')) {
+        // The image's program by name or by its in-image path runs the local one.
+        let file = p.rsplit('/').next().unwrap_or(p);
+        if command
             .first()
-            .is_some_and(|c| c == "pgbouncer" || c.ends_with("/pgbouncer"))
-    {
-        command[0] = PGBOUNCER.into();
+            .is_some_and(|c| c == file || c.ends_with(&format!("/{file}")))
+        {
+            command[0] = p.to_string();
+        }
     }
     Ok(command
         .into_iter()
@@ -321,10 +260,11 @@ pub fn resolve(
     ct: &Value,
     volume_dirs: &HashMap<String, PathBuf>,
     home: &str,
+    rules: &[ImageRule],
 ) -> anyhow::Result<ContainerSpec> {
     let name = str_at(ct, "/name").to_string();
     let image = str_at(ct, "/image").to_string();
-    let kind = classify(&image);
+    let kind = images::resolve(rules, &image);
     let env = environment(c, pod, ct, &kind, home)?;
     let env_map: HashMap<String, String> = env.iter().cloned().collect();
     let argv = argv(ct, &kind, &env_map)?;
@@ -397,13 +337,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn images_map_to_local_programs() {
-        assert_eq!(repository("docker.io/library/postgres:15.4"), "postgres");
-        assert_eq!(major("postgres:15.4-bookworm").as_deref(), Some("15"));
-        assert!(matches!(classify("postgres:15.20"), ImageKind::Postgres(_)));
-        assert_eq!(classify("bitnami/pgbouncer:1.22"), ImageKind::Pgbouncer);
-        assert_eq!(classify("edoburu/pgbouncer"), ImageKind::Pgbouncer);
-        assert_eq!(classify("busybox:1"), ImageKind::Other);
+    fn an_image_program_replaces_the_command_of_the_same_name() {
+        let kind = ResolvedImage {
+            program: Some("/usr/sbin/proxy".into()),
+            default_args: vec!["/etc/proxy.ini".into()],
+            ..Default::default()
+        };
+        let env = HashMap::new();
+        let argv = |ct: Value| argv(&ct, &kind, &env).unwrap();
+        use serde_json::json;
+        assert_eq!(argv(json!({})), ["/usr/sbin/proxy", "/etc/proxy.ini"]);
+        assert_eq!(argv(json!({"args": ["-v"]})), ["/usr/sbin/proxy", "-v"]);
+        assert_eq!(
+            argv(json!({"command": ["/opt/proxy", "x"]})),
+            ["/usr/sbin/proxy", "x"]
+        );
+        assert_eq!(argv(json!({"command": ["sh"]})), ["sh"]);
+        let none = ResolvedImage::default();
+        assert!(super::argv(&json!({"image": "x"}), &none, &env).is_err());
     }
 
     #[test]

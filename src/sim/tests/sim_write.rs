@@ -3,15 +3,15 @@
 //! finalizers and deletionTimestamp, ownerReference garbage collection.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod support;
 
-use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
 use kube::api::{
     Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
 };
 use serde_json::{Value, json};
+use support::*;
 
 fn cm(name: &str, data: Value) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap()

@@ -5,14 +5,14 @@
 //! columns, `delete` with finalizers, `exec`, `logs`, `scale` and `explain`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod support;
 
-use common::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
+use support::*;
 
 const KUBECTL: &str = "/usr/bin/kubectl";
 
@@ -152,11 +152,15 @@ spec:
   clusterSize: 1
 ";
 
+/// pgfleet's CRDs, a realistic fixture: the repository's generated file
+/// (`pgfleet crd` writes it), read from disk so this crate needs no pgfleet.
+const PGFLEET_CRDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds/pgfleet.io.yaml");
+
 /// A sim with the pgfleet CRDs applied from a file and two clusters.
 fn sim_with_clusters(tag: &str) -> (TestSim, Kubectl) {
     let s = TestSim::start_blocking(options(&temp_dir(tag), false));
     let k = Kubectl::new(&s);
-    let crd_file = k.file("crds.yaml", &pgfleet::crd::yaml().unwrap());
+    let crd_file = k.file("crds.yaml", &std::fs::read_to_string(PGFLEET_CRDS).unwrap());
     let out = k.ok(&["apply", "-f", &crd_file]);
     assert!(out.contains("postgresclusters.pgfleet.io created"), "{out}");
     k.ok(&[

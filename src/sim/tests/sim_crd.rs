@@ -4,13 +4,13 @@
 //! responses, and deregistration.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod support;
 
 use axum::http;
-use common::*;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
+use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_resources_are_validated_defaulted_and_pruned() {

@@ -4,15 +4,15 @@
 //! and persistence across a restart.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod support;
 
-use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, AttachParams, DynamicObject, LogParams};
-use pgfleet::sim::faults::FaultSpec;
+use pgfleet_sim::faults::FaultSpec;
 use serde_json::json;
 use std::time::{Duration, Instant};
+use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn running_pod(client: &kube::Client, name: &str) -> Api<Pod> {

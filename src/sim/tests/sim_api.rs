@@ -4,9 +4,8 @@
 //! are in `sim_crd.rs`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod support;
 
-use common::*;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -23,6 +22,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::fmt::Debug;
+use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_finds_builtins_and_registered_crds() {

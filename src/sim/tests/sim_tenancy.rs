@@ -6,15 +6,15 @@
 //! runtime writes Secret files owner-only (honouring `defaultMode`).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod support;
 
 use base64::Engine;
-use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount};
 use kube::api::{Api, AttachParams, Patch, PatchParams, PostParams};
-use pgfleet::sim::{RuntimeKind, SimOptions};
+use pgfleet_sim::{RuntimeKind, SimOptions};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use support::*;
 use tokio::io::AsyncReadExt;
 
 fn obj<T: DeserializeOwned>(v: Value) -> T {
@@ -30,7 +30,7 @@ async fn client_with_token(s: &TestSim, token: &str) -> kube::Client {
         .join(format!("token-{}.kubeconfig", &token[..4.min(token.len())]));
     std::fs::write(
         &path,
-        pgfleet::sim::kubeconfig_yaml(&c.name, c.addr, token, ca),
+        pgfleet_sim::kubeconfig_yaml(&c.name, c.addr, token, ca),
     )
     .unwrap();
     client_without_retries(&path).await
@@ -269,27 +269,6 @@ async fn a_restricted_namespace_refuses_a_violating_pod_like_kube() {
     );
     assert_eq!(err.code, 403, "{err:?}");
 
-    // pgfleet's instance and pooler Pods pass.
-    let mut pg = pgfleet::crd::PostgresCluster::new(
-        "db",
-        serde_json::from_value(json!({"clusterSize": 1, "version": "15"})).unwrap(),
-    );
-    pg.metadata.namespace = Some("tenant".into());
-    pg.metadata.uid = Some("u-1".into());
-    let o = pgfleet::controller::build::Owner::of(&pg, 0);
-    let mut instance = pgfleet::controller::build::pod(&o, &pg, 0, "primary", "initdb", &[]);
-    instance["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("ownerReferences");
-    pods.create(&pp, &obj(instance)).await.unwrap();
-    let mut pooler = pgfleet::controller::pooler::pod(&o, 1);
-    pooler["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("ownerReferences");
-    pods.create(&pp, &obj(pooler)).await.unwrap();
-
     // Baseline allows what restricted refuses; no label enforces nothing.
     Api::<Namespace>::all(client.clone())
         .patch(
@@ -343,6 +322,7 @@ async fn process_runtime_writes_secret_files_owner_only_under_restricted() {
         persist: false,
         history: 1_000,
         admin: false,
+        images: vec![],
     };
     let sim = TestSim::start(opts).await;
     let client = client_from(&sim.sim.clusters[40].kubeconfig).await;

@@ -4,9 +4,8 @@
 //! default list-then-watch, including reconnecting after dropped watches.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod support;
 
-use common::*;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
@@ -15,6 +14,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::pin::Pin;
+use support::*;
 
 fn cm(name: &str, labels: serde_json::Value) -> ConfigMap {
     serde_json::from_value(

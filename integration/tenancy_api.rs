@@ -18,8 +18,7 @@
 //! Outcomes only: nothing is timed beyond "eventually", with generous patience.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-use common::bin;
+use crate::common::bin;
 #[path = "tenancy_api/certs.rs"]
 mod certs;
 

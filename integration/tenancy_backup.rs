@@ -9,8 +9,7 @@
 //! (`tenancy_backup_process` proves the same with real pgBackRest.)
 #![allow(clippy::unwrap_used)]
 
-mod common;
-use common::fleet;
+use crate::common::fleet;
 
 use fleet::*;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};

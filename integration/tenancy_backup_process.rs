@@ -9,8 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-use common::process as env;
+use crate::common::process as env;
 
 use env::{Env, NS, connect};
 use kube::api::{Api, PostParams};

@@ -6,9 +6,8 @@
 //! `Unreachable` (with the reason) instead of stopping `pgfleet run`.
 #![allow(clippy::unwrap_used)]
 
-use common::bin;
-mod common;
-use common::fleet;
+use crate::common::bin;
+use crate::common::fleet;
 
 use fleet::{PATIENCE, TestFleet, client_from, eventually, eventually_within};
 use k8s_openapi::api::core::v1::Pod;

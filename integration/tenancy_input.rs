@@ -7,10 +7,9 @@
 //! over real HTTP and checks objects, not log lines.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-use common::fleet;
+use crate::common::fleet;
 
-use common::process as env;
+use crate::common::process as env;
 
 use fleet::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};

@@ -5,8 +5,7 @@
 //! with kube's 403. Outcomes only; nothing is timed.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-use common::fleet;
+use crate::common::fleet;
 
 use fleet::*;
 use k8s_openapi::api::core::v1::{Namespace, Pod};

@@ -10,8 +10,7 @@
 //! namespace opens nothing).
 #![allow(clippy::unwrap_used)]
 
-mod common;
-use common::fleet;
+use crate::common::fleet;
 #[allow(dead_code)]
 #[path = "deploy/kubectl.rs"]
 mod kubectl;

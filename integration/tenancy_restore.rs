@@ -9,8 +9,7 @@
 //! namespace holds the victim's password or the victim's other Secret.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-use common::fleet;
+use crate::common::fleet;
 
 use fleet::*;
 use k8s_openapi::ByteString;

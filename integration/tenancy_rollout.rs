@@ -6,8 +6,7 @@
 //! the PostgresClusters and the stored ConfigMaps; nothing is timed.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-use common::fleet;
+use crate::common::fleet;
 
 use fleet::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};

@@ -156,11 +156,10 @@ fn ident_before(b: &[char], i: usize) -> bool {
 
 /// `'a'`, `'\n'`, `'\''` are char literals; `'a` (a lifetime) is not.
 fn is_char_literal(b: &[char], i: usize) -> bool {
-    match (b.get(i + 1), b.get(i + 2), b.get(i + 3)) {
-        (Some('\\'), _, _) => true,
-        (Some(_), Some('\''), _) => true,
-        _ => false,
-    }
+    matches!(
+        (b.get(i + 1), b.get(i + 2)),
+        (Some('\\'), _) | (Some(_), Some('\''))
+    )
 }
 
 fn ident_at(b: &[char], i: usize) -> String {

@@ -96,7 +96,7 @@ pub async fn fleet(
     let kept: Vec<&PgcView> = pgcs.iter().filter(|p| filter.keeps(p)).collect();
     Ok(Json(json!({
         "manager": state.identity,
-        "generatedAt": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "generatedAt": crate::platform::time::now_rfc3339(),
         "clusters": clusters,
         "phases": count_phases(&pgcs),
         "postgresclusters": kept,

@@ -1,6 +1,6 @@
 //! Which instance a backup reads from: a healthy streaming standby when
 //! there is one, so the backup's read I/O stays off the primary (pgBackRest
-//! `--backup-standby`, backup::tls); the primary otherwise.
+//! `--backup-standby`, pgbackrest::tls); the primary otherwise.
 
 use crate::crd::cluster::InstanceStatus;
 

@@ -21,7 +21,7 @@ pub const MEMBER: &str = "bench";
 pub const NS: &str = "bench";
 /// The PostgresCluster backed up.
 pub const NAME: &str = "src";
-/// The rendered configuration every instance gets (see `backup::repo`).
+/// The rendered configuration every instance gets (see `pgbackrest::repo`).
 pub const CONF: &str = "/etc/pgfleet/config/pgbackrest.conf";
 
 pub struct Env {

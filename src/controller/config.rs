@@ -68,7 +68,7 @@ pub async fn reconcile(
                     "pgbackrest.conf: the repository path {why}"
                 )));
             }
-            // This incarnation's repository (backup::incarnation).
+            // This incarnation's repository (pgbackrest::incarnation).
             Some(crate::pgbackrest::repo::render_conf(
                 &b.repository,
                 &repo.path,

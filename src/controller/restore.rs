@@ -52,7 +52,7 @@ pub struct Authorized {
 
 impl Authorized {
     /// The source's repository: its current incarnation, or the one
-    /// `fromBackup.uid` names (backup::incarnation, finding 11).
+    /// `fromBackup.uid` names (pgbackrest::incarnation, finding 11).
     pub async fn source_repo(
         &self,
         ctx: &Ctx,

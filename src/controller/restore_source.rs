@@ -129,7 +129,7 @@ pub fn resolve(
         errs.push(format!(
             "{FIELD}.targetTime: {t} is in the future (the manager's clock reads {}); \
              a restore can only recover to a time that has passed",
-            now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            crate::platform::time::ts(now)
         ));
     }
     if !errs.is_empty() {

@@ -1,6 +1,6 @@
 //! The Secrets a PostgresCluster's instances need, made once and never
 //! overwritten: credentials (superuser, replication) and, when backups are
-//! configured, the pgBackRest TLS pair (backup::tls).
+//! configured, the pgBackRest TLS pair (pgbackrest::tls).
 
 use super::Ctx;
 use super::build::{self, Owner};

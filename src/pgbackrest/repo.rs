@@ -101,7 +101,7 @@ pub fn archive_parameters() -> [(&'static str, &'static str); 3] {
 }
 
 /// `/<prefix>/<member>/<namespace>/<name>`: the directory of every
-/// incarnation of one cluster name (backup::incarnation adds the uid); also
+/// incarnation of one cluster name (pgbackrest::incarnation adds the uid); also
 /// the whole path of clusters that predate per-incarnation repositories.
 /// `<prefix>/<member>/<namespace>/` is what a per-namespace object-store
 /// policy grants (docs/backups.md).

@@ -14,6 +14,16 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
         .fold(BASIS, |hash, &b| (hash ^ u64::from(b)).wrapping_mul(PRIME))
 }
 
+/// FNV-1a, 32-bit: the controller's shard of a PostgresCluster (its value
+/// is a label on every PostgresCluster, so it must never change).
+pub fn fnv1a32(bytes: impl IntoIterator<Item = u8>) -> u32 {
+    const BASIS: u32 = 0x811c_9dc5;
+    const PRIME: u32 = 0x0100_0193;
+    bytes
+        .into_iter()
+        .fold(BASIS, |hash, b| (hash ^ u32::from(b)).wrapping_mul(PRIME))
+}
+
 /// A stable content hash (FNV-1a over canonical JSON): children carry the
 /// hash of what they were built from, so an unchanged child costs no write.
 pub fn content_hash(v: &Value) -> String {
@@ -30,6 +40,9 @@ mod tests {
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+        assert_eq!(fnv1a32(*b""), 0x811c_9dc5);
+        assert_eq!(fnv1a32(*b"a"), 0xe40c_292c);
+        assert_eq!(fnv1a32(*b"foobar"), 0xbf9c_f968);
     }
 
     #[test]

@@ -1,8 +1,8 @@
-//! What every layer above may use and nothing in it knows about the domain:
-//! Kubernetes Events, the labels and annotations pgfleet stamps on objects,
-//! the background-task guard, time (the clock and RFC 3339 text) and the
-//! one content hash. It sits just above the leaves (config, crd, postgres)
-//! and uses nothing but them; see docs/architecture.md, "Layers".
+//! What every layer above may use and that decides nothing about a
+//! PostgreSQL cluster: Kubernetes Events, the labels and annotations pgfleet
+//! stamps on objects, the background-task guard, time (the clock and RFC 3339
+//! text) and the one hash. It sits just above the leaves (config, crd,
+//! postgres) and uses nothing else; see docs/architecture.md, "Layers".
 
 pub mod clock;
 pub mod events;

@@ -16,6 +16,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("leaves", &["config", "crd", "http_client"]),
     ("postgres", &["postgres"]),
     ("platform", &["platform"]),
+    ("emulated", &["emulated"]),
     ("observability", &["metrics", "telemetry"]),
     ("fleet", &["fleet"]),
     ("instance backup", &["pgbackrest"]),
@@ -24,6 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("ops", &["ops"]),
     ("api", &["api"]),
     ("manager", &["manager"]),
+    ("testkit", &["testkit"]),
     ("bench", &["bench"]),
     ("cli", &["cli"]),
 ];

@@ -5,6 +5,7 @@
 
 mod auth;
 mod discovery;
+mod events_view;
 mod exec;
 mod protobuf;
 mod query;

@@ -75,7 +75,11 @@ pub fn to_events(v: &Value) -> Value {
     let mut out = rename_keys(v, false);
     out.insert("apiVersion".into(), json!(EVENTS_API_VERSION));
     out.insert("kind".into(), json!("Event"));
-    for k in ["eventTime", "deprecatedFirstTimestamp", "deprecatedLastTimestamp"] {
+    for k in [
+        "eventTime",
+        "deprecatedFirstTimestamp",
+        "deprecatedLastTimestamp",
+    ] {
         out.entry(k).or_insert(Value::Null);
     }
     for k in ["regarding", "deprecatedSource"] {

@@ -24,7 +24,14 @@ fn events_shape_round_trips_through_the_core_shape() {
     assert_eq!(core["lastTimestamp"], Value::Null);
     assert!(core.get("regarding").is_none() && core.get("note").is_none());
     let back = to_events(&core);
-    for k in ["regarding", "note", "reportingController", "series", "eventTime", "action"] {
+    for k in [
+        "regarding",
+        "note",
+        "reportingController",
+        "series",
+        "eventTime",
+        "action",
+    ] {
         assert_eq!(back[k], ev[k], "{k}");
     }
     assert_eq!(back["apiVersion"], "events.k8s.io/v1");

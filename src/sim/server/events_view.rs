@@ -5,8 +5,8 @@
 //! means one resourceVersion sequence, and a watch in either group sees
 //! writes made through the other.
 
-use crate::sim::events::{self as convert, EVENTS_API_VERSION};
 use crate::sim::error::ApiError;
+use crate::sim::events::{self as convert, EVENTS_API_VERSION};
 use crate::sim::resources::ResourceType;
 use axum::body::Body;
 use axum::http::{Method, Request, Response, header};
@@ -44,8 +44,8 @@ where
     F: FnOnce(Request<Body>) -> Fut,
     Fut: Future<Output = Result<Response<Body>, ApiError>>,
 {
-    let is_watch = req.method() == Method::GET
-        && super::Query::parse(req.uri().query()).flag("watch");
+    let is_watch =
+        req.method() == Method::GET && super::Query::parse(req.uri().query()).flag("watch");
     let req = request_to_core(req).await?;
     let resp = serve_core(req).await.map_err(error_to_events)?;
     if is_watch {

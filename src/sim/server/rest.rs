@@ -276,7 +276,8 @@ impl Filter {
     /// The selectors of a list or watch of `rt` (field labels of Events
     /// are checked and translated as kube does).
     pub fn from_query(rt: &ResourceType, q: &Query) -> Result<Self, ApiError> {
-        let fields = events_view::core_filter_selector(rt, q.get("fieldSelector").unwrap_or_default())?;
+        let fields =
+            events_view::core_filter_selector(rt, q.get("fieldSelector").unwrap_or_default())?;
         Ok(Filter {
             labels: LabelSelector::parse(q.get("labelSelector").unwrap_or_default())
                 .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,

@@ -242,11 +242,18 @@ fn manager_manifests_pass_a_server_side_dry_run() {
     text.push_str("components:\n  - monitoring\n");
     std::fs::write(&kustomization, text).unwrap();
     let monitored = with_monitoring.to_string_lossy().into_owned();
-    let apply = ["apply", "--server-side", "--dry-run=server", "-k", &monitored];
+    let apply = [
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-k",
+        &monitored,
+    ];
     let (_, err) = kubectl.fails(&apply);
     assert!(
-        err.contains("no matches for kind \"ServiceMonitor\" in version \"monitoring.coreos.com/v1\"")
-            && err.contains("ensure CRDs are installed first"),
+        err.contains(
+            "no matches for kind \"ServiceMonitor\" in version \"monitoring.coreos.com/v1\""
+        ) && err.contains("ensure CRDs are installed first"),
         "{err}"
     );
     let crd = kubectl.file("servicemonitor-crd.yaml", rules::SERVICE_MONITOR_CRD);

@@ -322,7 +322,7 @@ pub fn openapi_v2_protobuf() -> Response<Body> {
     }
     let mut info = vec![];
     field(&mut info, 1, b"pgfleet-sim");
-    field(&mut info, 6, b"v1.32.0");
+    field(&mut info, 2, b"v1.32.0");
     let mut doc = vec![];
     field(&mut doc, 1, b"2.0");
     field(&mut doc, 2, &info);

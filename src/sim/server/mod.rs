@@ -7,6 +7,7 @@ mod auth;
 mod discovery;
 mod events_view;
 mod exec;
+mod freshness;
 mod protobuf;
 mod query;
 mod rest;

@@ -2,7 +2,9 @@
 //! objects (get, replace, patch, delete) and the status, scale, exec and log
 //! subresources.
 
-use super::{Ctx, Query, bytes_response, discovery, events_view, exec, json_response, watch};
+use super::{
+    Ctx, Query, bytes_response, discovery, events_view, exec, freshness, json_response, watch,
+};
 use crate::sim::cluster::{DeleteOpts, Sub, WriteOpts};
 use crate::sim::error::ApiError;
 use crate::sim::patch;
@@ -64,9 +66,17 @@ async fn serve(ctx: Ctx, target: Target, req: Request<Body>) -> Result<Response<
     match (target.name.as_deref(), target.sub.as_deref()) {
         (None, _) => match method {
             Method::GET if query.flag("watch") => {
+                if let Err(e) = freshness::wait(&ctx.cluster, &query).await {
+                    return Ok(freshness::watch_error(&e));
+                }
                 watch::watch(ctx, &target.rt, &target.ns, &query, req.headers())
             }
-            Method::GET => list(&ctx, &target.rt, &target.ns, &query, req.headers()),
+            Method::GET => {
+                if let Err(e) = freshness::wait(&ctx.cluster, &query).await {
+                    return Ok(freshness::list_error(&e));
+                }
+                list(&ctx, &target.rt, &target.ns, &query, req.headers())
+            }
             Method::POST => {
                 let body = read_body(req).await?;
                 let obj =

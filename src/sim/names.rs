@@ -203,19 +203,51 @@ pub fn label_problems(labels: Option<&Value>) -> Vec<(String, String)> {
 /// Name, `generateName`, labels and annotations of an object being written
 /// (422 Invalid like kube, every problem a cause with its field path).
 pub fn validate_object(rt: &ResourceType, name: &str, v: &Value) -> Result<(), ApiError> {
-    validate_name(rt, name)?;
-    let mut causes: Vec<(String, String, String)> = label_problems(v.pointer("/metadata/labels"))
-        .into_iter()
-        .map(|(f, m)| (f, "FieldValueInvalid".to_string(), m))
-        .collect();
+    // kube reports every problem: generateName, then the name, labels, annotations.
+    let mut causes = vec![];
     if let Some(prefix) = v.pointer("/metadata/generateName").and_then(Value::as_str) {
         causes.extend(generate_name_problems(rt, prefix));
     }
+    if let Err(e) = validate_name(rt, name) {
+        causes.extend(causes_of(&e));
+    }
+    causes.extend(
+        label_problems(v.pointer("/metadata/labels"))
+            .into_iter()
+            .map(|(f, m)| (f, "FieldValueInvalid".to_string(), m)),
+    );
     causes.extend(annotation_problems(v.pointer("/metadata/annotations")));
     if causes.is_empty() {
         return Ok(());
     }
     Err(ApiError::invalid(&rt.kind, name, causes))
+}
+
+/// The (field, reason, "field: message") causes of a 422.
+fn causes_of(e: &ApiError) -> Vec<(String, String, String)> {
+    let causes = e
+        .details
+        .as_ref()
+        .and_then(|d| d.get("causes"))
+        .and_then(Value::as_array);
+    causes
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let s = |k: &str| {
+                c.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let field = s("field");
+            (
+                field.clone(),
+                s("reason"),
+                format!("{field}: {}", s("message")),
+            )
+        })
+        .collect()
 }
 
 /// kube's total size limit of an object's annotations (keys plus values).
@@ -274,26 +306,18 @@ fn generate_name_problems(rt: &ResourceType, prefix: &str) -> Vec<(String, Strin
         Some(p) => format!("{p}a"),
         None => prefix.to_string(),
     };
-    let problems = match validate_name(rt, &masked) {
-        Ok(()) => return vec![],
-        Err(e) => e.details,
+    let Err(e) = validate_name(rt, &masked) else {
+        return vec![];
     };
     let shown = serde_json::to_string(prefix).unwrap_or_default();
-    let causes = problems
-        .as_ref()
-        .and_then(|d| d.get("causes"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    causes
-        .iter()
-        .filter_map(|c| c.get("message").and_then(Value::as_str))
-        .map(|m| {
-            let why = m.split_once(": ").map_or(m, |(_, w)| w);
-            let why = why.split_once(": ").map_or(why, |(_, w)| w);
+    causes_of(&e)
+        .into_iter()
+        .map(|(_, reason, m)| {
+            // "metadata.name: Invalid value: \"x\": why" → why
+            let why = m.splitn(3, ": ").nth(2).unwrap_or(&m).to_string();
             (
                 "metadata.generateName".to_string(),
-                "FieldValueInvalid".to_string(),
+                reason,
                 format!("metadata.generateName: Invalid value: {shown}: {why}"),
             )
         })

@@ -6,8 +6,9 @@
 //!   backs one up, rolls the fleet to a new minor version, scales down and
 //!   deletes a cluster; the audit log must show every request allowed, and
 //!   the ClusterRole must be used rule by rule, without wildcards.
-//! - `deploy/manager` passes a server-side dry run (after a minimal
-//!   ServiceMonitor CRD), creates nothing, and renders the intended shapes.
+//! - `deploy/manager` passes a server-side dry run without the Prometheus
+//!   Operator, creates nothing, and renders the intended shapes; with its
+//!   `monitoring` component it is refused until the ServiceMonitor CRD exists.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -200,15 +201,9 @@ fn manager_manifests_pass_a_server_side_dry_run() {
         )))
         .unwrap();
     let kubectl = Kubectl::new(&sim.clusters[0].kubeconfig, &dir);
-    let crd = kubectl.file("servicemonitor-crd.yaml", rules::SERVICE_MONITOR_CRD);
-    kubectl.ok(&["apply", "--server-side", "-f", &crd]);
-    kubectl.ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/servicemonitors.monitoring.coreos.com",
-    ]);
     // A dry run creates nothing, not even the namespace its objects go to.
     kubectl.ok(&["create", "namespace", "pgfleet"]);
+    // deploy/manager installs on a cluster without the Prometheus Operator.
     let dir_arg = repo().join("deploy/manager");
     let out = kubectl.ok(&[
         "apply",
@@ -225,10 +220,10 @@ fn manager_manifests_pass_a_server_side_dry_run() {
         "service/pgfleet",
         "deployment.apps/pgfleet",
         "poddisruptionbudget.policy/pgfleet",
-        "servicemonitor.monitoring.coreos.com/pgfleet",
     ] {
         assert!(out.contains(obj), "{obj} missing from the dry run:\n{out}");
     }
+    assert!(!out.contains("servicemonitor"), "{out}");
     assert!(out.contains("(server dry run)"), "{out}");
     let (_, err) = kubectl.fails(&["-n", "pgfleet", "get", "deployment", "pgfleet"]);
     assert!(
@@ -236,7 +231,49 @@ fn manager_manifests_pass_a_server_side_dry_run() {
         "the dry run created the Deployment: {err}"
     );
 
-    let rendered = Rendered::of(&dir_arg);
+    // With the monitoring component: refused as a real server refuses a
+    // kind without its CRD, accepted once the CRD is established.
+    let with_monitoring = dir.join("manager-with-monitoring");
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&dir_arg)
+        .arg(&with_monitoring)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let kustomization = with_monitoring.join("kustomization.yaml");
+    let mut text = std::fs::read_to_string(&kustomization).unwrap();
+    text.push_str("components:\n  - monitoring\n");
+    std::fs::write(&kustomization, text).unwrap();
+    let monitored = with_monitoring.to_string_lossy().into_owned();
+    let apply = [
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-k",
+        &monitored,
+    ];
+    let (_, err) = kubectl.fails(&apply);
+    assert!(
+        err.contains(
+            "no matches for kind \"ServiceMonitor\" in version \"monitoring.coreos.com/v1\""
+        ) && err.contains("ensure CRDs are installed first"),
+        "{err}"
+    );
+    let crd = kubectl.file("servicemonitor-crd.yaml", rules::SERVICE_MONITOR_CRD);
+    kubectl.ok(&["apply", "--server-side", "-f", &crd]);
+    kubectl.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/servicemonitors.monitoring.coreos.com",
+    ]);
+    let out = kubectl.ok(&apply);
+    assert!(
+        out.contains("servicemonitor.monitoring.coreos.com/pgfleet"),
+        "{out}"
+    );
+
+    let rendered = Rendered::of(&with_monitoring);
     rendered.assert_manager_shape();
     let toml = rendered.fleet_toml();
     let settings = pgfleet::config::load_str(&toml, "deploy/manager/fleet.toml")

@@ -186,8 +186,7 @@ impl Cluster {
                     )],
                 ));
             }
-            let n: u32 = rand::random();
-            name = format!("{prefix}{}", &format!("{n:08x}")[..5]);
+            name = super::names::generate_name(&prefix);
             obj["metadata"]["name"] = json!(name);
         }
         let body_ns = str_at(&obj, "/metadata/namespace").to_string();

@@ -35,6 +35,11 @@ pub fn on_write(
             Ok(())
         }
         ("apiextensions.k8s.io", "customresourcedefinitions") => crd(rt, v),
+        // Stored in the core shape with kube's zero values (see `events`).
+        ("", "events") => {
+            *v = super::events::core_view(v);
+            Ok(())
+        }
         ("", "secrets") => {
             secret_string_data(v);
             secret_type_immutable(old, v)?;

@@ -12,6 +12,7 @@ pub mod admin;
 pub mod audit;
 pub mod cluster;
 pub mod error;
+pub mod events;
 pub mod exec_log;
 pub mod faults;
 pub mod gc;

@@ -200,21 +200,145 @@ pub fn label_problems(labels: Option<&Value>) -> Vec<(String, String)> {
     out
 }
 
-/// Name and labels of an object being written (422 Invalid like kube).
+/// Name, `generateName`, labels and annotations of an object being written
+/// (422 Invalid like kube, every problem a cause with its field path).
 pub fn validate_object(rt: &ResourceType, name: &str, v: &Value) -> Result<(), ApiError> {
-    validate_name(rt, name)?;
-    let problems = label_problems(v.pointer("/metadata/labels"));
-    if problems.is_empty() {
+    // kube reports every problem: generateName, then the name, labels, annotations.
+    let mut causes = vec![];
+    if let Some(prefix) = v.pointer("/metadata/generateName").and_then(Value::as_str) {
+        causes.extend(generate_name_problems(rt, prefix));
+    }
+    if let Err(e) = validate_name(rt, name) {
+        causes.extend(causes_of(&e));
+    }
+    causes.extend(
+        label_problems(v.pointer("/metadata/labels"))
+            .into_iter()
+            .map(|(f, m)| (f, "FieldValueInvalid".to_string(), m)),
+    );
+    causes.extend(annotation_problems(v.pointer("/metadata/annotations")));
+    if causes.is_empty() {
         return Ok(());
     }
-    Err(ApiError::invalid(
-        &rt.kind,
-        name,
-        problems
-            .into_iter()
-            .map(|(f, m)| (f, "FieldValueInvalid".to_string(), m))
-            .collect(),
-    ))
+    Err(ApiError::invalid(&rt.kind, name, causes))
+}
+
+/// The (field, reason, "field: message") causes of a 422.
+fn causes_of(e: &ApiError) -> Vec<(String, String, String)> {
+    let causes = e
+        .details
+        .as_ref()
+        .and_then(|d| d.get("causes"))
+        .and_then(Value::as_array);
+    causes
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let s = |k: &str| {
+                c.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let field = s("field");
+            (
+                field.clone(),
+                s("reason"),
+                format!("{field}: {}", s("message")),
+            )
+        })
+        .collect()
+}
+
+/// kube's total size limit of an object's annotations (keys plus values).
+const ANNOTATIONS_MAX_BYTES: usize = 256 * 1024;
+
+/// Annotation keys are qualified names like label keys; together with their
+/// values they may not exceed 256 KiB.
+fn annotation_problems(annotations: Option<&Value>) -> Vec<(String, String, String)> {
+    let Some(m) = annotations.and_then(Value::as_object) else {
+        return vec![];
+    };
+    let mut out = vec![];
+    for k in m.keys() {
+        let (prefix, name) = match k.split_once('/') {
+            Some((p, n)) => (Some(p), n),
+            None => (None, k.as_str()),
+        };
+        let ok = is_qualified_name_part(name)
+            && prefix.is_none_or(|p| !p.is_empty() && dns1123_subdomain(p).is_empty());
+        if !ok {
+            out.push((
+                "metadata.annotations".to_string(),
+                "FieldValueInvalid".to_string(),
+                format!(
+                    "metadata.annotations: Invalid value: {}: {}",
+                    serde_json::to_string(k).unwrap_or_default(),
+                    regex_error(
+                        "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                        QUALIFIED_RE,
+                        &["MyName", "my.name", "123-abc"],
+                    )
+                ),
+            ));
+        }
+    }
+    let total: usize = m
+        .iter()
+        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+        .sum();
+    if total > ANNOTATIONS_MAX_BYTES {
+        out.push((
+            "metadata.annotations".to_string(),
+            "FieldValueTooLong".to_string(),
+            format!(
+                "metadata.annotations: Too long: may not be more than {ANNOTATIONS_MAX_BYTES} bytes"
+            ),
+        ));
+    }
+    out
+}
+
+/// `generateName` is checked as a name prefix: kube masks a trailing `-`
+/// (the random suffix follows it) and applies the kind's name rule.
+fn generate_name_problems(rt: &ResourceType, prefix: &str) -> Vec<(String, String, String)> {
+    let masked = match prefix.strip_suffix('-') {
+        Some(p) => format!("{p}a"),
+        None => prefix.to_string(),
+    };
+    let Err(e) = validate_name(rt, &masked) else {
+        return vec![];
+    };
+    let shown = serde_json::to_string(prefix).unwrap_or_default();
+    causes_of(&e)
+        .into_iter()
+        .map(|(_, reason, m)| {
+            // "metadata.name: Invalid value: \"x\": why" → why
+            let why = m.splitn(3, ": ").nth(2).unwrap_or(&m).to_string();
+            (
+                "metadata.generateName".to_string(),
+                reason,
+                format!("metadata.generateName: Invalid value: {shown}: {why}"),
+            )
+        })
+        .collect()
+}
+
+/// The characters of generated name suffixes (kube's `utilrand.String`:
+/// no vowels, no confusable digits).
+const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// A name from `generateName`: the prefix cut to 58 characters (so the
+/// name fits a 63-character label) plus a random 5-character suffix.
+pub fn generate_name(prefix: &str) -> String {
+    let cut: String = prefix.chars().take(58).collect();
+    let suffix: String = (0..5)
+        .map(|_| {
+            let i = rand::random::<u32>() as usize % SUFFIX_ALPHABET.len();
+            char::from(SUFFIX_ALPHABET[i])
+        })
+        .collect();
+    format!("{cut}{suffix}")
 }
 
 #[cfg(test)]
@@ -249,6 +373,26 @@ mod tests {
             dns1123_subdomain(&"a".repeat(254)),
             vec!["must be no more than 253 characters"]
         );
+    }
+
+    #[test]
+    fn generated_names_fit_a_label_and_use_kubes_alphabet() {
+        let n = generate_name(&"p".repeat(70));
+        assert_eq!(n.len(), 63);
+        assert!(n[58..].bytes().all(|b| SUFFIX_ALPHABET.contains(&b)), "{n}");
+        assert_eq!(generate_name("web-").len(), 9);
+    }
+
+    #[test]
+    fn annotations_are_limited_to_256_kib_in_total() {
+        let big = serde_json::json!({"a": "x".repeat(200 * 1024), "b": "y".repeat(60 * 1024)});
+        let p = annotation_problems(Some(&big));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(
+            p[0].2,
+            "metadata.annotations: Too long: may not be more than 262144 bytes"
+        );
+        assert!(annotation_problems(Some(&serde_json::json!({"ok/x": "v"}))).is_empty());
     }
 
     #[test]

@@ -294,3 +294,44 @@ pub fn openapi(c: &Cluster, rest: &[&str]) -> Result<Response<Body>, ApiError> {
         )),
     }
 }
+
+/// The media type client-go asks `/openapi/v2` for (kubectl's client-side
+/// validation of kinds that OpenAPI v3 does not describe).
+const OPENAPI_V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+
+/// Whether the request accepts only the protobuf OpenAPI v2 document.
+pub fn wants_openapi_v2_protobuf(h: &axum::http::HeaderMap) -> bool {
+    h.get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains(OPENAPI_V2_PROTOBUF))
+}
+
+/// `/openapi/v2` as protobuf (gnostic's `openapi_v2.Document`), which is
+/// what client-go parses whatever the server sends: answering JSON made
+/// kubectl fail with "proto: cannot parse invalid wire-format data". The
+/// document names the API (`swagger`, `info`) and defines no kinds, so
+/// kubectl skips client-side validation of a kind not in OpenAPI v3 and
+/// then reports what a real server's discovery says (for a kind without a
+/// CRD: `no matches for kind … ensure CRDs are installed first`). The JSON
+/// form still carries every definition.
+pub fn openapi_v2_protobuf() -> Response<Body> {
+    fn field(out: &mut Vec<u8>, number: u8, bytes: &[u8]) {
+        out.push((number << 3) | 2);
+        out.push(bytes.len() as u8);
+        out.extend_from_slice(bytes);
+    }
+    let mut info = vec![];
+    field(&mut info, 1, b"pgfleet-sim");
+    field(&mut info, 2, b"v1.32.0");
+    let mut doc = vec![];
+    field(&mut doc, 1, b"2.0");
+    field(&mut doc, 2, &info);
+    let mut r = Response::new(Body::from(doc));
+    r.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static(
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+        ),
+    );
+    r
+}

@@ -5,7 +5,9 @@
 
 mod auth;
 mod discovery;
+mod events_view;
 mod exec;
+mod freshness;
 mod protobuf;
 mod query;
 mod rest;
@@ -184,6 +186,9 @@ async fn route(ctx: Ctx, req: Request<Body>) -> Result<Response<Body>, ApiError>
             StatusCode::OK,
             &discovery::groups(&ctx.cluster),
         )),
+        ["openapi", "v2"] if discovery::wants_openapi_v2_protobuf(req.headers()) => {
+            Ok(discovery::openapi_v2_protobuf())
+        }
         ["openapi", rest @ ..] => discovery::openapi(&ctx.cluster, rest),
         ["api", "v1", rest @ ..] => rest::dispatch(ctx.clone(), "", "v1", rest, req).await,
         ["apis", group] => {

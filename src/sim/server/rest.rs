@@ -2,7 +2,9 @@
 //! objects (get, replace, patch, delete) and the status, scale, exec and log
 //! subresources.
 
-use super::{Ctx, Query, bytes_response, discovery, exec, json_response, watch};
+use super::{
+    Ctx, Query, bytes_response, discovery, events_view, exec, freshness, json_response, watch,
+};
 use crate::cluster::{DeleteOpts, Sub, WriteOpts};
 use crate::error::ApiError;
 use crate::patch;
@@ -44,14 +46,37 @@ pub async fn dispatch(
             });
     }
     let target = resolve(&ctx, group, version, segs)?;
+    if events_view::is_events_group(&target.rt) {
+        // One storage for both groups: served by the core resource, converted.
+        let core = ctx
+            .cluster
+            .registry()
+            .get("", "v1", "events")
+            .cloned()
+            .ok_or_else(|| ApiError::new(500, "InternalError", "core Events are not served"))?;
+        let target = Target { rt: core, ..target };
+        return events_view::serve_events_group(req, |req| serve(ctx, target, req)).await;
+    }
+    serve(ctx, target, req).await
+}
+
+async fn serve(ctx: Ctx, target: Target, req: Request<Body>) -> Result<Response<Body>, ApiError> {
     let query = Query::parse(req.uri().query());
     let method = req.method().clone();
     match (target.name.as_deref(), target.sub.as_deref()) {
         (None, _) => match method {
             Method::GET if query.flag("watch") => {
+                if let Err(e) = freshness::wait(&ctx.cluster, &query).await {
+                    return Ok(freshness::watch_error(&e));
+                }
                 watch::watch(ctx, &target.rt, &target.ns, &query, req.headers())
             }
-            Method::GET => list(&ctx, &target.rt, &target.ns, &query, req.headers()),
+            Method::GET => {
+                if let Err(e) = freshness::wait(&ctx.cluster, &query).await {
+                    return Ok(freshness::list_error(&e));
+                }
+                list(&ctx, &target.rt, &target.ns, &query, req.headers())
+            }
             Method::POST => {
                 let body = read_body(req).await?;
                 let obj =
@@ -258,11 +283,15 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn from_query(q: &Query) -> Result<Self, ApiError> {
+    /// The selectors of a list or watch of `rt` (field labels of Events
+    /// are checked and translated as kube does).
+    pub fn from_query(rt: &ResourceType, q: &Query) -> Result<Self, ApiError> {
+        let fields =
+            events_view::core_filter_selector(rt, q.get("fieldSelector").unwrap_or_default())?;
         Ok(Filter {
             labels: LabelSelector::parse(q.get("labelSelector").unwrap_or_default())
                 .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
-            fields: FieldSelector::parse(q.get("fieldSelector").unwrap_or_default())
+            fields: FieldSelector::parse(&fields)
                 .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?,
         })
     }
@@ -281,7 +310,7 @@ fn list(
     q: &Query,
     headers: &axum::http::HeaderMap,
 ) -> Result<Response<Body>, ApiError> {
-    let filter = Filter::from_query(q)?;
+    let filter = Filter::from_query(rt, q)?;
     let (after, snapshot_rv) = match q.get("continue") {
         Some(tok) => {
             let (ns, name, rv) = decode_continue(tok, ctx.cluster.store.compacted_rv())?;
@@ -397,7 +426,7 @@ fn decode_continue(tok: &str, compacted: u64) -> Result<(String, String, u64), A
 }
 
 fn delete_collection(ctx: &Ctx, t: &Target, q: &Query) -> Result<Response<Body>, ApiError> {
-    let filter = Filter::from_query(q)?;
+    let filter = Filter::from_query(&t.rt, q)?;
     let (items, rv) = ctx.cluster.store.list(
         &t.rt.key(),
         (!t.ns.is_empty()).then_some(t.ns.as_str()),

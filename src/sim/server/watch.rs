@@ -110,7 +110,7 @@ pub fn watch(
     q: &Query,
     headers: &HeaderMap,
 ) -> Result<Response<Body>, ApiError> {
-    let filter = Filter::from_query(q)?;
+    let filter = Filter::from_query(rt, q)?;
     let wants_table = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

@@ -7,10 +7,9 @@
 //! a kube client.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
+mod common;
 
-use fleet::*;
+use common::fleet::*;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Namespace};
 use k8s_openapi::api::events::v1::Event;

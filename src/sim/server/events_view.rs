@@ -1,13 +1,13 @@
 //! Events served in both groups from one storage (the conversion itself is
-//! `crate::sim::events`): requests to `events.k8s.io/v1` are rewritten to
+//! `crate::events`): requests to `events.k8s.io/v1` are rewritten to
 //! the core shape and served by the core resource; responses (objects,
 //! lists, tables, watch frames, errors) are rewritten back. One storage
 //! means one resourceVersion sequence, and a watch in either group sees
 //! writes made through the other.
 
-use crate::sim::error::ApiError;
-use crate::sim::events::{self as convert, EVENTS_API_VERSION};
-use crate::sim::resources::ResourceType;
+use crate::error::ApiError;
+use crate::events::{self as convert, EVENTS_API_VERSION};
+use crate::resources::ResourceType;
 use axum::body::Body;
 use axum::http::{Method, Request, Response, header};
 use bytes::Bytes;

@@ -6,8 +6,8 @@
 //! is accepted, as kube's cacher answers with an error watcher).
 
 use super::Query;
-use crate::sim::cluster::Cluster;
-use crate::sim::error::ApiError;
+use crate::cluster::Cluster;
+use crate::error::ApiError;
 use axum::body::Body;
 use axum::http::{Response, StatusCode, header};
 use serde_json::json;

@@ -12,21 +12,21 @@ pub mod expect;
 pub mod failover;
 mod image_policy;
 pub mod index;
+mod instance;
 pub mod names;
 #[cfg(test)]
 mod names_props;
-pub mod pause;
+mod pipeline;
 pub mod plan;
 pub mod pooler;
 pub mod reconcile;
+mod record;
 mod repository;
 mod restore;
 pub mod restore_source;
-pub mod rolling;
+pub mod rolling_update;
 mod secrets;
-pub mod switch;
 pub mod switchover;
-pub mod update;
 pub mod validate;
 
 use crate::crd::PostgresCluster;

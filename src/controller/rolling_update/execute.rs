@@ -1,16 +1,18 @@
-//! Carrying out a rolling update (the decisions are in `rolling.rs`). Each
+//! Carrying out a rolling update (the decisions are in `decide.rs`). Each
 //! round takes at most one step and records it in `status.rollingUpdate`:
 //! restart one replica (after the ones already updated caught up), switch
 //! over to an updated replica (the switchover protocol writes its own intent
 //! first), or restart the primary in place, recorded before the Pod goes so
 //! that failover detection waits for it instead of promoting.
 
-use super::Ctx;
-use super::build::Owner;
-use super::plan::{Observed, PodInfo};
-use super::reconcile::{Error, event};
-use super::rolling::{self, Step};
-use super::switch::{report, status_patch};
+use super::decide::{self, Step};
+use crate::controller::Ctx;
+use crate::controller::build::Owner;
+use crate::controller::instance::report;
+use crate::controller::plan::{Observed, PodInfo};
+use crate::controller::reconcile::{Error, event};
+use crate::controller::record::status_patch;
+use crate::controller::switchover;
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::RollingUpdateStatus;
 use crate::postgres::parse_lsn;
@@ -73,7 +75,7 @@ pub async fn step(
     };
     let not_ready_for = |p: &PodInfo| age(p.ready_changed.as_deref());
     let size = pg.spec.cluster_size.max(1) as u32;
-    let next = rolling::next_step(&rolling::Input {
+    let next = decide::next_step(&decide::Input {
         cluster: &owner.name,
         pods: &obs.pods,
         size,
@@ -188,11 +190,11 @@ pub async fn step(
             Ok(keep(st, Duration::from_secs(30)))
         }
         Step::Switchover(candidates) => {
-            let target = most_advanced(ctx, &ns, &candidates).await;
-            let Some(target) = target else {
+            let ranked = switchover::execute::candidates(ctx, owner, obs, &candidates).await;
+            let Some(target) = switchover::decide::target(&primary, &ranked) else {
                 return Ok(keep(st, Duration::from_secs(2)));
             };
-            let action = super::switchover::begin(
+            let action = switchover::begin(
                 pg,
                 ctx,
                 &primary,
@@ -268,20 +270,6 @@ async fn lagging_replica(
         }
     }
     None
-}
-
-/// The candidate with the most WAL replayed (a switchover then waits least).
-async fn most_advanced(ctx: &Ctx, ns: &str, candidates: &[String]) -> Option<String> {
-    let mut best: Option<(u64, String)> = None;
-    for c in candidates {
-        if let Some(r) = report(ctx, ns, c).await {
-            let pos = r.replayed_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
-            if best.as_ref().is_none_or(|(b, _)| pos > *b) {
-                best = Some((pos, c.clone()));
-            }
-        }
-    }
-    best.map(|(_, n)| n)
 }
 
 async fn delete_pod(ctx: &Ctx, ns: &str, pod: &str) -> Result<(), Error> {

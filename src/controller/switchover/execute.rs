@@ -1,34 +1,26 @@
-//! Planned switchover, requested with the annotation
-//! `pgfleet.io/switchover-to: <instance>|auto` (or `pgfleet switchover`),
-//! and the pooler it relies on. With the pooler, clients see a stall but no
-//! failed transaction:
-//!
-//! PAUSE (PgBouncer waits for running transactions, holds new ones) →
-//! CHECKPOINT → clean demote of the old primary (it stops after sending all
-//! WAL, and will start again as a standby) → wait until the target has
-//! received everything → promote → relabel (the Services follow) → RESUME.
-//!
-//! The request moves from the annotation into `status.targetPrimary` plus
-//! `status.switchover` before anything is touched, so a manager killed in the
-//! middle resumes the same switchover and never promotes twice.
+//! Carrying out a switchover (the decisions are in `decide.rs`): taking a
+//! request from the annotation, recording its intent, and the protocol
+//! itself (see `switchover/mod.rs`).
 
-use super::Ctx;
-use super::build::Owner;
-use super::plan::Observed;
-use super::pooler;
-use super::reconcile::{Error, FIELD_MANAGER};
-use super::switch::{label, publish, report, status_patch};
+use super::ANNOTATION;
+use super::decide;
+use crate::controller::Ctx;
+use crate::controller::build::Owner;
+use crate::controller::failover::Candidate;
+use crate::controller::instance::{label, report};
+use crate::controller::plan::{Observed, ordinal};
+use crate::controller::pooler;
+use crate::controller::reconcile::{Error, event as publish, kerr};
+use crate::controller::record::status_patch;
 use crate::crd::PostgresCluster;
 use crate::postgres::{exec::run_verb, parse_lsn};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-pub const ANNOTATION: &str = "pgfleet.io/switchover-to";
 const EXEC_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the target may take to receive the old primary's last WAL.
 const CATCH_UP: Duration = Duration::from_secs(30);
@@ -37,27 +29,19 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-fn kube_err(
-    step: &'static str,
-    kind: &'static str,
-    name: &str,
-) -> impl FnOnce(kube::Error) -> Error {
-    let name = name.to_string();
-    move |source| Error::Kube {
-        step,
-        kind,
-        name,
-        source,
+/// The instances in `names` with what each reports, for
+/// [`decide::target`] (asked one after the other: a switchover is rare).
+pub async fn candidates(ctx: &Ctx, owner: &Owner, obs: &Observed, names: &[String]) -> Vec<Candidate> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        out.push(Candidate {
+            name: name.clone(),
+            ordinal: ordinal(&owner.name, name).unwrap_or(u32::MAX),
+            ready: obs.pods.get(name).is_some_and(|p| p.ready),
+            report: report(ctx, &owner.namespace, name).await,
+        });
     }
-}
-
-/// The pooler pods a switchover pauses (those not being deleted).
-fn pooler_pods(obs: &Observed) -> Vec<String> {
-    obs.pooler_pods
-        .values()
-        .filter(|p| !p.deleting)
-        .map(|p| p.name.clone())
-        .collect()
+    out
 }
 
 /// Picks up a switchover request from the annotation; returns the action
@@ -77,27 +61,17 @@ pub async fn take_request(
     };
     let ns = owner.namespace.clone();
     let target = if want.is_empty() || want == "auto" {
-        let mut best: Option<(u64, String)> = None;
-        for p in obs.pods.values().filter(|p| p.name != current && p.ready) {
-            if let Some(r) = report(ctx, &ns, &p.name).await {
-                let pos = r.replayed_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
-                if best.as_ref().is_none_or(|(b, _)| pos > *b) {
-                    best = Some((pos, p.name.clone()));
-                }
-            }
-        }
-        best.map(|(_, n)| n)
+        let names: Vec<String> = obs
+            .pods
+            .values()
+            .filter(|p| p.name != current && p.ready)
+            .map(|p| p.name.clone())
+            .collect();
+        decide::target(&current, &candidates(ctx, owner, obs, &names).await)
     } else {
         Some(want.clone())
     };
-    let refusal = match &target {
-        None => Some("no ready replica to switch over to".to_string()),
-        Some(t) if *t == current => Some(format!("{t} is already the primary")),
-        Some(t) if !obs.pods.get(t).is_some_and(|p| p.ready && !p.deleting) => {
-            Some(format!("{t} is not a ready instance of this cluster"))
-        }
-        _ => None,
-    };
+    let refusal = decide::refusal(target.as_deref(), &current, obs);
     let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let clear = json!({"metadata": {"annotations": {ANNOTATION: null}}});
     if let Some(reason) = refusal {
@@ -108,7 +82,7 @@ pub async fn take_request(
             &Patch::Merge(&clear),
         )
         .await
-        .map_err(kube_err("clear", "PostgresCluster", &pg.name_any()))?;
+        .map_err(kerr("clear", "PostgresCluster", &pg.name_any()))?;
         return Ok(Some(Action::await_change()));
     }
     let target = target.unwrap_or_default();
@@ -120,7 +94,7 @@ pub async fn take_request(
         &Patch::Merge(&clear),
     )
     .await
-    .map_err(kube_err("clear", "PostgresCluster", &pg.name_any()))?;
+    .map_err(kerr("clear", "PostgresCluster", &pg.name_any()))?;
     Ok(Some(action))
 }
 
@@ -169,7 +143,7 @@ pub async fn resume(
     }
     let paused_at = Instant::now();
     // From here every return (and a cancelled task) resumes the poolers.
-    let paused = super::pause::Paused::pause(&ctx.client, &ns, pooler_pods(obs)).await?;
+    let paused = pooler::pause::Paused::pause(&ctx.client, &ns, pooler::live_pods(obs)).await?;
     let mut final_lsn = None;
     if old_is_primary {
         // Demote while still behind -rw: the replicas stream through it and
@@ -268,76 +242,3 @@ pub async fn resume(
     Ok(Action::requeue(Duration::from_millis(500)))
 }
 
-/// Creates, updates or removes the pooler objects per `spec.pooler`.
-pub async fn reconcile_pooler(
-    pg: &PostgresCluster,
-    ctx: &Ctx,
-    obs: &Observed,
-    owner: &Owner,
-) -> Result<(), Error> {
-    let ns = owner.namespace.clone();
-    let enabled = pg.spec.pooler.as_ref().is_some_and(|p| p.enabled);
-    let want = if enabled {
-        pg.spec
-            .pooler
-            .as_ref()
-            .map(|p| p.instances.max(1) as u32)
-            .unwrap_or(0)
-    } else {
-        0
-    };
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    if enabled {
-        let cm = pooler::config_map(owner, pg);
-        if obs.pooler_config_hash.as_deref()
-            != cm["metadata"]["annotations"][super::build::ANN_HASH].as_str()
-        {
-            Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
-                .patch(&format!("{}-pooler", owner.name), &pp, &Patch::Apply(&cm))
-                .await
-                .map_err(kube_err("apply", "ConfigMap", &owner.name))?;
-        }
-        let svc = pooler::service(owner);
-        let sname = format!("{}-pooler", owner.name);
-        if obs.services.get(&sname).map(String::as_str)
-            != svc["metadata"]["annotations"][super::build::ANN_HASH].as_str()
-        {
-            Api::<Service>::namespaced(ctx.client.clone(), &ns)
-                .patch(&sname, &pp, &Patch::Apply(&svc))
-                .await
-                .map_err(kube_err("apply", "Service", &sname))?;
-        }
-        for n in 1..=want {
-            let name = pooler::pod_name(owner, n);
-            if !obs.pooler_pods.contains_key(&name) {
-                Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-                    .patch(&name, &pp, &Patch::Apply(&pooler::pod(owner, n)))
-                    .await
-                    .map_err(kube_err("apply", "Pod", &name))?;
-                publish(
-                    ctx,
-                    pg,
-                    EventType::Normal,
-                    "CreatedPooler",
-                    format!("PgBouncer pod {name}"),
-                )
-                .await;
-            }
-        }
-    }
-    for p in obs.pooler_pods.values() {
-        let n: u32 = p
-            .name
-            .rsplit('-')
-            .next()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(u32::MAX);
-        if n > want && !p.deleting {
-            Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-                .delete(&p.name, &DeleteParams::default())
-                .await
-                .map_err(kube_err("delete", "Pod", &p.name))?;
-        }
-    }
-    Ok(())
-}

@@ -62,6 +62,7 @@ fn age(ts: Option<&str>) -> Option<Duration> {
         .ok()
 }
 
+/// One round of the rolling update toward the pod template `desired`.
 pub async fn step(
     pg: &PostgresCluster,
     ctx: &Ctx,
@@ -73,32 +74,10 @@ pub async fn step(
     let Some(primary) = pg.status.as_ref().and_then(|s| s.current_primary.clone()) else {
         return Ok(Outcome::none());
     };
-    let not_ready_for = |p: &PodInfo| age(p.ready_changed.as_deref());
-    let size = pg.spec.cluster_size.max(1) as u32;
-    let next = decide::next_step(&decide::Input {
-        cluster: &owner.name,
-        pods: &obs.pods,
-        size,
-        desired,
-        primary: &primary,
-        method: pg.spec.primary_update_method,
-        strategy: pg.spec.primary_update_strategy,
-        start_timeout: START_TIMEOUT,
-        not_ready_for: &not_ready_for,
-    });
+    let next = next_step(pg, obs, owner, desired, &primary);
     if next == Step::Idle {
         if let Some(p) = &prev {
-            // Removed explicitly: the record was partly written by merge
-            // patches (intent), which an apply that omits it would not clear.
-            status_patch(ctx, pg, json!({ "rollingUpdate": null })).await?;
-            event(
-                ctx,
-                pg,
-                EventType::Normal,
-                "UpdateCompleted",
-                format!("every instance runs version {}", p.target_version),
-            )
-            .await;
+            completed(pg, ctx, p).await?;
         }
         return Ok(Outcome::none());
     }
@@ -116,7 +95,72 @@ pub async fn step(
         )
         .await;
     }
-    let instance = match &next {
+    let (st, step_changed) = record(pg, obs, desired, &next, same);
+    let round = Round {
+        pg,
+        ctx,
+        obs,
+        owner,
+        primary: &primary,
+        desired,
+        same,
+        step_changed,
+    };
+    round.carry_out(next, st).await
+}
+
+/// The pure decision (`decide::next_step`) on what was observed.
+fn next_step(
+    pg: &PostgresCluster,
+    obs: &Observed,
+    owner: &Owner,
+    desired: &str,
+    primary: &str,
+) -> Step {
+    let not_ready_for = |p: &PodInfo| age(p.ready_changed.as_deref());
+    decide::next_step(&decide::Input {
+        cluster: &owner.name,
+        pods: &obs.pods,
+        size: pg.spec.cluster_size.max(1) as u32,
+        desired,
+        primary,
+        method: pg.spec.primary_update_method,
+        strategy: pg.spec.primary_update_strategy,
+        start_timeout: START_TIMEOUT,
+        not_ready_for: &not_ready_for,
+    })
+}
+
+/// Every instance runs the spec: the record goes, an Event says so.
+async fn completed(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    prev: &RollingUpdateStatus,
+) -> Result<(), Error> {
+    // Removed explicitly: the record was partly written by merge
+    // patches (intent), which an apply that omits it would not clear.
+    status_patch(ctx, pg, json!({ "rollingUpdate": null })).await?;
+    event(
+        ctx,
+        pg,
+        EventType::Normal,
+        "UpdateCompleted",
+        format!("every instance runs version {}", prev.target_version),
+    )
+    .await;
+    Ok(())
+}
+
+/// The record of this round's step (`same`: the record of this update so
+/// far), and whether the step differs from the recorded one.
+fn record(
+    pg: &PostgresCluster,
+    obs: &Observed,
+    desired: &str,
+    next: &Step,
+    same: Option<&RollingUpdateStatus>,
+) -> (RollingUpdateStatus, bool) {
+    let instance = match next {
         Step::Wait(i) | Step::RestartReplica(i) | Step::RestartPrimary(i) if !i.is_empty() => {
             Some(i.clone())
         }
@@ -125,7 +169,7 @@ pub async fn step(
     };
     let step_changed =
         same.is_none_or(|p| p.step != next.name() || p.instance.as_deref() != instance.as_deref());
-    let mut st = RollingUpdateStatus {
+    let st = RollingUpdateStatus {
         target_version: pg.spec.version.clone(),
         target_hash: desired.to_string(),
         step: next.name().to_string(),
@@ -135,7 +179,7 @@ pub async fn step(
             .values()
             .filter(|p| !p.deleting && p.hash.as_deref() == Some(desired))
             .count() as i32,
-        total: size as i32,
+        total: pg.spec.cluster_size.max(1),
         started_at: same
             .and_then(|p| p.started_at.clone())
             .or_else(|| Some(now())),
@@ -146,92 +190,123 @@ pub async fn step(
         },
         failure: None,
     };
-    let ns = owner.namespace.clone();
-    let keep = |st: RollingUpdateStatus, d: Duration| Outcome {
+    (st, step_changed)
+}
+
+/// What one round of the update works with.
+struct Round<'a> {
+    pg: &'a PostgresCluster,
+    ctx: &'a Ctx,
+    obs: &'a Observed,
+    owner: &'a Owner,
+    primary: &'a str,
+    desired: &'a str,
+    same: Option<&'a RollingUpdateStatus>,
+    step_changed: bool,
+}
+
+fn keep(st: RollingUpdateStatus, d: Duration) -> Outcome {
+    Outcome {
         status: Some(st),
         done: None,
         requeue: Some(d),
-    };
-    match next {
-        Step::Idle => Ok(Outcome::none()),
-        Step::Wait(_) => Ok(keep(st, Duration::from_secs(2))),
-        Step::Failed { reason, .. } => {
-            if same.and_then(|p| p.failure.as_deref()) != Some(reason.as_str()) {
-                event(ctx, pg, EventType::Warning, "UpdateFailed", reason.clone()).await;
+    }
+}
+
+impl Round<'_> {
+    async fn carry_out(&self, next: Step, mut st: RollingUpdateStatus) -> Result<Outcome, Error> {
+        let (pg, ctx) = (self.pg, self.ctx);
+        match next {
+            Step::Idle => Ok(Outcome::none()),
+            Step::Wait(_) => Ok(keep(st, Duration::from_secs(2))),
+            Step::Failed { reason, .. } => {
+                if self.same.and_then(|p| p.failure.as_deref()) != Some(reason.as_str()) {
+                    event(ctx, pg, EventType::Warning, "UpdateFailed", reason.clone()).await;
+                }
+                st.failure = Some(reason);
+                Ok(keep(st, Duration::from_secs(15)))
             }
-            st.failure = Some(reason);
-            Ok(keep(st, Duration::from_secs(15)))
-        }
-        Step::RestartReplica(pod) => {
-            if let Some(lagging) = lagging_replica(ctx, &ns, obs, &primary, desired).await {
-                st.step = "WaitingForCatchUp".into();
-                st.instance = Some(lagging);
-                return Ok(keep(st, Duration::from_secs(1)));
+            Step::RestartReplica(pod) => self.restart_replica(&pod, st).await,
+            Step::AwaitSwitchover => {
+                if self.step_changed {
+                    let ns = &self.owner.namespace;
+                    event(ctx, pg, EventType::Normal, "UpdateAwaitingSwitchover", format!(
+                        "every replica runs version {}; primary {} waits for a switchover (primaryUpdateStrategy supervised): pgfleet switchover <member>/{ns}/{}",
+                        pg.spec.version, self.primary, pg.name_any())).await;
+                }
+                Ok(keep(st, Duration::from_secs(30)))
             }
-            delete_pod(ctx, &ns, &pod).await?;
-            let old_hash = obs.pods.get(&pod).and_then(|p| p.hash.as_deref());
-            ctx.expect.restarted(&ns, &owner.name, &pod, old_hash);
-            event(
-                ctx,
-                pg,
-                EventType::Normal,
-                "RestartingInstance",
-                format!("restarting replica {pod} on version {}", pg.spec.version),
-            )
-            .await;
-            Ok(keep(st, Duration::from_secs(1)))
+            Step::Switchover(candidates) => self.switch_over(&candidates, st).await,
+            Step::RestartPrimary(pod) => self.restart_primary(&pod, st).await,
         }
-        Step::AwaitSwitchover => {
-            if step_changed {
-                event(ctx, pg, EventType::Normal, "UpdateAwaitingSwitchover", format!(
-                    "every replica runs version {}; primary {primary} waits for a switchover (primaryUpdateStrategy supervised): pgfleet switchover <member>/{ns}/{}",
-                    pg.spec.version, pg.name_any())).await;
-            }
-            Ok(keep(st, Duration::from_secs(30)))
+    }
+
+    async fn restart_replica(
+        &self,
+        pod: &str,
+        mut st: RollingUpdateStatus,
+    ) -> Result<Outcome, Error> {
+        let (ctx, ns) = (self.ctx, &self.owner.namespace);
+        if let Some(lagging) = lagging_replica(ctx, ns, self.obs, self.primary, self.desired).await
+        {
+            st.step = "WaitingForCatchUp".into();
+            st.instance = Some(lagging);
+            return Ok(keep(st, Duration::from_secs(1)));
         }
-        Step::Switchover(candidates) => {
-            let ranked = switchover::execute::candidates(ctx, owner, obs, &candidates).await;
-            let Some(target) = switchover::decide::target(&primary, &ranked) else {
-                return Ok(keep(st, Duration::from_secs(2)));
-            };
-            let action = switchover::begin(
-                pg,
-                ctx,
-                &primary,
-                &target,
-                json!({ "rollingUpdate": st }),
-                "rolling update",
-            )
-            .await?;
-            Ok(Outcome {
-                status: Some(st),
-                done: Some(action),
-                requeue: None,
-            })
-        }
-        Step::RestartPrimary(pod) => {
-            // Intent first: failover detection reads it and waits.
-            status_patch(ctx, pg, json!({ "rollingUpdate": st })).await?;
-            delete_pod(ctx, &ns, &pod).await?;
-            let old_hash = obs.pods.get(&pod).and_then(|p| p.hash.as_deref());
-            ctx.expect.restarted(&ns, &owner.name, &pod, old_hash);
-            event(
-                ctx,
-                pg,
-                EventType::Normal,
-                "RestartingInstance",
-                format!(
-                    "restarting primary {pod} in place on version {}",
-                    pg.spec.version
-                ),
-            )
-            .await;
-            Ok(Outcome {
-                status: Some(st),
-                done: Some(Action::requeue(Duration::from_secs(1))),
-                requeue: None,
-            })
-        }
+        self.restart(pod, "replica", "").await?;
+        Ok(keep(st, Duration::from_secs(1)))
+    }
+
+    /// To the most advanced updated replica (the switchover protocol writes
+    /// its own intent, with this step's record in the same write).
+    async fn switch_over(
+        &self,
+        candidates: &[String],
+        st: RollingUpdateStatus,
+    ) -> Result<Outcome, Error> {
+        let ranked = switchover::execute::candidates(self.ctx, self.owner, self.obs, candidates).await;
+        let Some(target) = switchover::decide::target(self.primary, &ranked) else {
+            return Ok(keep(st, Duration::from_secs(2)));
+        };
+        let action = switchover::begin(
+            self.pg,
+            self.ctx,
+            self.primary,
+            &target,
+            json!({ "rollingUpdate": st }),
+            "rolling update",
+        )
+        .await?;
+        Ok(Outcome {
+            status: Some(st),
+            done: Some(action),
+            requeue: None,
+        })
+    }
+
+    async fn restart_primary(&self, pod: &str, st: RollingUpdateStatus) -> Result<Outcome, Error> {
+        // Intent first: failover detection reads it and waits.
+        status_patch(self.ctx, self.pg, json!({ "rollingUpdate": st })).await?;
+        self.restart(pod, "primary", " in place").await?;
+        Ok(Outcome {
+            status: Some(st),
+            done: Some(Action::requeue(Duration::from_secs(1))),
+            requeue: None,
+        })
+    }
+
+    /// Deletes the pod (it comes back from the new template) and says so.
+    async fn restart(&self, pod: &str, role: &str, how: &str) -> Result<(), Error> {
+        let (ctx, ns) = (self.ctx, &self.owner.namespace);
+        delete_pod(ctx, ns, pod).await?;
+        let old_hash = self.obs.pods.get(pod).and_then(|p| p.hash.as_deref());
+        ctx.expect.restarted(ns, &self.owner.name, pod, old_hash);
+        let note = format!(
+            "restarting {role} {pod}{how} on version {}",
+            self.pg.spec.version
+        );
+        event(ctx, self.pg, EventType::Normal, "RestartingInstance", note).await;
+        Ok(())
     }
 }
 

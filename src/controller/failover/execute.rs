@@ -15,7 +15,7 @@ use super::decide::{self, Candidate, PrimaryState, SyncRule, Verdict};
 use crate::controller::Ctx;
 use crate::controller::build::Owner;
 use crate::controller::instance::{label, report};
-use crate::controller::plan::{Observed, ordinal};
+use crate::controller::plan::{Observed, PodInfo, ordinal};
 use crate::controller::reconcile::{Error, event as publish};
 use crate::controller::record::status_patch;
 use crate::crd::PostgresCluster;
@@ -127,8 +127,7 @@ async fn fail_over(
     current: &str,
 ) -> Result<Flow, Error> {
     let detected = now();
-    let ns = owner.namespace.clone();
-    let replicas: Vec<_> = obs
+    let replicas: Vec<&PodInfo> = obs
         .pods
         .values()
         .filter(|p| p.name != current && !p.deleting && p.role.as_deref() == Some("replica"))
@@ -137,47 +136,10 @@ async fn fail_over(
         // Nothing to promote: bring the primary itself back (plan recreates it).
         return Ok(Flow::Continue);
     }
-    let reports =
-        futures::future::join_all(replicas.iter().map(|p| report(ctx, &ns, &p.name))).await;
-    let candidates: Vec<Candidate> = replicas
-        .iter()
-        .zip(reports)
-        .map(|(p, r)| Candidate {
-            name: p.name.clone(),
-            ordinal: ordinal(&owner.name, &p.name).unwrap_or(u32::MAX),
-            ready: p.ready,
-            report: r,
-        })
-        .collect();
-    let sync = pg.spec.synchronous.as_ref().map(|s| SyncRule {
-        number: s.number.max(1) as u32,
-        standbys: obs
-            .pods
-            .keys()
-            .filter(|n| n.as_str() != current)
-            .cloned()
-            .collect(),
-    });
-    let target = match decide::choose(&candidates, sync.as_ref()) {
+    let candidates = candidates(ctx, owner, &replicas).await;
+    let target = match decide::choose(&candidates, sync_rule(pg, obs, current).as_ref()) {
         Ok(t) => t,
-        Err(reason) => {
-            publish(
-                ctx,
-                pg,
-                EventType::Warning,
-                "FailoverBlocked",
-                reason.clone(),
-            )
-            .await;
-            status_patch(
-                ctx,
-                pg,
-                json!({"conditions": blocked_conditions(pg, &reason)}),
-            )
-            .await?;
-            // The old primary holds every commit: bringing it back is safe.
-            return Ok(Flow::ContinueWithin(Duration::from_secs(2)));
-        }
+        Err(reason) => return blocked(pg, ctx, reason).await,
     };
     let record = FailoverRecord {
         from: current.to_string(),
@@ -213,6 +175,57 @@ async fn fail_over(
     resume(&pg2, ctx, obs, owner, current, &target)
         .await
         .map(Flow::Done)
+}
+
+/// The replicas with what each reports (asked all at once).
+async fn candidates(ctx: &Ctx, owner: &Owner, replicas: &[&PodInfo]) -> Vec<Candidate> {
+    let ns = &owner.namespace;
+    let reports =
+        futures::future::join_all(replicas.iter().map(|p| report(ctx, ns, &p.name))).await;
+    replicas
+        .iter()
+        .zip(reports)
+        .map(|(p, r)| Candidate {
+            name: p.name.clone(),
+            ordinal: ordinal(&owner.name, &p.name).unwrap_or(u32::MAX),
+            ready: p.ready,
+            report: r,
+        })
+        .collect()
+}
+
+/// The synchronous replication in force: every instance but the lost
+/// primary was named in synchronous_standby_names.
+fn sync_rule(pg: &PostgresCluster, obs: &Observed, current: &str) -> Option<SyncRule> {
+    pg.spec.synchronous.as_ref().map(|s| SyncRule {
+        number: s.number.max(1) as u32,
+        standbys: obs
+            .pods
+            .keys()
+            .filter(|n| n.as_str() != current)
+            .cloned()
+            .collect(),
+    })
+}
+
+/// No replica may be promoted: say why, and bring the old primary back.
+async fn blocked(pg: &PostgresCluster, ctx: &Ctx, reason: String) -> Result<Flow, Error> {
+    publish(
+        ctx,
+        pg,
+        EventType::Warning,
+        "FailoverBlocked",
+        reason.clone(),
+    )
+    .await;
+    status_patch(
+        ctx,
+        pg,
+        json!({"conditions": blocked_conditions(pg, &reason)}),
+    )
+    .await?;
+    // The old primary holds every commit: bringing it back is safe.
+    Ok(Flow::ContinueWithin(Duration::from_secs(2)))
 }
 
 fn blocked_conditions(pg: &PostgresCluster, reason: &str) -> serde_json::Value {

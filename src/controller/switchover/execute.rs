@@ -144,56 +144,25 @@ pub async fn resume(
     let paused_at = Instant::now();
     // From here every return (and a cancelled task) resumes the poolers.
     let paused = pooler::pause::Paused::pause(&ctx.client, &ns, pooler::live_pods(obs)).await?;
-    let mut final_lsn = None;
-    if old_is_primary {
-        // Demote while still behind -rw: the replicas stream through it and
-        // must receive the shutdown checkpoint. Once stopped it takes no
-        // writes (it restarts as a standby), then it leaves -rw.
-        let out = run_verb(&ctx.client, &ns, old, &["demote"], EXEC_TIMEOUT).await?;
-        label(ctx, &ns, old, "fenced").await?;
-        final_lsn = serde_json::from_str::<serde_json::Value>(out.trim())
-            .ok()
-            .and_then(|v| v.get("lsn").and_then(|l| l.as_str()).and_then(parse_lsn));
-    }
-    // `lsn` is where the old primary's shutdown checkpoint record starts; the
-    // target must have received past it (the whole record), or the new
-    // timeline would fork before the old primary's end and it could not
-    // follow as a standby.
-    if let Some(lsn) = final_lsn {
-        let deadline = Instant::now() + CATCH_UP;
-        loop {
-            let r = report(ctx, &ns, target).await;
-            let at = r.as_ref().map(|r| {
-                // The receive position restarts at a segment boundary when
-                // the WAL receiver reconnects; what was replayed counts too.
-                let rx = r.received_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
-                let replay = r.replayed_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
-                rx.max(replay)
-            });
-            if at.is_some_and(|a| a > lsn) || r.as_ref().is_some_and(|r| r.role == "primary") {
-                break;
-            }
-            if Instant::now() > deadline {
-                // Do not promote a target that lacks commits: undo and say so.
-                // Back to primary: with its label restored, stopping it once
-                // more makes the run loop start it as primary again.
-                label(ctx, &ns, old, "primary").await?;
-                let _ = run_verb(&ctx.client, &ns, old, &["fence"], EXEC_TIMEOUT).await;
-                let _ = run_verb(&ctx.client, &ns, old, &["unfence"], EXEC_TIMEOUT).await;
-                status_patch(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await?;
-                paused.resume().await;
-                publish(
-                    ctx,
-                    pg,
-                    EventType::Warning,
-                    "SwitchoverAborted",
-                    format!("{target} did not catch up within {CATCH_UP:?}; {old} stays primary"),
-                )
-                .await;
-                return Ok(Action::requeue(Duration::from_secs(1)));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    let final_lsn = match old_is_primary {
+        true => demote(ctx, &ns, old).await?,
+        false => None,
+    };
+    if let Some(lsn) = final_lsn
+        && !caught_up(ctx, &ns, target, lsn).await
+    {
+        // Do not promote a target that lacks commits: undo and say so.
+        abort(pg, ctx, &ns, old).await?;
+        paused.resume().await;
+        publish(
+            ctx,
+            pg,
+            EventType::Warning,
+            "SwitchoverAborted",
+            format!("{target} did not catch up within {CATCH_UP:?}; {old} stays primary"),
+        )
+        .await;
+        return Ok(Action::requeue(Duration::from_secs(1)));
     }
     run_verb(
         &ctx.client,
@@ -207,17 +176,80 @@ pub async fn resume(
     if obs.pods.contains_key(old) {
         label(ctx, &ns, old, "replica").await?;
     }
-    let others: Vec<&str> = obs
-        .pods
-        .keys()
-        .map(String::as_str)
-        .filter(|n| *n != target)
-        .collect();
     paused.resume().await;
-    let stall = paused_at.elapsed();
+    completed(pg, ctx, obs, &ns, old, target, paused_at.elapsed()).await
+}
+
+/// Demotes the old primary while still behind -rw: the replicas stream
+/// through it and must receive the shutdown checkpoint. Once stopped it
+/// takes no writes (it restarts as a standby), then it leaves -rw. Returns
+/// where its shutdown checkpoint record starts.
+async fn demote(ctx: &Ctx, ns: &str, old: &str) -> Result<Option<u64>, Error> {
+    let out = run_verb(&ctx.client, ns, old, &["demote"], EXEC_TIMEOUT).await?;
+    label(ctx, ns, old, "fenced").await?;
+    Ok(serde_json::from_str::<serde_json::Value>(out.trim())
+        .ok()
+        .and_then(|v| v.get("lsn").and_then(|l| l.as_str()).and_then(parse_lsn)))
+}
+
+/// Whether the target received past `lsn` (the old primary's shutdown
+/// checkpoint record, all of it) within [`CATCH_UP`]: otherwise the new
+/// timeline would fork before the old primary's end and it could not
+/// follow as a standby.
+async fn caught_up(ctx: &Ctx, ns: &str, target: &str, lsn: u64) -> bool {
+    let deadline = Instant::now() + CATCH_UP;
+    loop {
+        let r = report(ctx, ns, target).await;
+        let at = r.as_ref().map(|r| {
+            // The receive position restarts at a segment boundary when
+            // the WAL receiver reconnects; what was replayed counts too.
+            let rx = r.received_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
+            let replay = r.replayed_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
+            rx.max(replay)
+        });
+        if at.is_some_and(|a| a > lsn) || r.as_ref().is_some_and(|r| r.role == "primary") {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The old primary goes back to being primary: with its label restored,
+/// stopping it once more makes the run loop start it as primary again.
+async fn abort(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    ns: &str,
+    old: &str,
+) -> Result<(), Error> {
+    label(ctx, ns, old, "primary").await?;
+    let _ = run_verb(&ctx.client, ns, old, &["fence"], EXEC_TIMEOUT).await;
+    let _ = run_verb(&ctx.client, ns, old, &["unfence"], EXEC_TIMEOUT).await;
+    status_patch(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await
+}
+
+/// After the promotion: replication slots for the others on the new
+/// primary, the record, counters and the Event.
+async fn completed(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    ns: &str,
+    old: &str,
+    target: &str,
+    stall: Duration,
+) -> Result<Action, Error> {
     let mut args = vec!["slots"];
-    args.extend(others);
-    let _ = run_verb(&ctx.client, &ns, target, &args, EXEC_TIMEOUT).await;
+    args.extend(
+        obs.pods
+            .keys()
+            .map(String::as_str)
+            .filter(|n| *n != target),
+    );
+    let _ = run_verb(&ctx.client, ns, target, &args, EXEC_TIMEOUT).await;
     status_patch(ctx, pg, json!({"currentPrimary": target, "targetPrimary": target, "switchover": null,
         "lastSwitchover": {"from": old, "to": target, "completedAt": now(), "stallMs": stall.as_millis() as i64}})).await?;
     ctx.stats
@@ -241,4 +273,3 @@ pub async fn resume(
     .await;
     Ok(Action::requeue(Duration::from_millis(500)))
 }
-

@@ -165,27 +165,31 @@ pub async fn apply(
             .await;
         }
     }
-    // Every ready instance loads the current configuration exactly once; a
-    // failed reload is retried on the next round (the pod's annotation says
-    // what it last loaded).
-    let cm_hash = &cfg.hash;
+    reload(ctx, &ns, obs, &cfg.hash).await?;
+    Ok(pending)
+}
+
+/// Every ready instance loads the current configuration exactly once; a
+/// failed reload is retried on the next round (the pod's annotation says
+/// what it last loaded).
+async fn reload(ctx: &Ctx, ns: &str, obs: &Observed, cm_hash: &str) -> Result<(), Error> {
     for p in obs.pods.values().filter(|p| p.ready && !p.deleting) {
-        if p.config.as_deref() == Some(cm_hash.as_str()) {
+        if p.config.as_deref() == Some(cm_hash) {
             continue;
         }
         postgres::exec::run_verb(
             &ctx.client,
-            &ns,
+            ns,
             &p.name,
             &["reload", cm_hash],
             Duration::from_secs(120),
         )
         .await?;
         let patch = json!({"metadata": {"annotations": {build::ANN_CONFIG: cm_hash}}});
-        Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+        Api::<Pod>::namespaced(ctx.client.clone(), ns)
             .patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(kerr("annotate", "Pod", &p.name))?;
     }
-    Ok(pending)
+    Ok(())
 }

@@ -62,6 +62,29 @@ pub fn ordinal(cluster: &str, name: &str) -> Option<u32> {
     name.strip_prefix(cluster)?.strip_prefix('-')?.parse().ok()
 }
 
+/// The recorded primary when its data still exists, else the pod labelled
+/// primary, else instance 1 of a new cluster, else the lowest ordinal.
+fn choose_primary(
+    cluster: &str,
+    current_primary: Option<&str>,
+    obs: &Observed,
+    existing: &BTreeSet<u32>,
+) -> Option<u32> {
+    let labelled = obs
+        .pods
+        .values()
+        .find(|p| p.role.as_deref() == Some("primary") && !p.deleting)
+        .and_then(|p| ordinal(cluster, &p.name));
+    let recorded = current_primary
+        .and_then(|n| ordinal(cluster, n))
+        .filter(|o| existing.contains(o));
+    recorded.or(labelled).or(if existing.is_empty() {
+        Some(1)
+    } else {
+        existing.iter().next().copied()
+    })
+}
+
 /// Decides creation, recreation and scale-down. The primary is the recorded
 /// `currentPrimary` when its data still exists, else the pod labelled
 /// primary, else (a new cluster) instance 1, bootstrapped with initdb.
@@ -82,20 +105,8 @@ pub fn plan_instances(
             .filter(|p| !p.deleting)
             .filter_map(|p| ordinal(cluster, &p.name)),
     );
-    let labelled = obs
-        .pods
-        .values()
-        .find(|p| p.role.as_deref() == Some("primary") && !p.deleting)
-        .and_then(|p| ordinal(cluster, &p.name));
-    let recorded = current_primary
-        .and_then(|n| ordinal(cluster, n))
-        .filter(|o| existing.contains(o));
     let fresh = existing.is_empty();
-    let primary = recorded.or(labelled).or(if fresh {
-        Some(1)
-    } else {
-        existing.iter().next().copied()
-    });
+    let primary = choose_primary(cluster, current_primary, obs, &existing);
     let mut keep: Vec<u32> = existing.iter().copied().collect();
     let mut remove = vec![];
     // Scale down: highest ordinal first, never the primary.
@@ -193,7 +204,6 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         last_restore_drill: prev.last_restore_drill.clone(),
     }
 }
-
 
 /// The cluster's instances (ordinal order), keeping what the previous
 /// status knew about their timeline and position.

@@ -115,7 +115,13 @@ pub(super) async fn event(
 
 /// An Event about one instance: the Pod is its `related` object, so tools
 /// that group events (kubectl describe, aggregators) keep instances apart.
-pub(super) async fn instance_event(ctx: &Ctx, pg: &PostgresCluster, reason: &str, pod: &str, note: String) {
+pub(super) async fn instance_event(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    reason: &str,
+    pod: &str,
+    note: String,
+) {
     let related = k8s_openapi::api::core::v1::ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),

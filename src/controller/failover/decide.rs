@@ -86,7 +86,9 @@ pub fn eligible(c: &Candidate) -> bool {
 /// The ranking failover and switchover share: the most advanced candidate
 /// (received, then replayed LSN), ties to the lowest ordinal — compared as
 /// numbers, so `pg-2` wins over `pg-10`.
-pub fn most_advanced<'a>(candidates: impl IntoIterator<Item = &'a Candidate>) -> Option<&'a Candidate> {
+pub fn most_advanced<'a>(
+    candidates: impl IntoIterator<Item = &'a Candidate>,
+) -> Option<&'a Candidate> {
     candidates.into_iter().max_by(|a, b| {
         let (pa, pb) = (
             a.report.as_ref().map(position),

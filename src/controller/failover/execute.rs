@@ -92,7 +92,8 @@ pub async fn check_primary(
     if let Some(r) = st.rolling_update.as_ref()
         && r.step == "RestartingPrimary"
         && r.instance.as_deref() == Some(current.as_str())
-        && elapsed_since(r.step_since.as_deref()) < crate::controller::rolling_update::execute::PRIMARY_RESTART_GRACE
+        && elapsed_since(r.step_since.as_deref())
+            < crate::controller::rolling_update::execute::PRIMARY_RESTART_GRACE
         && !obs.pods.get(&current).is_some_and(|p| p.ready)
     {
         // Restarted on purpose by the rolling update: it comes back by

@@ -75,7 +75,14 @@ async fn services(
             true => "UpdatedService",
             false => "CreatedService",
         };
-        event(ctx, pg, EventType::Normal, reason, format!("Service {sname}")).await;
+        event(
+            ctx,
+            pg,
+            EventType::Normal,
+            reason,
+            format!("Service {sname}"),
+        )
+        .await;
     }
     Ok(())
 }

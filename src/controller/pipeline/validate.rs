@@ -43,7 +43,10 @@ pub async fn check(pg: &PostgresCluster, ctx: &Ctx, seen: &Seen) -> Result<Check
         }
         false => (None, false),
     };
-    errs.extend(crate::controller::image_policy::check(&ctx.images, &pg.spec));
+    errs.extend(crate::controller::image_policy::check(
+        &ctx.images,
+        &pg.spec,
+    ));
     Ok(match valid {
         Some(valid) if errs.is_empty() => Checked::Valid(Spec { valid, restore }),
         _ => Checked::Invalid(Invalid {

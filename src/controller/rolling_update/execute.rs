@@ -264,7 +264,8 @@ impl Round<'_> {
         candidates: &[String],
         st: RollingUpdateStatus,
     ) -> Result<Outcome, Error> {
-        let ranked = switchover::execute::candidates(self.ctx, self.owner, self.obs, candidates).await;
+        let ranked =
+            switchover::execute::candidates(self.ctx, self.owner, self.obs, candidates).await;
         let Some(target) = switchover::decide::target(self.primary, &ranked) else {
             return Ok(keep(st, Duration::from_secs(2)));
         };

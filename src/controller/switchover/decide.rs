@@ -131,9 +131,21 @@ mod tests {
                 ..Default::default()
             },
         );
-        assert!(refusal(None, "pg-1", &obs).unwrap().contains("no ready replica"));
-        assert!(refusal(Some("pg-1"), "pg-1", &obs).unwrap().contains("already the primary"));
-        assert!(refusal(Some("pg-3"), "pg-1", &obs).unwrap().contains("not a ready instance"));
+        assert!(
+            refusal(None, "pg-1", &obs)
+                .unwrap()
+                .contains("no ready replica")
+        );
+        assert!(
+            refusal(Some("pg-1"), "pg-1", &obs)
+                .unwrap()
+                .contains("already the primary")
+        );
+        assert!(
+            refusal(Some("pg-3"), "pg-1", &obs)
+                .unwrap()
+                .contains("not a ready instance")
+        );
         assert_eq!(refusal(Some("pg-2"), "pg-1", &obs), None);
     }
 }

@@ -31,7 +31,12 @@ fn now() -> String {
 
 /// The instances in `names` with what each reports, for
 /// [`decide::target`] (asked one after the other: a switchover is rare).
-pub async fn candidates(ctx: &Ctx, owner: &Owner, obs: &Observed, names: &[String]) -> Vec<Candidate> {
+pub async fn candidates(
+    ctx: &Ctx,
+    owner: &Owner,
+    obs: &Observed,
+    names: &[String],
+) -> Vec<Candidate> {
     let mut out = Vec::with_capacity(names.len());
     for name in names {
         out.push(Candidate {
@@ -219,12 +224,7 @@ async fn caught_up(ctx: &Ctx, ns: &str, target: &str, lsn: u64) -> bool {
 
 /// The old primary goes back to being primary: with its label restored,
 /// stopping it once more makes the run loop start it as primary again.
-async fn abort(
-    pg: &PostgresCluster,
-    ctx: &Ctx,
-    ns: &str,
-    old: &str,
-) -> Result<(), Error> {
+async fn abort(pg: &PostgresCluster, ctx: &Ctx, ns: &str, old: &str) -> Result<(), Error> {
     label(ctx, ns, old, "primary").await?;
     let _ = run_verb(&ctx.client, ns, old, &["fence"], EXEC_TIMEOUT).await;
     let _ = run_verb(&ctx.client, ns, old, &["unfence"], EXEC_TIMEOUT).await;
@@ -243,12 +243,7 @@ async fn completed(
     stall: Duration,
 ) -> Result<Action, Error> {
     let mut args = vec!["slots"];
-    args.extend(
-        obs.pods
-            .keys()
-            .map(String::as_str)
-            .filter(|n| *n != target),
-    );
+    args.extend(obs.pods.keys().map(String::as_str).filter(|n| *n != target));
     let _ = run_verb(&ctx.client, ns, target, &args, EXEC_TIMEOUT).await;
     status_patch(ctx, pg, json!({"currentPrimary": target, "targetPrimary": target, "switchover": null,
         "lastSwitchover": {"from": old, "to": target, "completedAt": now(), "stallMs": stall.as_millis() as i64}})).await?;

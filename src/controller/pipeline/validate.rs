@@ -27,7 +27,7 @@ pub struct Invalid {
 }
 
 pub enum Checked {
-    Valid(Spec),
+    Valid(Box<Spec>),
     Invalid(Invalid),
 }
 
@@ -48,7 +48,7 @@ pub async fn check(pg: &PostgresCluster, ctx: &Ctx, seen: &Seen) -> Result<Check
         &pg.spec,
     ));
     Ok(match valid {
-        Some(valid) if errs.is_empty() => Checked::Valid(Spec { valid, restore }),
+        Some(valid) if errs.is_empty() => Checked::Valid(Box::new(Spec { valid, restore })),
         _ => Checked::Invalid(Invalid {
             reason: errs.join("; "),
             ask_again,

@@ -204,26 +204,12 @@ pub fn pod(
     let field =
         |n: &str, path: &str| json!({"name": n, "valueFrom": {"fieldRef": {"fieldPath": path}}});
     let script = format!("{CONFIG_MOUNT}/pgfleet-instance");
-    let probe = |cmd: &str, period: i64, failures: i64| {
-        json!({"exec": {"command": ["/bin/sh", "-c", cmd]},
-               "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 5})
-    };
     // Not ready while a restore's temporary server runs (it stops again).
     let ready = "test ! -e /tmp/pgfleet.initializing && pg_isready -q -h /tmp -p 5432";
     // A restore or clone copies data for as long as it takes, with no server
     // up: the instance is alive while it says it is initializing.
     let alive = "pg_isready -q -h /tmp -p 5432 || test -e /tmp/pgfleet.initializing";
-    let mut resources = json!({});
-    if let Some(r) = &pg.spec.resources {
-        let mut req = serde_json::Map::new();
-        if let Some(c) = &r.cpu {
-            req.insert("cpu".into(), json!(c));
-        }
-        if let Some(m) = &r.memory {
-            req.insert("memory".into(), json!(m));
-        }
-        resources = json!({"requests": req.clone(), "limits": req});
-    }
+    let resources = resources(pg);
     let mut obj = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": o.meta(&name, &[(LABEL_INSTANCE, &name), (LABEL_KIND, "instance")], true),
@@ -277,13 +263,42 @@ pub fn pod(
     if let Some(env) = obj["spec"]["containers"][0]["env"].as_array_mut() {
         env.extend(extra_env.iter().cloned());
     }
-    // The hash leaves out the role label (relabelled in place on failover)
-    // and the init mode (only meaningful for an empty volume).
-    // Parameters that only take effect at a restart are part of it too: a
-    // change to them makes every instance outdated, so the rolling update
-    // restarts them (left out when there are none, so the hash of existing
-    // pods does not change).
-    let mut basis = json!({"spec": obj["spec"]["containers"][0]["image"], "res": obj["spec"]["containers"][0]["resources"]});
+    let h = template_hash(&obj, pg);
+    obj["metadata"]["labels"][LABEL_ROLE] = json!(role);
+    obj["metadata"]["annotations"] = json!({ANN_HASH: h, ANN_VERSION: pg.spec.version});
+    obj
+}
+
+/// An exec probe through the shell.
+fn probe(cmd: &str, period: i64, failures: i64) -> Value {
+    json!({"exec": {"command": ["/bin/sh", "-c", cmd]},
+           "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 5})
+}
+
+/// Requests and limits alike, from `spec.resources`.
+fn resources(pg: &PostgresCluster) -> Value {
+    let Some(r) = &pg.spec.resources else {
+        return json!({});
+    };
+    let mut req = serde_json::Map::new();
+    if let Some(c) = &r.cpu {
+        req.insert("cpu".into(), json!(c));
+    }
+    if let Some(m) = &r.memory {
+        req.insert("memory".into(), json!(m));
+    }
+    json!({"requests": req.clone(), "limits": req})
+}
+
+/// The pod template hash. It leaves out the role label (relabelled in
+/// place on failover) and the init mode (only meaningful for an empty
+/// volume). Parameters that only take effect at a restart are part of it
+/// too: a change to them makes every instance outdated, so the rolling
+/// update restarts them (left out when there are none, so the hash of
+/// existing pods does not change).
+fn template_hash(pod: &Value, pg: &PostgresCluster) -> String {
+    let container = &pod["spec"]["containers"][0];
+    let mut basis = json!({"spec": container["image"], "res": container["resources"]});
     let restart: BTreeMap<&String, &String> = pg
         .spec
         .postgresql
@@ -294,10 +309,7 @@ pub fn pod(
     if !restart.is_empty() {
         basis["restart"] = json!(restart);
     }
-    let h = content_hash(&basis);
-    obj["metadata"]["labels"][LABEL_ROLE] = json!(role);
-    obj["metadata"]["annotations"] = json!({ANN_HASH: h, ANN_VERSION: pg.spec.version});
-    obj
+    content_hash(&basis)
 }
 
 /// `-rw` (primary), `-ro` (replicas) and `-r` (any instance).

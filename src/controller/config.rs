@@ -1,34 +1,45 @@
-//! The configuration phase of a reconcile: the parameters an instance runs
+//! The configuration of the instances: the parameters an instance runs
 //! with (the user's, synchronous standby names, WAL archiving), the
 //! ConfigMap that carries them with pg_hba.conf, pgbackrest.conf and the
-//! instance script, and one reload per ready instance when it changed.
+//! instance script (`desired`, pure), and applying it with one reload per
+//! ready instance when it changed (`apply`).
 
 use super::Ctx;
 use super::build::{self, ANN_HASH, Owner};
 use super::plan::{InstancePlan, Observed};
 use super::reconcile::{Error, event, kerr, ssa};
+use crate::pgbackrest::repo::BackupEnv;
 use crate::crd::PostgresCluster;
 use crate::postgres;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
-use serde_json::json;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// Applies the ConfigMap when it changed and has every ready instance load
-/// it. Returns the ConfigMap's hash (new Pods start with it) and the
-/// parameters still waiting for a restart.
-pub async fn reconcile(
+/// The desired instance configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The ConfigMap object.
+    pub map: Value,
+    /// The effective parameters it carries.
+    pub params: BTreeMap<String, String>,
+    /// Its content hash: new Pods start with it, ready ones reload to it.
+    pub hash: String,
+}
+
+/// The ConfigMap for the instances `ip` keeps. Refuses a repository path
+/// pgbackrest.conf could not carry safely.
+pub fn desired(
     pg: &PostgresCluster,
-    ctx: &Ctx,
-    obs: &Observed,
+    backup: Option<&BackupEnv>,
     owner: &Owner,
     ip: &InstancePlan,
     is_drill: bool,
     repo: Option<&crate::pgbackrest::incarnation::RepoChoice>,
-) -> Result<(String, Vec<String>), Error> {
-    let ns = owner.namespace.clone();
+) -> Result<Config, Error> {
     let sync_names = pg.spec.synchronous.as_ref().map(|s| {
         let others: Vec<String> = ip
             .keep
@@ -53,7 +64,7 @@ pub async fn reconcile(
     let mut params = postgres::effective_parameters(&pg.spec.postgresql.parameters, sync_names);
     // A restore drill's throwaway copy archives nothing: it is deleted
     // minutes later and must not leave a stanza behind.
-    let backrest = match (ctx.backup.as_ref(), repo) {
+    let backrest = match (backup, repo) {
         (Some(b), Some(repo)) => {
             // (It still needs the repository to restore from.)
             if !is_drill {
@@ -79,21 +90,38 @@ pub async fn reconcile(
         }
         _ => None,
     };
-    let cm = build::config_map(
+    let map = build::config_map(
         owner,
         &params,
         &pg.spec.postgresql.pg_hba,
         backrest.as_deref(),
     );
+    let hash = map["metadata"]["annotations"][ANN_HASH]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    Ok(Config { map, params, hash })
+}
+
+/// Applies the ConfigMap when it changed and has every ready instance load
+/// it. Returns the parameters still waiting for a restart.
+pub async fn apply(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+    cfg: &Config,
+) -> Result<Vec<String>, Error> {
+    let ns = owner.namespace.clone();
     let mut pending: Vec<String> = pg
         .status
         .as_ref()
         .map(|s| s.pending_restart.clone())
         .unwrap_or_default();
-    if obs.config_hash.as_deref() != cm["metadata"]["annotations"][ANN_HASH].as_str() {
-        ssa::<ConfigMap>(ctx, &ns, "ConfigMap", &cm).await?;
+    if obs.config_hash.as_deref() != Some(cfg.hash.as_str()) {
+        ssa::<ConfigMap>(ctx, &ns, "ConfigMap", &cfg.map).await?;
         if let Some(old) = &obs.config_params {
-            let (reload, restart) = postgres::changed_parameters(old, &params);
+            let (reload, restart) = postgres::changed_parameters(old, &cfg.params);
             for p in restart {
                 if !pending.contains(&p) {
                     pending.push(p);
@@ -137,30 +165,31 @@ pub async fn reconcile(
             .await;
         }
     }
-    // Every ready instance loads the current configuration exactly once; a
-    // failed reload is retried on the next round (the pod's annotation says
-    // what it last loaded).
-    let cm_hash = cm["metadata"]["annotations"][ANN_HASH]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    reload(ctx, &ns, obs, &cfg.hash).await?;
+    Ok(pending)
+}
+
+/// Every ready instance loads the current configuration exactly once; a
+/// failed reload is retried on the next round (the pod's annotation says
+/// what it last loaded).
+async fn reload(ctx: &Ctx, ns: &str, obs: &Observed, cm_hash: &str) -> Result<(), Error> {
     for p in obs.pods.values().filter(|p| p.ready && !p.deleting) {
-        if p.config.as_deref() == Some(cm_hash.as_str()) {
+        if p.config.as_deref() == Some(cm_hash) {
             continue;
         }
         postgres::exec::run_verb(
             &ctx.client,
-            &ns,
+            ns,
             &p.name,
-            &["reload", &cm_hash],
+            &["reload", cm_hash],
             Duration::from_secs(120),
         )
         .await?;
         let patch = json!({"metadata": {"annotations": {build::ANN_CONFIG: cm_hash}}});
-        Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+        Api::<Pod>::namespaced(ctx.client.clone(), ns)
             .patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(kerr("annotate", "Pod", &p.name))?;
     }
-    Ok((cm_hash, pending))
+    Ok(())
 }

@@ -9,23 +9,25 @@ pub mod build;
 mod config;
 pub mod expect;
 pub mod failover;
+#[cfg(test)]
+mod function_length;
 mod image_policy;
 pub mod index;
+mod instance;
 pub mod names;
 #[cfg(test)]
 mod names_props;
-pub mod pause;
+mod pipeline;
 pub mod plan;
 pub mod pooler;
 pub mod reconcile;
+mod record;
 mod repository;
 mod restore;
 pub mod restore_source;
-pub mod rolling;
+pub mod rolling_update;
 mod secrets;
-pub mod switch;
 pub mod switchover;
-pub mod update;
 pub mod validate;
 
 use crate::crd::PostgresCluster;
@@ -174,43 +176,9 @@ pub fn start(
     let mut senders = vec![];
     let mut stores = vec![];
     for shard in 0..shards {
-        let (tx, rx) = futures::channel::mpsc::unbounded::<ObjectRef<PostgresCluster>>();
+        let (tx, store) = spawn_shard(&tasks, &ctx, &member.name, shard, workers);
         senders.push(tx);
-        let (reader, writer) = reflector::store();
-        stores.push(reader.clone());
-        let api: Api<PostgresCluster> = Api::all(client.clone());
-        let cfg = watcher::Config::default().labels(&format!("{LABEL_SHARD}={shard}"));
-        // Cache only what reconcile reads: no managedFields, no annotations
-        // but pgfleet's own (a tenant's object may carry up to 256 KiB of
-        // them; the spec itself is bounded by the CRD, docs/security.md).
-        let stream = watcher(api, cfg)
-            .default_backoff()
-            .modify(|pg: &mut PostgresCluster| {
-                pg.managed_fields_mut().clear();
-                pg.annotations_mut()
-                    .retain(|k, _| k.starts_with("pgfleet.io/"));
-            })
-            .reflect(writer)
-            .touched_objects();
-        let ctx = ctx.clone();
-        let name = member.name.clone();
-        tasks.spawn(async move {
-            Controller::for_stream(stream, reader)
-                .with_config(ControllerConfig::default().concurrency(workers.max(1) as u16))
-                .reconcile_on(rx)
-                .run(
-                    move |pg, ctx| observed(pg, ctx, shard),
-                    reconcile::error_policy,
-                    ctx,
-                )
-                .for_each(|r| {
-                    if let Err(e) = r {
-                        tracing::debug!(cluster = %name, shard, error = %e, "controller event");
-                    }
-                    futures::future::ready(())
-                })
-                .await;
-        });
+        stores.push(store);
     }
     let senders = Arc::new(senders);
     let trigger: index::Trigger = {
@@ -228,6 +196,58 @@ pub fn start(
         stats,
         tasks,
     }
+}
+
+/// One shard's watch (PostgresClusters labelled with the shard), cache and
+/// kube-runtime Controller; returns the channel that triggers its
+/// reconciles and its cache.
+fn spawn_shard(
+    tasks: &Tasks,
+    ctx: &Arc<Ctx>,
+    member: &str,
+    shard: u32,
+    workers: u32,
+) -> (
+    futures::channel::mpsc::UnboundedSender<ObjectRef<PostgresCluster>>,
+    Store<PostgresCluster>,
+) {
+    let (tx, rx) = futures::channel::mpsc::unbounded::<ObjectRef<PostgresCluster>>();
+    let (reader, writer) = reflector::store();
+    let api: Api<PostgresCluster> = Api::all(ctx.client.clone());
+    let cfg = watcher::Config::default().labels(&format!("{LABEL_SHARD}={shard}"));
+    // Cache only what reconcile reads: no managedFields, no annotations
+    // but pgfleet's own (a tenant's object may carry up to 256 KiB of
+    // them; the spec itself is bounded by the CRD, docs/security.md).
+    let stream = watcher(api, cfg)
+        .default_backoff()
+        .modify(|pg: &mut PostgresCluster| {
+            pg.managed_fields_mut().clear();
+            pg.annotations_mut()
+                .retain(|k, _| k.starts_with("pgfleet.io/"));
+        })
+        .reflect(writer)
+        .touched_objects();
+    let store = reader.clone();
+    let ctx = ctx.clone();
+    let name = member.to_string();
+    tasks.spawn(async move {
+        Controller::for_stream(stream, reader)
+            .with_config(ControllerConfig::default().concurrency(workers.max(1) as u16))
+            .reconcile_on(rx)
+            .run(
+                move |pg, ctx| observed(pg, ctx, shard),
+                reconcile::error_policy,
+                ctx,
+            )
+            .for_each(|r| {
+                if let Err(e) = r {
+                    tracing::debug!(cluster = %name, shard, error = %e, "controller event");
+                }
+                futures::future::ready(())
+            })
+            .await;
+    });
+    (tx, store)
 }
 
 /// A reconcile inside its span (a trace of its own), timed and counted for

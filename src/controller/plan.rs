@@ -62,6 +62,29 @@ pub fn ordinal(cluster: &str, name: &str) -> Option<u32> {
     name.strip_prefix(cluster)?.strip_prefix('-')?.parse().ok()
 }
 
+/// The recorded primary when its data still exists, else the pod labelled
+/// primary, else instance 1 of a new cluster, else the lowest ordinal.
+fn choose_primary(
+    cluster: &str,
+    current_primary: Option<&str>,
+    obs: &Observed,
+    existing: &BTreeSet<u32>,
+) -> Option<u32> {
+    let labelled = obs
+        .pods
+        .values()
+        .find(|p| p.role.as_deref() == Some("primary") && !p.deleting)
+        .and_then(|p| ordinal(cluster, &p.name));
+    let recorded = current_primary
+        .and_then(|n| ordinal(cluster, n))
+        .filter(|o| existing.contains(o));
+    recorded.or(labelled).or(if existing.is_empty() {
+        Some(1)
+    } else {
+        existing.iter().next().copied()
+    })
+}
+
 /// Decides creation, recreation and scale-down. The primary is the recorded
 /// `currentPrimary` when its data still exists, else the pod labelled
 /// primary, else (a new cluster) instance 1, bootstrapped with initdb.
@@ -82,20 +105,8 @@ pub fn plan_instances(
             .filter(|p| !p.deleting)
             .filter_map(|p| ordinal(cluster, &p.name)),
     );
-    let labelled = obs
-        .pods
-        .values()
-        .find(|p| p.role.as_deref() == Some("primary") && !p.deleting)
-        .and_then(|p| ordinal(cluster, &p.name));
-    let recorded = current_primary
-        .and_then(|n| ordinal(cluster, n))
-        .filter(|o| existing.contains(o));
     let fresh = existing.is_empty();
-    let primary = recorded.or(labelled).or(if fresh {
-        Some(1)
-    } else {
-        existing.iter().next().copied()
-    });
+    let primary = choose_primary(cluster, current_primary, obs, &existing);
     let mut keep: Vec<u32> = existing.iter().copied().collect();
     let mut remove = vec![];
     // Scale down: highest ordinal first, never the primary.
@@ -167,6 +178,40 @@ pub struct StatusInput<'a> {
 /// time while their status does not change.
 pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
     let prev = inp.previous.cloned().unwrap_or_default();
+    let instances = instance_statuses(inp, obs, &prev);
+    let ready = instances.iter().filter(|i| i.ready).count() as i32;
+    let phase = phase(inp, &prev, &instances, ready);
+    let current_version = current_version(inp, &prev, &instances);
+    let conditions = conditions(inp, &prev, phase, ready);
+    PostgresClusterStatus {
+        phase: Some(phase.to_string()),
+        conditions,
+        observed_generation: inp.generation,
+        current_primary: inp.primary.clone().or(prev.current_primary.clone()),
+        target_primary: inp.primary.clone().or(prev.target_primary.clone()),
+        instances,
+        ready_instances: ready,
+        current_version: current_version.or_else(|| Some(inp.version.to_string())),
+        selector: Some(format!("{}={}", super::build::LABEL_CLUSTER, inp.cluster)),
+        pending_restart: inp.pending_restart.clone(),
+        last_backup: prev.last_backup.clone(),
+        last_failover: prev.last_failover.clone(),
+        switchover: prev.switchover.clone(),
+        last_switchover: prev.last_switchover.clone(),
+        rolling_update: inp.rolling.clone(),
+        backup: prev.backup.clone(),
+        archive: prev.archive.clone(),
+        last_restore_drill: prev.last_restore_drill.clone(),
+    }
+}
+
+/// The cluster's instances (ordinal order), keeping what the previous
+/// status knew about their timeline and position.
+fn instance_statuses(
+    inp: &StatusInput,
+    obs: &Observed,
+    prev: &PostgresClusterStatus,
+) -> Vec<InstanceStatus> {
     let mut instances: Vec<InstanceStatus> = obs
         .pods
         .values()
@@ -184,13 +229,21 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         })
         .collect();
     instances.sort_by_key(|i| ordinal(inp.cluster, &i.name));
-    let ready = instances.iter().filter(|i| i.ready).count() as i32;
+    instances
+}
+
+fn phase(
+    inp: &StatusInput,
+    prev: &PostgresClusterStatus,
+    instances: &[InstanceStatus],
+    ready: i32,
+) -> &'static str {
     let primary_ready = inp
         .primary
         .as_ref()
         .is_some_and(|p| instances.iter().any(|i| &i.name == p && i.ready));
     let count = instances.len() as u32;
-    let phase = if inp.invalid.is_some() {
+    if inp.invalid.is_some() {
         "Invalid"
     } else if ready == 0 && prev.current_primary.is_none() {
         "Creating"
@@ -202,20 +255,39 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         "Healthy"
     } else {
         "Degraded"
-    };
+    }
+}
+
+/// The one version every instance runs, else the primary's.
+fn current_version(
+    inp: &StatusInput,
+    prev: &PostgresClusterStatus,
+    instances: &[InstanceStatus],
+) -> Option<String> {
     let versions: BTreeSet<&str> = instances
         .iter()
         .filter_map(|i| i.version.as_deref())
         .collect();
-    let current_version = match versions.len() {
+    match versions.len() {
         0 => prev.current_version.clone(),
         1 => versions.iter().next().map(|v| v.to_string()),
         _ => instances
             .iter()
             .find(|i| Some(&i.name) == inp.primary.as_ref())
             .and_then(|i| i.version.clone()),
-    };
-    let cond = |t: &str, ok: bool, reason: &str, msg: String| {
+    }
+}
+
+/// Makes conditions that keep their transition time while their status
+/// does not change.
+struct Conds<'a> {
+    inp: &'a StatusInput<'a>,
+    prev: &'a PostgresClusterStatus,
+}
+
+impl Conds<'_> {
+    fn cond(&self, t: &str, ok: bool, reason: &str, msg: String) -> Condition {
+        let (inp, prev) = (self.inp, self.prev);
         let status = if ok { "True" } else { "False" };
         let old = prev.conditions.iter().find(|c| c.type_ == t);
         let since = match old {
@@ -230,7 +302,17 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
             last_transition_time: since,
             observed_generation: inp.generation,
         }
-    };
+    }
+}
+
+fn conditions(
+    inp: &StatusInput,
+    prev: &PostgresClusterStatus,
+    phase: &str,
+    ready: i32,
+) -> Vec<Condition> {
+    let c = Conds { inp, prev };
+    let cond = |t: &str, ok: bool, reason: &str, msg: String| c.cond(t, ok, reason, msg);
     let healthy = phase == "Healthy";
     let mut conditions = vec![
         cond(
@@ -247,20 +329,7 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
             "Progressing",
             matches!(phase, "Creating" | "Scaling" | "Updating"),
             phase,
-            match &inp.rolling {
-                Some(r) if phase == "Updating" => format!(
-                    "rolling update to {}: {}/{} instances updated, {}{}",
-                    r.target_version,
-                    r.updated,
-                    r.total,
-                    r.step,
-                    r.instance
-                        .as_deref()
-                        .map(|i| format!(" {i}"))
-                        .unwrap_or_default()
-                ),
-                _ => format!("phase {phase}"),
-            },
+            progress_message(inp, phase),
         ),
         cond(
             "Degraded",
@@ -283,60 +352,8 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
             inp.invalid.clone().unwrap_or_default(),
         ),
     ];
-    if let Some(b) = &prev.backup {
-        // The newest outcome wins (RFC 3339 strings of one format compare).
-        let failed_last = match (&b.last_failure_at, &b.last_success_at) {
-            (Some(f), Some(s)) => f > s,
-            (Some(_), None) => true,
-            _ => false,
-        };
-        if b.last_success_at.is_some() || b.last_failure_at.is_some() {
-            conditions.push(if failed_last {
-                cond(
-                    "BackupHealthy",
-                    false,
-                    "BackupFailed",
-                    b.last_failure_reason.clone().unwrap_or_default(),
-                )
-            } else {
-                cond(
-                    "BackupHealthy",
-                    true,
-                    "BackupSucceeded",
-                    format!(
-                        "last backup {} at {}",
-                        b.last_success_backup.as_deref().unwrap_or("?"),
-                        b.last_success_at.as_deref().unwrap_or("?")
-                    ),
-                )
-            });
-        }
-    }
-    if let Some(a) = prev.archive.as_ref().filter(|a| a.checked_at.is_some()) {
-        conditions.push(if a.failing {
-            cond(
-                "ContinuousArchiving",
-                false,
-                "ArchiveFailing",
-                format!(
-                    "archiving {} failed at {}",
-                    a.last_failed_wal.as_deref().unwrap_or("?"),
-                    a.last_failed_at.as_deref().unwrap_or("?")
-                ),
-            )
-        } else {
-            cond(
-                "ContinuousArchiving",
-                true,
-                "Archiving",
-                format!(
-                    "last archived {} at {}",
-                    a.last_archived_wal.as_deref().unwrap_or("none yet"),
-                    a.last_archived_at.as_deref().unwrap_or("-")
-                ),
-            )
-        });
-    }
+    conditions.extend(backup_condition(&c, prev));
+    conditions.extend(archive_condition(&c, prev));
     if let Some(f) = inp.rolling.as_ref().and_then(|r| r.failure.clone()) {
         conditions.push(cond("UpdateFailed", true, "InstanceNotStarting", f));
     }
@@ -351,26 +368,85 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
             ),
         ));
     }
-    PostgresClusterStatus {
-        phase: Some(phase.to_string()),
-        conditions,
-        observed_generation: inp.generation,
-        current_primary: inp.primary.clone().or(prev.current_primary.clone()),
-        target_primary: inp.primary.clone().or(prev.target_primary.clone()),
-        instances,
-        ready_instances: ready,
-        current_version: current_version.or_else(|| Some(inp.version.to_string())),
-        selector: Some(format!("{}={}", super::build::LABEL_CLUSTER, inp.cluster)),
-        pending_restart: inp.pending_restart.clone(),
-        last_backup: prev.last_backup.clone(),
-        last_failover: prev.last_failover.clone(),
-        switchover: prev.switchover.clone(),
-        last_switchover: prev.last_switchover.clone(),
-        rolling_update: inp.rolling.clone(),
-        backup: prev.backup.clone(),
-        archive: prev.archive.clone(),
-        last_restore_drill: prev.last_restore_drill.clone(),
+    conditions
+}
+
+fn progress_message(inp: &StatusInput, phase: &str) -> String {
+    match &inp.rolling {
+        Some(r) if phase == "Updating" => format!(
+            "rolling update to {}: {}/{} instances updated, {}{}",
+            r.target_version,
+            r.updated,
+            r.total,
+            r.step,
+            r.instance
+                .as_deref()
+                .map(|i| format!(" {i}"))
+                .unwrap_or_default()
+        ),
+        _ => format!("phase {phase}"),
     }
+}
+
+/// `ContinuousArchiving`, once the archive was checked.
+fn archive_condition(c: &Conds, prev: &PostgresClusterStatus) -> Option<Condition> {
+    let a = prev.archive.as_ref().filter(|a| a.checked_at.is_some())?;
+    Some(if a.failing {
+        c.cond(
+            "ContinuousArchiving",
+            false,
+            "ArchiveFailing",
+            format!(
+                "archiving {} failed at {}",
+                a.last_failed_wal.as_deref().unwrap_or("?"),
+                a.last_failed_at.as_deref().unwrap_or("?")
+            ),
+        )
+    } else {
+        c.cond(
+            "ContinuousArchiving",
+            true,
+            "Archiving",
+            format!(
+                "last archived {} at {}",
+                a.last_archived_wal.as_deref().unwrap_or("none yet"),
+                a.last_archived_at.as_deref().unwrap_or("-")
+            ),
+        )
+    })
+}
+
+/// `BackupHealthy`, from the newest backup outcome (when there is one).
+fn backup_condition(c: &Conds, prev: &PostgresClusterStatus) -> Option<Condition> {
+    let b = prev.backup.as_ref()?;
+    // The newest outcome wins (RFC 3339 strings of one format compare).
+    let failed_last = match (&b.last_failure_at, &b.last_success_at) {
+        (Some(f), Some(s)) => f > s,
+        (Some(_), None) => true,
+        _ => false,
+    };
+    if b.last_success_at.is_none() && b.last_failure_at.is_none() {
+        return None;
+    }
+    Some(if failed_last {
+        c.cond(
+            "BackupHealthy",
+            false,
+            "BackupFailed",
+            b.last_failure_reason.clone().unwrap_or_default(),
+        )
+    } else {
+        c.cond(
+            "BackupHealthy",
+            true,
+            "BackupSucceeded",
+            format!(
+                "last backup {} at {}",
+                b.last_success_backup.as_deref().unwrap_or("?"),
+                b.last_success_at.as_deref().unwrap_or("?")
+            ),
+        )
+    })
 }
 
 /// True when two statuses differ in anything but condition timestamps (so a

@@ -1,30 +1,27 @@
-//! The reconcile pipeline for one PostgresCluster: observe (the child index)
-//! → validate (pure) → plan (pure) → apply (server-side apply, field manager
-//! `pgfleet`) → status. Every action is recorded as an Event.
+//! The entry of a reconcile: the paused annotation, the fresh read and the
+//! finalizer; a live cluster then goes through the pipeline
+//! (`pipeline/`: observe → validate → primary → build → apply → status),
+//! a deleted one through `cleanup`. Also the helpers every step shares:
+//! the error type, Events, server-side apply.
 
 use super::Ctx;
-use super::build::{self, ANN_HASH, LABEL_ROLE, Owner};
-use super::plan::{self, StatusInput};
-use super::validate::validate;
+use super::build;
 use crate::crd::PostgresCluster;
-use crate::crd::cluster::{PostgresClusterStatus, ReclaimPolicy};
+use crate::crd::cluster::ReclaimPolicy;
 use crate::postgres;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::platform::labels::{FIELD_MANAGER, FINALIZER, PAUSED};
-/// Status fields the backup dispatcher owns.
-const BACKUP_OWNED: &[&str] = &["lastBackup", "backup", "archive", "lastRestoreDrill"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -83,7 +80,7 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
     };
     finalizer(&api, FINALIZER, pg, |ev| async {
         match ev {
-            Finalizer::Apply(pg) => apply(pg, ctx.clone()).await,
+            Finalizer::Apply(pg) => super::pipeline::run(pg, ctx.clone()).await,
             Finalizer::Cleanup(pg) => cleanup(pg, ctx.clone()).await,
         }
     })
@@ -116,7 +113,13 @@ pub(super) async fn event(
 
 /// An Event about one instance: the Pod is its `related` object, so tools
 /// that group events (kubectl describe, aggregators) keep instances apart.
-async fn instance_event(ctx: &Ctx, pg: &PostgresCluster, reason: &str, pod: &str, note: String) {
+pub(super) async fn instance_event(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    reason: &str,
+    pod: &str,
+    note: String,
+) {
     let related = k8s_openapi::api::core::v1::ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
@@ -173,383 +176,6 @@ where
         .await
         .map_err(kerr("apply", kind, &name))?;
     Ok(())
-}
-
-/// Instance pods are only ever created, never applied over: applying a new
-/// image to a running pod would restart it outside the rolling update's
-/// order. An existing pod (the index lagging behind) is left as it is.
-async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
-    let name = pod["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let obj: Pod = serde_json::from_value(pod.clone())
-        .map_err(|e| Error::Finalizer(format!("building pod {name}: {e}")))?;
-    let pp = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .create(&pp, &obj)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(kerr("create", "Pod", &name)(e)),
-    }
-}
-
-async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let ns = pg.namespace().unwrap_or_default();
-    let name = pg.name_any();
-    let owner = Owner::of(&pg, super::shard_of(&ns, &name, ctx.shards));
-    let prev = pg.status.clone();
-    let now = crate::platform::time::now_rfc3339();
-    let obs = ctx.expect.adjust(&ns, &name, ctx.index.get(&ns, &name));
-    let mut errs = validate(&pg.spec).err().unwrap_or_default();
-    let is_drill = pg.labels().contains_key(crate::platform::labels::DRILL_OF);
-    let (restore, ask_again) = match obs.pvcs.is_empty() {
-        true => super::restore::admit_new(&ctx, &pg, &ns, is_drill, &mut errs).await?,
-        false => (None, false),
-    };
-    errs.extend(super::image_policy::check(&ctx.images, &pg.spec));
-    if !errs.is_empty() {
-        // Touch nothing that runs; only say why.
-        let reason = errs.join("; ");
-        let was = prev
-            .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Invalid"))
-            .map(|c| c.message.clone());
-        if was.as_deref() != Some(reason.as_str()) {
-            event(&ctx, &pg, EventType::Warning, "InvalidSpec", reason.clone()).await;
-        }
-        let primary = prev.as_ref().and_then(|s| s.current_primary.clone());
-        let st = plan::status(
-            &status_input(&pg, primary, Some(reason), vec![], prev.as_ref(), &now),
-            &obs,
-        );
-        write_status(&ctx, &pg, prev.as_ref(), st).await?;
-        return Ok(match ask_again {
-            true => Action::requeue(Duration::from_secs(30)),
-            false => Action::await_change(),
-        });
-    }
-    let mut within = None;
-    if let Some(st) = prev.as_ref()
-        && let (Some(cur), Some(target)) = (&st.current_primary, &st.target_primary)
-        && cur != target
-        && st.switchover.is_some()
-    {
-        use tracing::Instrument;
-        let span = crate::telemetry::spans::switchover(&ctx.member, &ns, &name, cur, target);
-        return super::switchover::resume(&pg, &ctx, &obs, &owner, cur, target)
-            .instrument(span)
-            .await;
-    }
-    if let Some(action) = super::switchover::take_request(&pg, &ctx, &obs, &owner).await? {
-        return Ok(action);
-    }
-    match super::switch::check_primary(&pg, &ctx, &obs, &owner).await? {
-        super::switch::Flow::Continue => {}
-        super::switch::Flow::ContinueWithin(d) => within = Some(d),
-        super::switch::Flow::Done(action) => return Ok(action),
-    }
-    let size = pg.spec.cluster_size.max(1) as u32;
-    let current_primary = prev.as_ref().and_then(|s| s.current_primary.clone());
-    let ip = plan::plan_instances(&name, size, current_primary.as_deref(), &obs);
-    let primary_name = ip.primary.map(|o| owner.instance_name(o));
-
-    super::secrets::credentials(&pg, &ctx, &obs, &owner, restore.as_ref()).await?;
-    // This incarnation's repository and passphrase (before any Pod).
-    let repo = super::repository::prepare(&pg, &ctx, &obs, &owner, restore.as_ref()).await?;
-    // A drill's throwaway copy takes no backups, so needs no TLS server.
-    let backup_tls = ctx.backup.is_some() && !is_drill;
-    if backup_tls {
-        super::secrets::backup_tls(&pg, &ctx, &obs, &owner).await?;
-    }
-
-    let (cm_hash, mut pending) =
-        super::config::reconcile(&pg, &ctx, &obs, &owner, &ip, is_drill, repo.as_ref()).await?;
-    for svc in build::services(&owner) {
-        let sname = svc["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        if obs.services.get(&sname).map(String::as_str)
-            != svc["metadata"]["annotations"][ANN_HASH].as_str()
-        {
-            let existed = obs.services.contains_key(&sname);
-            ssa::<Service>(&ctx, &ns, "Service", &svc).await?;
-            let reason = if existed {
-                "UpdatedService"
-            } else {
-                "CreatedService"
-            };
-            event(
-                &ctx,
-                &pg,
-                EventType::Normal,
-                reason,
-                format!("Service {sname}"),
-            )
-            .await;
-        }
-    }
-    super::switchover::reconcile_pooler(&pg, &ctx, &obs, &owner).await?;
-    let pdb = build::pdb(&owner);
-    if obs.pdb_hash.as_deref() != pdb["metadata"]["annotations"][ANN_HASH].as_str() {
-        ssa::<PodDisruptionBudget>(&ctx, &ns, "PodDisruptionBudget", &pdb).await?;
-    }
-    let role_of = |o: u32| {
-        if Some(o) == ip.primary {
-            "primary"
-        } else {
-            "replica"
-        }
-    };
-    let cred_env = ctx
-        .backup
-        .as_ref()
-        .map(|b| crate::pgbackrest::repo::credential_env(&b.repository))
-        .unwrap_or_default();
-    let cred_env = super::repository::env(repo.as_ref(), &owner, &cred_env);
-    // What every new Pod gets besides its spec.
-    let finish = |pod: Value| {
-        let mut pod = with_config(pod, &cm_hash);
-        if let Some(b) = &ctx.backup {
-            pod = b.mount(pod);
-        }
-        match backup_tls {
-            true => crate::pgbackrest::tls::mount(pod, &name),
-            false => pod,
-        }
-    };
-    if let Some(b) = ctx.backup.as_ref()
-        && (!ip.create.is_empty() || !ip.recreate_pods.is_empty())
-    {
-        crate::pgbackrest::incarnation::ensure_claim(ctx.client.clone(), b, &ns)
-            .await
-            .map_err(kerr("create", "PersistentVolumeClaim", "backup repository"))?;
-    }
-    for (o, init) in &ip.create {
-        let (init, env) = match (*init, &pg.spec.bootstrap) {
-            ("initdb", Some(b)) if b.from_backup.is_some() => {
-                // initdb means no volume exists, so authorize() ran above.
-                let auth = restore
-                    .as_ref()
-                    .ok_or_else(|| Error::Finalizer("restore source not authorized".into()))?;
-                (
-                    "restore",
-                    super::restore::restore_env(&ctx, auth, &cred_env).await?,
-                )
-            }
-            _ => (*init, cred_env.clone()),
-        };
-        let init = &init;
-        ssa::<PersistentVolumeClaim>(
-            &ctx,
-            &ns,
-            "PersistentVolumeClaim",
-            &build::pvc(&owner, &pg, *o),
-        )
-        .await?;
-        create_pod(
-            &ctx,
-            &ns,
-            &finish(build::pod(&owner, &pg, *o, role_of(*o), init, &env)),
-        )
-        .await?;
-        ctx.expect
-            .created(&ns, &name, &owner.instance_name(*o), role_of(*o));
-        instance_event(
-            &ctx,
-            &pg,
-            "CreatedInstance",
-            &owner.instance_name(*o),
-            format!(
-                "instance {} ({}, {init})",
-                owner.instance_name(*o),
-                role_of(*o)
-            ),
-        )
-        .await;
-    }
-    for o in &ip.recreate_pods {
-        create_pod(
-            &ctx,
-            &ns,
-            &finish(build::pod(&owner, &pg, *o, role_of(*o), "clone", &cred_env)),
-        )
-        .await?;
-        ctx.expect
-            .created(&ns, &name, &owner.instance_name(*o), role_of(*o));
-        instance_event(
-            &ctx,
-            &pg,
-            "RecreatedPod",
-            &owner.instance_name(*o),
-            format!("Pod {} was missing", owner.instance_name(*o)),
-        )
-        .await;
-    }
-    // Exactly one pod carries the primary label; the Services follow labels.
-    for p in obs.pods.values().filter(|p| !p.deleting) {
-        let Some(o) = plan::ordinal(&name, &p.name) else {
-            continue;
-        };
-        if !ip.keep.contains(&o) || p.role.as_deref() == Some(role_of(o)) {
-            continue;
-        }
-        let patch = json!({"metadata": {"labels": {LABEL_ROLE: role_of(o)}}});
-        Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-            .patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(kerr("relabel", "Pod", &p.name))?;
-    }
-    for o in &ip.rebuild {
-        let iname = owner.instance_name(*o);
-        delete_ignoring_missing::<Pod>(&ctx, &ns, "Pod", &iname).await?;
-        instance_event(
-            &ctx,
-            &pg,
-            "RebuildingInstance",
-            &iname,
-            format!("the volume of replica {iname} is gone; rebuilding it"),
-        )
-        .await;
-    }
-    for o in &ip.remove {
-        let iname = owner.instance_name(*o);
-        delete_ignoring_missing::<Pod>(&ctx, &ns, "Pod", &iname).await?;
-        delete_ignoring_missing::<PersistentVolumeClaim>(
-            &ctx,
-            &ns,
-            "PersistentVolumeClaim",
-            &iname,
-        )
-        .await?;
-        ctx.expect.removed(&ns, &name, &iname);
-        instance_event(
-            &ctx,
-            &pg,
-            "RemovedInstance",
-            &iname,
-            format!("scaled down: removed replica {iname}"),
-        )
-        .await;
-    }
-    let desired = build::pod(&owner, &pg, 1, "replica", "clone", &[])["metadata"]["annotations"]
-        [ANN_HASH]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let update = super::update::step(&pg, &ctx, &obs, &owner, &desired).await?;
-    if let Some(action) = update.done {
-        return Ok(action);
-    }
-    if update.status.is_none() {
-        // Every instance was started from the current spec, restart-only
-        // parameters included.
-        pending.clear();
-    }
-    let mut inp = status_input(&pg, primary_name, None, pending, prev.as_ref(), &now);
-    inp.rolling = update.status;
-    let st = plan::status(&inp, &obs);
-    let healthy = st.phase.as_deref() == Some("Healthy");
-    write_status(&ctx, &pg, prev.as_ref(), st).await?;
-    if let Some(d) = within.into_iter().chain(update.requeue).min() {
-        return Ok(Action::requeue(d));
-    }
-    Ok(if healthy {
-        Action::requeue(Duration::from_secs(300))
-    } else {
-        Action::requeue(Duration::from_secs(10))
-    })
-}
-
-/// A new instance starts with the current configuration.
-fn with_config(mut pod: Value, hash: &str) -> Value {
-    pod["metadata"]["annotations"][build::ANN_CONFIG] = json!(hash);
-    pod
-}
-
-fn status_input<'a>(
-    pg: &'a PostgresCluster,
-    primary: Option<String>,
-    invalid: Option<String>,
-    pending_restart: Vec<String>,
-    previous: Option<&'a PostgresClusterStatus>,
-    now: &str,
-) -> StatusInput<'a> {
-    StatusInput {
-        cluster: pg.metadata.name.as_deref().unwrap_or_default(),
-        size: pg.spec.cluster_size.max(1) as u32,
-        version: &pg.spec.version,
-        generation: pg.metadata.generation,
-        primary,
-        invalid,
-        pending_restart,
-        previous,
-        now: now.to_string(),
-        rolling: None,
-    }
-}
-
-async fn write_status(
-    ctx: &Ctx,
-    pg: &PostgresCluster,
-    prev: Option<&PostgresClusterStatus>,
-    st: PostgresClusterStatus,
-) -> Result<(), Error> {
-    if prev.is_some_and(|p| !plan::status_changed(p, &st)) {
-        return Ok(());
-    }
-    let name = pg.name_any();
-    let api: Api<PostgresCluster> =
-        Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
-    let mut status = serde_json::to_value(&st)
-        .map_err(|e| Error::Finalizer(format!("serializing status: {e}")))?;
-    if let Some(m) = status.as_object_mut() {
-        // Written by the backup dispatcher (merge patches); applying our copy
-        // of them could put back a value it has just replaced.
-        for k in BACKUP_OWNED {
-            m.remove(*k);
-        }
-    }
-    let body = json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster", "status": status});
-    api.patch_status(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(kerr("status", "PostgresCluster", &name))?;
-    ctx.stats
-        .status_writes
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Ok(())
-}
-
-async fn delete_ignoring_missing<K>(
-    ctx: &Ctx,
-    ns: &str,
-    kind: &'static str,
-    name: &str,
-) -> Result<(), Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    match Api::<K>::namespaced(ctx.client.clone(), ns)
-        .delete(name, &DeleteParams::default())
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(kerr("delete", kind, name)(e)),
-    }
 }
 
 /// Children with owner references go with the cluster (garbage collection);

@@ -126,42 +126,9 @@ pub async fn authorize(ctx: &Ctx, pg: &PostgresCluster, ns: &str) -> Result<Verd
             ));
         }
     }
-    let label = match &source.backup {
-        None => None,
-        Some(BackupRef::Label(l)) => Some(l.clone()),
-        Some(BackupRef::Record(name)) => {
-            let record = Api::<PostgresBackup>::namespaced(client, source.namespace.as_str())
-                .get_opt(name.as_str())
-                .await
-                .map_err(kerr("get", "PostgresBackup", name.as_str()))?;
-            match record {
-                Some(pb) if pb.spec.cluster == source.cluster.as_str() => {
-                    match pb.status.and_then(|s| s.label) {
-                        Some(l) => Some(l),
-                        None => {
-                            return Ok(refused(
-                                vec![format!(
-                                    "spec.bootstrap.fromBackup.backup: PostgresBackup {name} of {} has not completed (it has no pgBackRest label yet)",
-                                    source.describe()
-                                )],
-                                true,
-                            ));
-                        }
-                    }
-                }
-                _ => {
-                    return Ok(refused(
-                        vec![format!(
-                            "spec.bootstrap.fromBackup.backup: {} has no PostgresBackup named {name} \
-                             (give a PostgresBackup of the source, a pgBackRest label such as \
-                             20261203-021712F, or leave it out for the newest backup)",
-                            source.describe()
-                        )],
-                        true,
-                    ));
-                }
-            }
-        }
+    let label = match backup_label(client, &source).await? {
+        Ok(label) => label,
+        Err(refusal) => return Ok(refusal),
     };
     Ok(Verdict::Allowed(Box::new(Authorized {
         source,
@@ -200,6 +167,52 @@ pub async fn admit_new(
             (None, may_change)
         }
     })
+}
+
+/// The pgBackRest label a restore names: a label as given, a PostgresBackup
+/// record's (completed, of the source cluster), or none for the newest
+/// backup. Err: the refusal.
+async fn backup_label(
+    client: kube::Client,
+    source: &Source,
+) -> Result<Result<Option<String>, Verdict>, Error> {
+    Ok(Ok(match &source.backup {
+        None => None,
+        Some(BackupRef::Label(l)) => Some(l.clone()),
+        Some(BackupRef::Record(name)) => {
+            let record = Api::<PostgresBackup>::namespaced(client, source.namespace.as_str())
+                .get_opt(name.as_str())
+                .await
+                .map_err(kerr("get", "PostgresBackup", name.as_str()))?;
+            match record {
+                Some(pb) if pb.spec.cluster == source.cluster.as_str() => {
+                    match pb.status.and_then(|s| s.label) {
+                        Some(l) => Some(l),
+                        None => {
+                            return Ok(Err(refused(
+                                vec![format!(
+                                    "spec.bootstrap.fromBackup.backup: PostgresBackup {name} of {} has not completed (it has no pgBackRest label yet)",
+                                    source.describe()
+                                )],
+                                true,
+                            )));
+                        }
+                    }
+                }
+                _ => {
+                    return Ok(Err(refused(
+                        vec![format!(
+                            "spec.bootstrap.fromBackup.backup: {} has no PostgresBackup named {name} \
+                             (give a PostgresBackup of the source, a pgBackRest label such as \
+                             20261203-021712F, or leave it out for the newest backup)",
+                            source.describe()
+                        )],
+                        true,
+                    )));
+                }
+            }
+        }
+    }))
 }
 
 /// Where the first instance of a cluster bootstrapped from a backup

@@ -5,6 +5,7 @@
 use crate::crd::PostgresClusterSpec;
 use crate::postgres::{hba, params, shown};
 use std::str::FromStr;
+use std::time::Duration;
 
 /// At most this many problems are listed (the rest are counted): the
 /// message travels into a condition and an Event.
@@ -15,7 +16,15 @@ const MAX_MESSAGE: usize = 900;
 /// Major versions the instance contract is tested with.
 pub const SUPPORTED_MAJORS: std::ops::RangeInclusive<u32> = 13..=17;
 
-pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
+/// What validation parsed, typed: the rest of the reconcile uses these and
+/// never parses (or falls back) again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Valid {
+    /// `spec.failoverDelay`.
+    pub failover_delay: Duration,
+}
+
+pub fn validate(spec: &PostgresClusterSpec) -> Result<Valid, Vec<String>> {
     let mut errs = vec![];
     if !(1..=16).contains(&spec.cluster_size) {
         errs.push(format!(
@@ -51,13 +60,15 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
         // checked by the controller before the source is read.
         errs.extend(super::restore_source::syntax(fb));
     }
-    if let Err(e) = humantime::parse_duration(&spec.failover_delay) {
-        errs.push(format!(
-            "spec.failoverDelay: \"{}\": {}",
-            shown(&spec.failover_delay),
-            shown(&e.to_string())
-        ));
-    }
+    let failover_delay = humantime::parse_duration(&spec.failover_delay)
+        .map_err(|e| {
+            errs.push(format!(
+                "spec.failoverDelay: \"{}\": {}",
+                shown(&spec.failover_delay),
+                shown(&e.to_string())
+            ))
+        })
+        .ok();
     if let Some(sync) = &spec.synchronous
         && sync.number >= spec.cluster_size
     {
@@ -69,10 +80,9 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<(), Vec<String>> {
         ));
     }
     parameters(spec, &mut errs);
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(bounded(errs))
+    match failover_delay {
+        Some(failover_delay) if errs.is_empty() => Ok(Valid { failover_delay }),
+        _ => Err(bounded(errs)),
     }
 }
 

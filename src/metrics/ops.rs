@@ -1,5 +1,5 @@
 //! Failovers and switchovers: counted and timed where they complete
-//! (`controller/switch.rs`, `controller/switchover.rs`), per member cluster
+//! (`controller/failover/execute.rs`, `controller/switchover/execute.rs`), per member cluster
 //! (per-PostgresCluster history is in its status: `lastFailover`,
 //! `lastSwitchover`).
 

@@ -1,9 +1,16 @@
 //! The PgBouncer pooler in front of the primary (`spec.pooler.enabled`):
 //! Pods `<name>-pooler-<n>`, a ConfigMap and the `<name>-pooler` Service. It
 //! is what makes a switchover invisible to clients: PAUSE holds new queries
-//! while the primary changes, RESUME reconnects through `<name>-rw`. Pure.
+//! while the primary changes, RESUME reconnects through `<name>-rw`.
+//!
+//! This file builds the objects (pure); `apply` creates, updates and removes
+//! them, `pause` holds the poolers' clients during a switchover.
+
+pub mod apply;
+pub mod pause;
 
 use super::build::{ANN_HASH, LABEL_KIND, Owner, content_hash};
+use super::plan::Observed;
 use crate::crd::PostgresCluster;
 use serde_json::{Value, json};
 
@@ -12,6 +19,40 @@ pub const PORT: u16 = 6432;
 /// Pooler images need sh, pgbouncer and psql on PATH (psql for the admin
 /// console through exec); `deploy/images/pgbouncer/Dockerfile` builds one.
 pub const DEFAULT_IMAGE: &str = "pgfleet/pgbouncer:1.23";
+
+/// The pooler pods a switchover pauses (those not being deleted).
+pub fn live_pods(obs: &Observed) -> Vec<String> {
+    obs.pooler_pods
+        .values()
+        .filter(|p| !p.deleting)
+        .map(|p| p.name.clone())
+        .collect()
+}
+
+/// The pooler objects a cluster should have per `spec.pooler`: none but
+/// `count` 0 when it is disabled (existing pods are then removed).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Wanted {
+    pub config_map: Option<Value>,
+    pub service: Option<Value>,
+    /// Pods `1..=count`, in order.
+    pub pods: Vec<Value>,
+    pub count: u32,
+}
+
+/// What `spec.pooler` asks for.
+pub fn wanted(o: &Owner, pg: &PostgresCluster) -> Wanted {
+    let Some(spec) = pg.spec.pooler.as_ref().filter(|p| p.enabled) else {
+        return Wanted::default();
+    };
+    let count = spec.instances.max(1) as u32;
+    Wanted {
+        config_map: Some(config_map(o, pg)),
+        service: Some(service(o)),
+        pods: (1..=count).map(|n| pod(o, n)).collect(),
+        count,
+    }
+}
 
 pub fn pod_name(o: &Owner, n: u32) -> String {
     format!("{}-pooler-{n}", o.name)

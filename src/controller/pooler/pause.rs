@@ -4,8 +4,8 @@
 //! RESUME from a task of its own, under a deadline and with retries. A pooler
 //! left paused holds every client of the cluster until someone notices.
 
-use super::pooler;
-use super::reconcile::Error;
+use crate::controller::pooler;
+use crate::controller::reconcile::Error;
 use crate::postgres::exec::{ExecError, run_command};
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! timestamps — so a manager killed at any point resumes the same promotion
 //! and never promotes a second instance:
 //!
-//! 1. decide (pure, `failover.rs`) and record `targetPrimary`;
+//! 1. decide (pure, `decide.rs`) and record `targetPrimary`;
 //! 2. fence the old primary: out of `-rw` (label `fenced`) first, then stopped
 //!    through `pgfleet-instance fence`, or its Pod deleted when it does not
 //!    answer;
@@ -11,20 +11,21 @@
 //! 5. record `currentPrimary` and the timings; the old primary's Pod is
 //!    deleted and comes back as a replica (rewind, or re-clone).
 
-use super::Ctx;
-use super::build::{LABEL_ROLE, Owner};
-use super::failover::{self, Candidate, PrimaryState, SyncRule, Verdict};
-use super::plan::{Observed, ordinal};
-pub(super) use super::reconcile::event as publish;
-use super::reconcile::{Error, FIELD_MANAGER};
+use super::decide::{self, Candidate, PrimaryState, SyncRule, Verdict};
+use crate::controller::Ctx;
+use crate::controller::build::Owner;
+use crate::controller::instance::{label, report};
+use crate::controller::plan::{Observed, PodInfo, ordinal};
+use crate::controller::reconcile::{Error, event as publish};
+use crate::controller::record::status_patch;
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::FailoverRecord;
-use crate::postgres::{InstanceReport, exec::run_verb};
+use crate::postgres::exec::run_verb;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::Api;
+use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, ResourceExt};
 use serde_json::json;
 use std::time::Duration;
 
@@ -55,48 +56,6 @@ fn elapsed_since(ts: Option<&str>) -> Duration {
         .unwrap_or_default()
 }
 
-/// A merge patch of the status: intent records and their progress.
-pub(super) async fn status_patch(
-    ctx: &Ctx,
-    pg: &PostgresCluster,
-    status: serde_json::Value,
-) -> Result<(), Error> {
-    let name = pg.name_any();
-    let api: Api<PostgresCluster> =
-        Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
-    let pp = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    api.patch_status(&name, &pp, &Patch::Merge(&json!({ "status": status })))
-        .await
-        .map_err(|source| Error::Kube {
-            step: "record",
-            kind: "PostgresCluster",
-            name,
-            source,
-        })?;
-    Ok(())
-}
-
-/// Sets a pod's role label (the Services follow); a gone pod is fine.
-pub(super) async fn label(ctx: &Ctx, ns: &str, pod: &str, role: &str) -> Result<(), Error> {
-    let patch = json!({"metadata": {"labels": {LABEL_ROLE: role}}});
-    match Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(source) => Err(Error::Kube {
-            step: "relabel",
-            kind: "Pod",
-            name: pod.to_string(),
-            source,
-        }),
-    }
-}
-
 async fn delete_pod(ctx: &Ctx, ns: &str, pod: &str) {
     let dp = DeleteParams {
         grace_period_seconds: Some(0),
@@ -110,36 +69,14 @@ async fn delete_pod(ctx: &Ctx, ns: &str, pod: &str) {
     }
 }
 
-/// Asks one instance for its status report (None when it does not answer).
-pub async fn report(ctx: &Ctx, ns: &str, pod: &str) -> Option<InstanceReport> {
-    let out = match run_verb(&ctx.client, ns, pod, &["status"], EXEC_TIMEOUT).await {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::debug!(%pod, error = %e, "instance status");
-            return None;
-        }
-    };
-    let r = match InstanceReport::parse(&out) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::debug!(%pod, error = %e, "instance status");
-            return None;
-        }
-    };
-    if r.contract != crate::postgres::CONTRACT_VERSION {
-        // An instance speaking another contract is not trusted for decisions.
-        tracing::warn!(%pod, contract = r.contract, "instance reports an unknown contract version");
-        return None;
-    }
-    Some(r)
-}
-
-/// Looks at the primary; fails over when it is lost.
+/// Looks at the primary; fails over when it is lost (after `delay`, the
+/// validated `spec.failoverDelay`, for one that is only unhealthy).
 pub async fn check_primary(
     pg: &PostgresCluster,
     ctx: &Ctx,
     obs: &Observed,
     owner: &Owner,
+    delay: Duration,
 ) -> Result<Flow, Error> {
     let Some(st) = pg.status.as_ref() else {
         return Ok(Flow::Continue);
@@ -155,7 +92,8 @@ pub async fn check_primary(
     if let Some(r) = st.rolling_update.as_ref()
         && r.step == "RestartingPrimary"
         && r.instance.as_deref() == Some(current.as_str())
-        && elapsed_since(r.step_since.as_deref()) < super::update::PRIMARY_RESTART_GRACE
+        && elapsed_since(r.step_since.as_deref())
+            < crate::controller::rolling_update::execute::PRIMARY_RESTART_GRACE
         && !obs.pods.get(&current).is_some_and(|p| p.ready)
     {
         // Restarted on purpose by the rolling update: it comes back by
@@ -173,16 +111,16 @@ pub async fn check_primary(
             for_: elapsed_since(p.ready_changed.as_deref()),
         },
     };
-    let delay =
-        humantime::parse_duration(&pg.spec.failover_delay).unwrap_or(Duration::from_secs(5));
-    match failover::verdict(&state, delay) {
+    match decide::verdict(&state, delay) {
         Verdict::Keep => Ok(Flow::Continue),
         Verdict::WaitFor(d) => Ok(Flow::ContinueWithin(d)),
-        Verdict::FailOver => decide(pg, ctx, obs, owner, &current).await,
+        Verdict::FailOver => fail_over(pg, ctx, obs, owner, &current).await,
     }
 }
 
-async fn decide(
+/// Asks the replicas where they are, lets `decide::choose` pick the
+/// target, records it (intent first) and carries it out.
+async fn fail_over(
     pg: &PostgresCluster,
     ctx: &Ctx,
     obs: &Observed,
@@ -190,8 +128,7 @@ async fn decide(
     current: &str,
 ) -> Result<Flow, Error> {
     let detected = now();
-    let ns = owner.namespace.clone();
-    let replicas: Vec<_> = obs
+    let replicas: Vec<&PodInfo> = obs
         .pods
         .values()
         .filter(|p| p.name != current && !p.deleting && p.role.as_deref() == Some("replica"))
@@ -200,47 +137,10 @@ async fn decide(
         // Nothing to promote: bring the primary itself back (plan recreates it).
         return Ok(Flow::Continue);
     }
-    let reports =
-        futures::future::join_all(replicas.iter().map(|p| report(ctx, &ns, &p.name))).await;
-    let candidates: Vec<Candidate> = replicas
-        .iter()
-        .zip(reports)
-        .map(|(p, r)| Candidate {
-            name: p.name.clone(),
-            ordinal: ordinal(&owner.name, &p.name).unwrap_or(u32::MAX),
-            ready: p.ready,
-            report: r,
-        })
-        .collect();
-    let sync = pg.spec.synchronous.as_ref().map(|s| SyncRule {
-        number: s.number.max(1) as u32,
-        standbys: obs
-            .pods
-            .keys()
-            .filter(|n| n.as_str() != current)
-            .cloned()
-            .collect(),
-    });
-    let target = match failover::choose(&candidates, sync.as_ref()) {
+    let candidates = candidates(ctx, owner, &replicas).await;
+    let target = match decide::choose(&candidates, sync_rule(pg, obs, current).as_ref()) {
         Ok(t) => t,
-        Err(reason) => {
-            publish(
-                ctx,
-                pg,
-                EventType::Warning,
-                "FailoverBlocked",
-                reason.clone(),
-            )
-            .await;
-            status_patch(
-                ctx,
-                pg,
-                json!({"conditions": blocked_conditions(pg, &reason)}),
-            )
-            .await?;
-            // The old primary holds every commit: bringing it back is safe.
-            return Ok(Flow::ContinueWithin(Duration::from_secs(2)));
-        }
+        Err(reason) => return blocked(pg, ctx, reason).await,
     };
     let record = FailoverRecord {
         from: current.to_string(),
@@ -276,6 +176,57 @@ async fn decide(
     resume(&pg2, ctx, obs, owner, current, &target)
         .await
         .map(Flow::Done)
+}
+
+/// The replicas with what each reports (asked all at once).
+async fn candidates(ctx: &Ctx, owner: &Owner, replicas: &[&PodInfo]) -> Vec<Candidate> {
+    let ns = &owner.namespace;
+    let reports =
+        futures::future::join_all(replicas.iter().map(|p| report(ctx, ns, &p.name))).await;
+    replicas
+        .iter()
+        .zip(reports)
+        .map(|(p, r)| Candidate {
+            name: p.name.clone(),
+            ordinal: ordinal(&owner.name, &p.name).unwrap_or(u32::MAX),
+            ready: p.ready,
+            report: r,
+        })
+        .collect()
+}
+
+/// The synchronous replication in force: every instance but the lost
+/// primary was named in synchronous_standby_names.
+fn sync_rule(pg: &PostgresCluster, obs: &Observed, current: &str) -> Option<SyncRule> {
+    pg.spec.synchronous.as_ref().map(|s| SyncRule {
+        number: s.number.max(1) as u32,
+        standbys: obs
+            .pods
+            .keys()
+            .filter(|n| n.as_str() != current)
+            .cloned()
+            .collect(),
+    })
+}
+
+/// No replica may be promoted: say why, and bring the old primary back.
+async fn blocked(pg: &PostgresCluster, ctx: &Ctx, reason: String) -> Result<Flow, Error> {
+    publish(
+        ctx,
+        pg,
+        EventType::Warning,
+        "FailoverBlocked",
+        reason.clone(),
+    )
+    .await;
+    status_patch(
+        ctx,
+        pg,
+        json!({"conditions": blocked_conditions(pg, &reason)}),
+    )
+    .await?;
+    // The old primary holds every commit: bringing it back is safe.
+    Ok(Flow::ContinueWithin(Duration::from_secs(2)))
 }
 
 fn blocked_conditions(pg: &PostgresCluster, reason: &str) -> serde_json::Value {

@@ -6,7 +6,7 @@
 //! alone, so a manager restarted at any point picks the same next step and
 //! never switches over twice (after the switchover the primary is updated).
 
-use super::plan::{PodInfo, ordinal};
+use crate::controller::plan::{PodInfo, ordinal};
 use crate::crd::cluster::{PrimaryUpdateMethod, PrimaryUpdateStrategy};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -150,5 +150,5 @@ pub fn next_step(inp: &Input) -> Step {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-#[path = "rolling_tests.rs"]
+#[path = "decide_tests.rs"]
 mod tests;

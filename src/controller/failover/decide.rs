@@ -1,5 +1,8 @@
 //! Failover decisions, pure: is the primary lost, and which replica may take
-//! over. The I/O that carries a decision out lives in `switch.rs`.
+//! over. The I/O that carries a decision out lives in `execute.rs`. The
+//! candidate ranking here is also how a switchover picks its target
+//! (`switchover::decide`), so both choose the same replica from the same
+//! reports.
 //!
 //! Rules (DESIGN §2, issue "automatic failover"):
 //! - a primary whose Pod is gone is lost at once; one that is not ready (or
@@ -64,22 +67,40 @@ pub struct SyncRule {
     pub standbys: Vec<String>,
 }
 
+/// Where a replica stands: WAL received (or replayed, when the receive
+/// position restarted at a segment boundary), then WAL replayed.
 fn position(r: &InstanceReport) -> (u64, u64) {
     let rx = r.received_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
     let replay = r.replayed_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
     (rx.max(replay), replay)
 }
 
+/// A replica that answered as a replica and is not fenced: the only kind
+/// that may be promoted.
+pub fn eligible(c: &Candidate) -> bool {
+    c.report
+        .as_ref()
+        .is_some_and(|r| r.role == "replica" && !r.fenced)
+}
+
+/// The ranking failover and switchover share: the most advanced candidate
+/// (received, then replayed LSN), ties to the lowest ordinal — compared as
+/// numbers, so `pg-2` wins over `pg-10`.
+pub fn most_advanced<'a>(
+    candidates: impl IntoIterator<Item = &'a Candidate>,
+) -> Option<&'a Candidate> {
+    candidates.into_iter().max_by(|a, b| {
+        let (pa, pb) = (
+            a.report.as_ref().map(position),
+            b.report.as_ref().map(position),
+        );
+        pa.cmp(&pb).then(b.ordinal.cmp(&a.ordinal))
+    })
+}
+
 /// Picks the replica to promote, or says why none may be.
 pub fn choose(candidates: &[Candidate], sync: Option<&SyncRule>) -> Result<String, String> {
-    let answering: Vec<&Candidate> = candidates
-        .iter()
-        .filter(|c| {
-            c.report
-                .as_ref()
-                .is_some_and(|r| r.role == "replica" && !r.fenced)
-        })
-        .collect();
+    let answering: Vec<&Candidate> = candidates.iter().filter(|c| eligible(c)).collect();
     if let Some(rule) = sync {
         let m = rule.standbys.len() as u32;
         let need = m.saturating_sub(rule.number) + 1;
@@ -93,15 +114,7 @@ pub fn choose(candidates: &[Candidate], sync: Option<&SyncRule>) -> Result<Strin
             ));
         }
     }
-    answering
-        .iter()
-        .max_by(|a, b| {
-            let (pa, pb) = (
-                a.report.as_ref().map(position),
-                b.report.as_ref().map(position),
-            );
-            pa.cmp(&pb).then(b.ordinal.cmp(&a.ordinal))
-        })
+    most_advanced(answering)
         .map(|c| c.name.clone())
         .ok_or_else(|| "no replica answered; staying without a primary until one does".to_string())
 }

@@ -1,0 +1,57 @@
+//! Talking to one instance: its status report (through exec) and its role
+//! label (the Services follow it). Shared by failover, switchover and the
+//! rolling update, which all decide from reports and act through labels.
+
+use super::Ctx;
+use super::build::LABEL_ROLE;
+use super::reconcile::Error;
+use crate::postgres::{InstanceReport, exec::run_verb};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use std::time::Duration;
+
+const EXEC_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Sets a pod's role label (the Services follow); a gone pod is fine.
+pub(super) async fn label(ctx: &Ctx, ns: &str, pod: &str, role: &str) -> Result<(), Error> {
+    let patch = json!({"metadata": {"labels": {LABEL_ROLE: role}}});
+    match Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(Error::Kube {
+            step: "relabel",
+            kind: "Pod",
+            name: pod.to_string(),
+            source,
+        }),
+    }
+}
+
+/// Asks one instance for its status report (None when it does not answer).
+pub async fn report(ctx: &Ctx, ns: &str, pod: &str) -> Option<InstanceReport> {
+    let out = match run_verb(&ctx.client, ns, pod, &["status"], EXEC_TIMEOUT).await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::debug!(%pod, error = %e, "instance status");
+            return None;
+        }
+    };
+    let r = match InstanceReport::parse(&out) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(%pod, error = %e, "instance status");
+            return None;
+        }
+    };
+    if r.contract != crate::postgres::CONTRACT_VERSION {
+        // An instance speaking another contract is not trusted for decisions.
+        tracing::warn!(%pod, contract = r.contract, "instance reports an unknown contract version");
+        return None;
+    }
+    Some(r)
+}

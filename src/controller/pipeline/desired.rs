@@ -1,0 +1,169 @@
+//! Step 4b, build (pure): from the spec, what was observed and the inputs,
+//! the children this cluster should have — the [`Desired`] value the
+//! applier works through. Nothing here talks to the API.
+
+use super::inputs::Inputs;
+use super::observe::Seen;
+use crate::controller::build::{self, ANN_HASH};
+use crate::controller::config::{self, Config};
+use crate::controller::plan::{self, InstancePlan};
+use crate::controller::pooler;
+use crate::controller::reconcile::Error;
+use crate::crd::PostgresCluster;
+use serde_json::{Value, json};
+
+/// The children one round wants, in the terms the applier needs.
+pub struct Desired {
+    /// The instance that is (or becomes) primary.
+    pub primary: Option<String>,
+    pub config: Config,
+    /// `-rw`, `-ro`, `-r`.
+    pub services: Vec<Value>,
+    pub pooler: pooler::Wanted,
+    pub pdb: Value,
+    /// Instances to create (PVC and Pod) and Pods to recreate, in order.
+    pub instances: Vec<NewInstance>,
+    /// Pods whose role label is wrong: (pod, role). Exactly one pod carries
+    /// the primary label; the Services follow labels.
+    pub relabel: Vec<(String, &'static str)>,
+    /// Replicas whose volume is gone: their Pod is deleted to rebuild them.
+    pub rebuild: Vec<String>,
+    /// Instances a scale-down removes (Pod and PVC).
+    pub remove: Vec<String>,
+    /// The pod template hash of the spec: the rolling update's target.
+    pub template_hash: String,
+}
+
+/// An instance Pod to create, with its volume when the instance is new.
+pub struct NewInstance {
+    pub name: String,
+    pub role: &'static str,
+    /// None: the volume exists, only the Pod is missing.
+    pub pvc: Option<Value>,
+    pub pod: Value,
+    /// The Event announcing it: reason and note.
+    pub reason: &'static str,
+    pub note: String,
+}
+
+pub fn build(pg: &PostgresCluster, seen: &Seen, inputs: &Inputs) -> Result<Desired, Error> {
+    let owner = &seen.owner;
+    let size = pg.spec.cluster_size.max(1) as u32;
+    let current_primary = seen.prev.as_ref().and_then(|s| s.current_primary.clone());
+    let plan = plan::plan_instances(&seen.name, size, current_primary.as_deref(), &seen.obs);
+    let config = config::desired(
+        pg,
+        inputs.backup.as_deref(),
+        owner,
+        &plan,
+        seen.is_drill,
+        inputs.repo.as_ref(),
+    )?;
+    let names = |os: &[u32]| os.iter().map(|o| owner.instance_name(*o)).collect();
+    Ok(Desired {
+        primary: plan.primary.map(|o| owner.instance_name(o)),
+        services: build::services(owner),
+        pooler: pooler::wanted(owner, pg),
+        pdb: build::pdb(owner),
+        instances: instances(pg, seen, inputs, &plan, &config.hash)?,
+        relabel: relabel(seen, &plan),
+        rebuild: names(&plan.rebuild),
+        remove: names(&plan.remove),
+        template_hash: template_hash(pg, seen),
+        config,
+    })
+}
+
+fn role_of(plan: &InstancePlan, o: u32) -> &'static str {
+    if Some(o) == plan.primary {
+        "primary"
+    } else {
+        "replica"
+    }
+}
+
+/// New instances (a first one restoring from a backup when the spec says
+/// so), then Pods whose volume exists but whose Pod is missing.
+fn instances(
+    pg: &PostgresCluster,
+    seen: &Seen,
+    inputs: &Inputs,
+    plan: &InstancePlan,
+    config_hash: &str,
+) -> Result<Vec<NewInstance>, Error> {
+    let owner = &seen.owner;
+    let mut out = vec![];
+    for (o, init) in &plan.create {
+        let (init, env) = match (*init, &pg.spec.bootstrap) {
+            ("initdb", Some(b)) if b.from_backup.is_some() => {
+                // initdb means no volume exists, so authorize() ran.
+                let env = inputs
+                    .restore_env
+                    .clone()
+                    .ok_or_else(|| Error::Finalizer("restore source not authorized".into()))?;
+                ("restore", env)
+            }
+            _ => (*init, inputs.repo_env.clone()),
+        };
+        let (name, role) = (owner.instance_name(*o), role_of(plan, *o));
+        let pod = build::pod(owner, pg, *o, role, init, &env);
+        out.push(NewInstance {
+            note: format!("instance {name} ({role}, {init})"),
+            name,
+            role,
+            pvc: Some(build::pvc(owner, pg, *o)),
+            pod: finish(pod, seen, inputs, config_hash),
+            reason: "CreatedInstance",
+        });
+    }
+    for o in &plan.recreate_pods {
+        let (name, role) = (owner.instance_name(*o), role_of(plan, *o));
+        let pod = build::pod(owner, pg, *o, role, "clone", &inputs.repo_env);
+        out.push(NewInstance {
+            note: format!("Pod {name} was missing"),
+            name,
+            role,
+            pvc: None,
+            pod: finish(pod, seen, inputs, config_hash),
+            reason: "RecreatedPod",
+        });
+    }
+    Ok(out)
+}
+
+/// What every new Pod gets besides its spec: the configuration it starts
+/// with, the repository volume, the pgBackRest TLS pair.
+fn finish(mut pod: Value, seen: &Seen, inputs: &Inputs, config_hash: &str) -> Value {
+    pod["metadata"]["annotations"][build::ANN_CONFIG] = json!(config_hash);
+    if let Some(b) = &inputs.backup {
+        pod = b.mount(pod);
+    }
+    match inputs.backup_tls {
+        true => crate::pgbackrest::tls::mount(pod, &seen.name),
+        false => pod,
+    }
+}
+
+/// Live instance Pods the plan keeps whose role label is not their role.
+fn relabel(seen: &Seen, plan: &InstancePlan) -> Vec<(String, &'static str)> {
+    seen.obs
+        .pods
+        .values()
+        .filter(|p| !p.deleting)
+        .filter_map(|p| {
+            let o = plan::ordinal(&seen.name, &p.name)?;
+            let role = role_of(plan, o);
+            (plan.keep.contains(&o) && p.role.as_deref() != Some(role))
+                .then(|| (p.name.clone(), role))
+        })
+        .collect()
+}
+
+/// The pod template hash of the spec (role, init mode and env do not
+/// enter it).
+fn template_hash(pg: &PostgresCluster, seen: &Seen) -> String {
+    build::pod(&seen.owner, pg, 1, "replica", "clone", &[])["metadata"]["annotations"][ANN_HASH]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}

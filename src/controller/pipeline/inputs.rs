@@ -1,0 +1,66 @@
+//! Step 4a, build's inputs: what the desired children refer to and only
+//! I/O can give. The credentials Secrets and the repository (its record in
+//! the status and its passphrase Secret) exist before any Pod names them;
+//! a restore's source is read only once it is authorized (step 2).
+
+use super::observe::Seen;
+use super::validate::Spec;
+use crate::pgbackrest::incarnation::RepoChoice;
+use crate::pgbackrest::repo::BackupEnv;
+use crate::controller::reconcile::Error;
+use crate::controller::{Ctx, repository, restore, secrets};
+use crate::crd::PostgresCluster;
+use serde_json::Value;
+use std::sync::Arc;
+
+pub struct Inputs {
+    /// The backup repository configured for the fleet, if any.
+    pub backup: Option<Arc<BackupEnv>>,
+    /// This incarnation's repository (None without backups).
+    pub repo: Option<RepoChoice>,
+    /// Instances serve pgBackRest over TLS (backups; not for a drill's copy,
+    /// which takes none).
+    pub backup_tls: bool,
+    /// What every instance Pod gets for the repository (by reference).
+    pub repo_env: Vec<Value>,
+    /// A first instance restoring from a backup: where from (authorized).
+    pub restore_env: Option<Vec<Value>>,
+}
+
+pub async fn prepare(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    seen: &Seen,
+    spec: &Spec,
+) -> Result<Inputs, Error> {
+    let (obs, owner, auth) = (&seen.obs, &seen.owner, spec.restore.as_ref());
+    secrets::credentials(pg, ctx, obs, owner, auth).await?;
+    // This incarnation's repository and passphrase (before any Pod).
+    let repo = repository::prepare(pg, ctx, obs, owner, auth).await?;
+    let backup_tls = ctx.backup.is_some() && !seen.is_drill;
+    if backup_tls {
+        secrets::backup_tls(pg, ctx, obs, owner).await?;
+    }
+    let cred_env = ctx
+        .backup
+        .as_ref()
+        .map(|b| crate::pgbackrest::repo::credential_env(&b.repository))
+        .unwrap_or_default();
+    let repo_env = repository::env(repo.as_ref(), owner, &cred_env);
+    let from_backup = pg
+        .spec
+        .bootstrap
+        .as_ref()
+        .is_some_and(|b| b.from_backup.is_some());
+    let restore_env = match auth {
+        Some(auth) if from_backup => Some(restore::restore_env(ctx, auth, &repo_env).await?),
+        _ => None,
+    };
+    Ok(Inputs {
+        backup: ctx.backup.clone(),
+        repo,
+        backup_tls,
+        repo_env,
+        restore_env,
+    })
+}

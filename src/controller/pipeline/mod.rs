@@ -1,0 +1,51 @@
+//! The reconcile of one PostgresCluster, as six steps that run top to
+//! bottom (docs/architecture.md, "The reconcile pipeline"):
+//!
+//! 1. **observe** — the children as the watch caches (and our own recent
+//!    writes) show them, plus the previous status;
+//! 2. **validate** — the spec, its admission (name, restore source, image
+//!    policy), into a typed result: an invalid spec touches nothing that
+//!    runs, it only says why;
+//! 3. **primary** — a recorded or requested switchover, or a failover of a
+//!    lost primary: these act at once and end the round;
+//! 4. **build** — first the inputs every child refers to and that only I/O
+//!    can give (credentials Secrets, the backup repository), then, pure,
+//!    the [`desired::Desired`] children;
+//! 5. **apply** — one applier, in a documented order (`apply.rs`), ending
+//!    with at most one rolling-update step;
+//! 6. **status** — what the round saw and did, and when to look again.
+//!
+//! Every action is recorded as an Event.
+
+mod apply;
+mod desired;
+mod inputs;
+mod observe;
+mod primary;
+mod status;
+mod validate;
+
+use super::Ctx;
+use super::reconcile::Error;
+use crate::crd::PostgresCluster;
+use kube::runtime::controller::Action;
+use std::sync::Arc;
+
+/// One reconcile of an existing (not deleted) PostgresCluster.
+pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let seen = observe::observe(&pg, &ctx);
+    let spec = match validate::check(&pg, &ctx, &seen).await? {
+        validate::Checked::Valid(spec) => spec,
+        validate::Checked::Invalid(invalid) => {
+            return status::invalid(&pg, &ctx, &seen, invalid).await;
+        }
+    };
+    let within = match primary::settle(&pg, &ctx, &seen, &spec).await? {
+        primary::Flow::Done(action) => return Ok(action),
+        primary::Flow::Continue(within) => within,
+    };
+    let inputs = inputs::prepare(&pg, &ctx, &seen, &spec).await?;
+    let desired = desired::build(&pg, &seen, &inputs)?;
+    let applied = apply::apply(&pg, &ctx, &seen, &desired).await?;
+    status::finish(&pg, &ctx, &seen, &desired, applied, within).await
+}

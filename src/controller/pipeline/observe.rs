@@ -1,0 +1,39 @@
+//! Step 1, observe: what the reconcile starts from. Reads only memory (the
+//! child index, adjusted by our own recent writes); no API call.
+
+use crate::controller::Ctx;
+use crate::controller::build::Owner;
+use crate::controller::plan::Observed;
+use crate::crd::PostgresCluster;
+use crate::crd::cluster::PostgresClusterStatus;
+use kube::ResourceExt;
+
+/// The cluster as this round sees it.
+pub struct Seen {
+    pub ns: String,
+    pub name: String,
+    pub owner: Owner,
+    /// The status at the start of the round (read fresh by `reconcile`).
+    pub prev: Option<PostgresClusterStatus>,
+    /// The round's timestamp (RFC 3339), for status conditions.
+    pub now: String,
+    pub obs: Observed,
+    /// A restore drill's throwaway copy (`platform::labels::DRILL_OF`).
+    pub is_drill: bool,
+}
+
+pub fn observe(pg: &PostgresCluster, ctx: &Ctx) -> Seen {
+    let ns = pg.namespace().unwrap_or_default();
+    let name = pg.name_any();
+    let owner = Owner::of(pg, crate::controller::shard_of(&ns, &name, ctx.shards));
+    let obs = ctx.expect.adjust(&ns, &name, ctx.index.get(&ns, &name));
+    Seen {
+        owner,
+        prev: pg.status.clone(),
+        now: crate::platform::time::now_rfc3339(),
+        obs,
+        is_drill: pg.labels().contains_key(crate::platform::labels::DRILL_OF),
+        ns,
+        name,
+    }
+}

@@ -1,0 +1,142 @@
+//! Step 6, status: what the round saw and did goes into the status (one
+//! server-side apply, skipped when nothing changed), and the round says
+//! when to look again.
+
+use super::apply::Applied;
+use super::desired::Desired;
+use super::observe::Seen;
+use super::validate::Invalid;
+use crate::controller::Ctx;
+use crate::controller::plan::{self, StatusInput};
+use crate::controller::reconcile::{Error, FIELD_MANAGER, event, kerr};
+use crate::crd::PostgresCluster;
+use crate::crd::cluster::PostgresClusterStatus;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use std::time::Duration;
+
+/// Status fields the backup dispatcher owns.
+const BACKUP_OWNED: &[&str] = &["lastBackup", "backup", "archive", "lastRestoreDrill"];
+
+/// An invalid spec: touch nothing that runs; only say why (an Event when
+/// the reason changed, and the `Invalid` condition).
+pub async fn invalid(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    seen: &Seen,
+    invalid: Invalid,
+) -> Result<Action, Error> {
+    let prev = seen.prev.as_ref();
+    let was = prev
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Invalid"))
+        .map(|c| c.message.clone());
+    if was.as_deref() != Some(invalid.reason.as_str()) {
+        let reason = invalid.reason.clone();
+        event(ctx, pg, EventType::Warning, "InvalidSpec", reason).await;
+    }
+    let primary = prev.and_then(|s| s.current_primary.clone());
+    let inp = status_input(pg, primary, Some(invalid.reason), vec![], prev, &seen.now);
+    write_status(ctx, pg, prev, plan::status(&inp, &seen.obs)).await?;
+    Ok(match invalid.ask_again {
+        true => Action::requeue(Duration::from_secs(30)),
+        false => Action::await_change(),
+    })
+}
+
+/// The end of a round that applied its children.
+pub async fn finish(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    seen: &Seen,
+    d: &Desired,
+    applied: Applied,
+    within: Option<Duration>,
+) -> Result<Action, Error> {
+    let Applied {
+        mut pending,
+        update,
+    } = applied;
+    if let Some(action) = update.done {
+        // The rolling-update step wrote its own status.
+        return Ok(action);
+    }
+    if update.status.is_none() {
+        // Every instance was started from the current spec, restart-only
+        // parameters included.
+        pending.clear();
+    }
+    let prev = seen.prev.as_ref();
+    let mut inp = status_input(pg, d.primary.clone(), None, pending, prev, &seen.now);
+    inp.rolling = update.status;
+    let st = plan::status(&inp, &seen.obs);
+    let healthy = st.phase.as_deref() == Some("Healthy");
+    write_status(ctx, pg, prev, st).await?;
+    if let Some(d) = within.into_iter().chain(update.requeue).min() {
+        return Ok(Action::requeue(d));
+    }
+    Ok(if healthy {
+        Action::requeue(Duration::from_secs(300))
+    } else {
+        Action::requeue(Duration::from_secs(10))
+    })
+}
+
+fn status_input<'a>(
+    pg: &'a PostgresCluster,
+    primary: Option<String>,
+    invalid: Option<String>,
+    pending_restart: Vec<String>,
+    previous: Option<&'a PostgresClusterStatus>,
+    now: &str,
+) -> StatusInput<'a> {
+    StatusInput {
+        cluster: pg.metadata.name.as_deref().unwrap_or_default(),
+        size: pg.spec.cluster_size.max(1) as u32,
+        version: &pg.spec.version,
+        generation: pg.metadata.generation,
+        primary,
+        invalid,
+        pending_restart,
+        previous,
+        now: now.to_string(),
+        rolling: None,
+    }
+}
+
+async fn write_status(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    prev: Option<&PostgresClusterStatus>,
+    st: PostgresClusterStatus,
+) -> Result<(), Error> {
+    if prev.is_some_and(|p| !plan::status_changed(p, &st)) {
+        return Ok(());
+    }
+    let name = pg.name_any();
+    let api: Api<PostgresCluster> =
+        Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
+    let mut status = serde_json::to_value(&st)
+        .map_err(|e| Error::Finalizer(format!("serializing status: {e}")))?;
+    if let Some(m) = status.as_object_mut() {
+        // Written by the backup dispatcher (merge patches); applying our copy
+        // of them could put back a value it has just replaced.
+        for k in BACKUP_OWNED {
+            m.remove(*k);
+        }
+    }
+    let body = json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster", "status": status});
+    api.patch_status(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(kerr("status", "PostgresCluster", &name))?;
+    ctx.stats
+        .status_writes
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}

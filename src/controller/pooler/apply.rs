@@ -1,0 +1,87 @@
+//! Creating, updating and removing the pooler objects ([`super::Wanted`]):
+//! the ConfigMap and Service are applied when their content hash changed,
+//! a missing pod is created (a running one is never applied over), and
+//! pods beyond the wanted count are deleted.
+
+use super::Wanted;
+use crate::controller::Ctx;
+use crate::controller::build::{ANN_HASH, Owner};
+use crate::controller::plan::Observed;
+use crate::controller::reconcile::{Error, FIELD_MANAGER, event, kerr};
+use crate::crd::PostgresCluster;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use serde_json::Value;
+
+fn name_of(obj: &Value) -> String {
+    obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Brings the pooler objects to `want`.
+pub async fn apply(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+    want: &Wanted,
+) -> Result<(), Error> {
+    let ns = owner.namespace.clone();
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    if let Some(cm) = &want.config_map
+        && obs.pooler_config_hash.as_deref() != cm["metadata"]["annotations"][ANN_HASH].as_str()
+    {
+        Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
+            .patch(&name_of(cm), &pp, &Patch::Apply(cm))
+            .await
+            .map_err(kerr("apply", "ConfigMap", &owner.name))?;
+    }
+    if let Some(svc) = &want.service {
+        let sname = name_of(svc);
+        if obs.services.get(&sname).map(String::as_str)
+            != svc["metadata"]["annotations"][ANN_HASH].as_str()
+        {
+            Api::<Service>::namespaced(ctx.client.clone(), &ns)
+                .patch(&sname, &pp, &Patch::Apply(svc))
+                .await
+                .map_err(kerr("apply", "Service", &sname))?;
+        }
+    }
+    for pod in &want.pods {
+        let name = name_of(pod);
+        if obs.pooler_pods.contains_key(&name) {
+            continue;
+        }
+        Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+            .patch(&name, &pp, &Patch::Apply(pod))
+            .await
+            .map_err(kerr("apply", "Pod", &name))?;
+        event(
+            ctx,
+            pg,
+            EventType::Normal,
+            "CreatedPooler",
+            format!("PgBouncer pod {name}"),
+        )
+        .await;
+    }
+    for p in obs.pooler_pods.values() {
+        let n: u32 = p
+            .name
+            .rsplit('-')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(u32::MAX);
+        if n > want.count && !p.deleting {
+            Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+                .delete(&p.name, &DeleteParams::default())
+                .await
+                .map_err(kerr("delete", "Pod", &p.name))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,34 @@
+//! Intent records: merge patches of the status written before (and while)
+//! a multi-step operation — failover, switchover, a rolling-update step —
+//! runs, so that a manager killed in the middle resumes the same operation.
+
+use super::Ctx;
+use super::reconcile::{Error, FIELD_MANAGER};
+use crate::crd::PostgresCluster;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+/// A merge patch of the status: intent records and their progress.
+pub(super) async fn status_patch(
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+    status: serde_json::Value,
+) -> Result<(), Error> {
+    let name = pg.name_any();
+    let api: Api<PostgresCluster> =
+        Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.patch_status(&name, &pp, &Patch::Merge(&json!({ "status": status })))
+        .await
+        .map_err(|source| Error::Kube {
+            step: "record",
+            kind: "PostgresCluster",
+            name,
+            source,
+        })?;
+    Ok(())
+}

@@ -1,0 +1,270 @@
+//! Carrying out a switchover (the decisions are in `decide.rs`): taking a
+//! request from the annotation, recording its intent, and the protocol
+//! itself (see `switchover/mod.rs`).
+
+use super::ANNOTATION;
+use super::decide;
+use crate::controller::Ctx;
+use crate::controller::build::Owner;
+use crate::controller::failover::Candidate;
+use crate::controller::instance::{label, report};
+use crate::controller::plan::{Observed, ordinal};
+use crate::controller::pooler;
+use crate::controller::reconcile::{Error, event as publish, kerr};
+use crate::controller::record::status_patch;
+use crate::crd::PostgresCluster;
+use crate::postgres::{exec::run_verb, parse_lsn};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const EXEC_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the target may take to receive the old primary's last WAL.
+const CATCH_UP: Duration = Duration::from_secs(30);
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The instances in `names` with what each reports, for
+/// [`decide::target`] (asked one after the other: a switchover is rare).
+pub async fn candidates(
+    ctx: &Ctx,
+    owner: &Owner,
+    obs: &Observed,
+    names: &[String],
+) -> Vec<Candidate> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        out.push(Candidate {
+            name: name.clone(),
+            ordinal: ordinal(&owner.name, name).unwrap_or(u32::MAX),
+            ready: obs.pods.get(name).is_some_and(|p| p.ready),
+            report: report(ctx, &owner.namespace, name).await,
+        });
+    }
+    out
+}
+
+/// Picks up a switchover request from the annotation; returns the action
+/// when one was started or refused.
+pub async fn take_request(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+) -> Result<Option<Action>, Error> {
+    let Some(want) = pg.annotations().get(ANNOTATION).cloned() else {
+        return Ok(None);
+    };
+    let st = pg.status.clone().unwrap_or_default();
+    let Some(current) = st.current_primary.clone() else {
+        return Ok(None);
+    };
+    let ns = owner.namespace.clone();
+    let target = if want.is_empty() || want == "auto" {
+        let names: Vec<String> = obs
+            .pods
+            .values()
+            .filter(|p| p.name != current && p.ready)
+            .map(|p| p.name.clone())
+            .collect();
+        decide::target(&current, &candidates(ctx, owner, obs, &names).await)
+    } else {
+        Some(want.clone())
+    };
+    let refusal = decide::refusal(target.as_deref(), &current, obs);
+    let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let clear = json!({"metadata": {"annotations": {ANNOTATION: null}}});
+    if let Some(reason) = refusal {
+        publish(ctx, pg, EventType::Warning, "SwitchoverRejected", reason).await;
+        api.patch(
+            &pg.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&clear),
+        )
+        .await
+        .map_err(kerr("clear", "PostgresCluster", &pg.name_any()))?;
+        return Ok(Some(Action::await_change()));
+    }
+    let target = target.unwrap_or_default();
+    // Intent first, then consume the request.
+    let action = begin(pg, ctx, &current, &target, json!({}), "requested").await?;
+    api.patch(
+        &pg.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&clear),
+    )
+    .await
+    .map_err(kerr("clear", "PostgresCluster", &pg.name_any()))?;
+    Ok(Some(action))
+}
+
+/// Records the intent of a switchover (plus `extra` status fields in the
+/// same write) and announces it; `resume` carries it out from the next round.
+pub async fn begin(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    current: &str,
+    target: &str,
+    mut extra: serde_json::Value,
+    why: &str,
+) -> Result<Action, Error> {
+    extra["targetPrimary"] = json!(target);
+    extra["switchover"] = json!({"from": current, "to": target, "requestedAt": now()});
+    status_patch(ctx, pg, extra).await?;
+    publish(
+        ctx,
+        pg,
+        EventType::Normal,
+        "SwitchoverStarted",
+        format!("{current} → {target} ({why})"),
+    )
+    .await;
+    Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+/// Carries out (or resumes) a recorded switchover. Every step is idempotent.
+pub async fn resume(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+    old: &str,
+    target: &str,
+) -> Result<Action, Error> {
+    let ns = owner.namespace.clone();
+    let old_is_primary = obs
+        .pods
+        .get(old)
+        .is_some_and(|p| p.role.as_deref() == Some("primary"));
+    if old_is_primary {
+        // Before pausing: the shutdown checkpoint then has little left to
+        // write, which shortens the stall clients see.
+        let _ = run_verb(&ctx.client, &ns, old, &["checkpoint"], EXEC_TIMEOUT).await;
+    }
+    let paused_at = Instant::now();
+    // From here every return (and a cancelled task) resumes the poolers.
+    let paused = pooler::pause::Paused::pause(&ctx.client, &ns, pooler::live_pods(obs)).await?;
+    let final_lsn = match old_is_primary {
+        true => demote(ctx, &ns, old).await?,
+        false => None,
+    };
+    if let Some(lsn) = final_lsn
+        && !caught_up(ctx, &ns, target, lsn).await
+    {
+        // Do not promote a target that lacks commits: undo and say so.
+        abort(pg, ctx, &ns, old).await?;
+        paused.resume().await;
+        publish(
+            ctx,
+            pg,
+            EventType::Warning,
+            "SwitchoverAborted",
+            format!("{target} did not catch up within {CATCH_UP:?}; {old} stays primary"),
+        )
+        .await;
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    run_verb(
+        &ctx.client,
+        &ns,
+        target,
+        &["promote"],
+        Duration::from_secs(60),
+    )
+    .await?;
+    label(ctx, &ns, target, "primary").await?;
+    if obs.pods.contains_key(old) {
+        label(ctx, &ns, old, "replica").await?;
+    }
+    paused.resume().await;
+    completed(pg, ctx, obs, &ns, old, target, paused_at.elapsed()).await
+}
+
+/// Demotes the old primary while still behind -rw: the replicas stream
+/// through it and must receive the shutdown checkpoint. Once stopped it
+/// takes no writes (it restarts as a standby), then it leaves -rw. Returns
+/// where its shutdown checkpoint record starts.
+async fn demote(ctx: &Ctx, ns: &str, old: &str) -> Result<Option<u64>, Error> {
+    let out = run_verb(&ctx.client, ns, old, &["demote"], EXEC_TIMEOUT).await?;
+    label(ctx, ns, old, "fenced").await?;
+    Ok(serde_json::from_str::<serde_json::Value>(out.trim())
+        .ok()
+        .and_then(|v| v.get("lsn").and_then(|l| l.as_str()).and_then(parse_lsn)))
+}
+
+/// Whether the target received past `lsn` (the old primary's shutdown
+/// checkpoint record, all of it) within [`CATCH_UP`]: otherwise the new
+/// timeline would fork before the old primary's end and it could not
+/// follow as a standby.
+async fn caught_up(ctx: &Ctx, ns: &str, target: &str, lsn: u64) -> bool {
+    let deadline = Instant::now() + CATCH_UP;
+    loop {
+        let r = report(ctx, ns, target).await;
+        let at = r.as_ref().map(|r| {
+            // The receive position restarts at a segment boundary when
+            // the WAL receiver reconnects; what was replayed counts too.
+            let rx = r.received_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
+            let replay = r.replayed_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
+            rx.max(replay)
+        });
+        if at.is_some_and(|a| a > lsn) || r.as_ref().is_some_and(|r| r.role == "primary") {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The old primary goes back to being primary: with its label restored,
+/// stopping it once more makes the run loop start it as primary again.
+async fn abort(pg: &PostgresCluster, ctx: &Ctx, ns: &str, old: &str) -> Result<(), Error> {
+    label(ctx, ns, old, "primary").await?;
+    let _ = run_verb(&ctx.client, ns, old, &["fence"], EXEC_TIMEOUT).await;
+    let _ = run_verb(&ctx.client, ns, old, &["unfence"], EXEC_TIMEOUT).await;
+    status_patch(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await
+}
+
+/// After the promotion: replication slots for the others on the new
+/// primary, the record, counters and the Event.
+async fn completed(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    ns: &str,
+    old: &str,
+    target: &str,
+    stall: Duration,
+) -> Result<Action, Error> {
+    let mut args = vec!["slots"];
+    args.extend(obs.pods.keys().map(String::as_str).filter(|n| *n != target));
+    let _ = run_verb(&ctx.client, ns, target, &args, EXEC_TIMEOUT).await;
+    status_patch(ctx, pg, json!({"currentPrimary": target, "targetPrimary": target, "switchover": null,
+        "lastSwitchover": {"from": old, "to": target, "completedAt": now(), "stallMs": stall.as_millis() as i64}})).await?;
+    ctx.stats
+        .switchovers
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let requested = pg.status.as_ref().and_then(|s| s.switchover.as_ref());
+    crate::metrics::ops::switchover_completed(
+        &ctx.member,
+        requested.and_then(|s| s.requested_at.as_deref()),
+    );
+    publish(
+        ctx,
+        pg,
+        EventType::Normal,
+        "SwitchedOver",
+        format!(
+            "{target} is primary (was {old}); writes paused {} ms",
+            stall.as_millis()
+        ),
+    )
+    .await;
+    Ok(Action::requeue(Duration::from_millis(500)))
+}

@@ -45,4 +45,18 @@ pub trait Runtime: Send + Sync {
     fn exec(&self, req: ExecRequest) -> BoxFuture<'static, ExecOutcome>;
     /// Log bytes; a follow stream ends when the container stops.
     fn logs(&self, req: LogRequest) -> BoxFuture<'static, Result<mpsc::Receiver<Bytes>, String>>;
+    /// A TCP connection to `port` inside the Pod (`pods/portforward`), as a
+    /// kubelet dials it in the Pod's network namespace.
+    fn port_forward(
+        &self,
+        namespace: &str,
+        pod: &str,
+        port: u16,
+    ) -> BoxFuture<'static, Result<tokio::net::TcpStream, String>> {
+        let msg = format!(
+            "pod {namespace}/{pod}: port-forward to port {port} needs the process runtime \
+             (this runtime runs no network servers)"
+        );
+        Box::pin(async move { Err(msg) })
+    }
 }

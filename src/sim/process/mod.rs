@@ -472,6 +472,28 @@ impl Runtime for ProcessRuntime {
         })
     }
 
+    fn port_forward(
+        &self,
+        namespace: &str,
+        pod: &str,
+        port: u16,
+    ) -> BoxFuture<'static, Result<tokio::net::TcpStream, String>> {
+        let ip = if self.is_partitioned(namespace, pod) {
+            Err(format!("pod {namespace}/{pod} is unreachable (partitioned)"))
+        } else {
+            self.pod(namespace, pod)
+                .map(|p| p.ip.clone())
+                .ok_or_else(|| format!("pod {namespace}/{pod} is not running"))
+        };
+        let what = format!("{namespace}/{pod}");
+        Box::pin(async move {
+            let ip = ip?;
+            tokio::net::TcpStream::connect((ip.as_str(), port))
+                .await
+                .map_err(|e| format!("failed to connect to port {port} of pod {what} ({ip}): {e}"))
+        })
+    }
+
     fn logs(&self, req: LogRequest) -> BoxFuture<'static, Result<mpsc::Receiver<Bytes>, String>> {
         let found = self
             .pod(&req.namespace, &req.pod)

@@ -6,9 +6,11 @@
 mod auth;
 mod discovery;
 mod exec;
+mod portforward;
 mod protobuf;
 mod query;
 mod rest;
+mod spdy;
 mod watch;
 
 use super::cluster::Cluster;

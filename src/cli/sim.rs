@@ -11,19 +11,44 @@ pub struct SimArgs {
     /// Where kubeconfigs and state are written; state persists across restarts.
     #[arg(long, default_value = ".pgfleet/sim")]
     pub dir: PathBuf,
-    /// Kubelet runtime for pods.
-    #[arg(long, value_enum, default_value = "host")]
-    pub runtime: RuntimeKind,
+    /// Kubelet runtime for pods. Default: `process` where it can run (root,
+    /// util-linux, PostgreSQL installed), else `virtual`. `host` runs exec
+    /// commands on this machine and only on request.
+    #[arg(long, value_enum)]
+    pub runtime: Option<RuntimeKind>,
     /// Do not persist state in DIR.
     #[arg(long)]
     pub ephemeral: bool,
 }
 
+/// The runtime asked for, or the safest useful one: a runtime that cannot
+/// run the instance contract would leave pods that look Running but whose
+/// `pgfleet-instance` calls fail.
+fn pick_runtime(asked: Option<RuntimeKind>) -> RuntimeKind {
+    let kind = asked.unwrap_or_else(|| match crate::sim::process::host_check::check() {
+        Ok(()) => RuntimeKind::Process,
+        Err(why) => {
+            eprintln!("runtime: virtual (the process runtime cannot run here: {why})");
+            RuntimeKind::Virtual
+        }
+    });
+    if kind == RuntimeKind::Host {
+        eprintln!(
+            "warning: runtime `host` runs every pod exec as a plain command on THIS machine; \
+             pods look Running but run nothing, and the instance contract \
+             (`pgfleet-instance`) fails unless installed here. Use `process` or `virtual` \
+             to manage PostgresClusters."
+        );
+    }
+    kind
+}
+
 pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     let mut opts = SimOptions::new(&args.dir, args.clusters);
-    opts.runtime = args.runtime;
+    opts.runtime = pick_runtime(args.runtime);
     opts.persist = !args.ephemeral;
     let sim = crate::sim::start(&opts).await?;
+    println!("runtime {:?}", opts.runtime);
     for c in &sim.clusters {
         println!(
             "cluster {:<10} https://{}  kubeconfig {}",

@@ -15,6 +15,7 @@ pub mod container;
 pub mod dns;
 pub mod endpoints;
 pub mod faults;
+pub mod host_check;
 pub mod logs;
 pub mod pod;
 pub mod probes;

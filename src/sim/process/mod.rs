@@ -22,11 +22,12 @@ pub mod probes;
 pub mod proxy;
 pub mod sandbox;
 pub mod spec;
+pub mod usage;
 pub mod volumes;
 
 use super::cluster::{Cluster, Sub, WriteOpts};
 use super::resources::ResKey;
-use super::runtime::{ExecOutcome, ExecRequest, LogRequest, Runtime};
+use super::runtime::{ExecOutcome, ExecRequest, LogRequest, Runtime, UsageReport};
 use super::store::{EventType, str_at};
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -493,6 +494,13 @@ impl Runtime for ProcessRuntime {
                 .await
                 .map_err(|e| format!("failed to connect to port {port} of pod {what} ({ip}): {e}"))
         })
+    }
+
+    fn usage(&self) -> BoxFuture<'static, Option<UsageReport>> {
+        let me = lock(&REGISTRY)
+            .iter()
+            .find_map(|(_, r)| r.upgrade().filter(|r| std::ptr::eq(Arc::as_ptr(r), self)));
+        Box::pin(async move { Some(me?.sample_usage().await) })
     }
 
     fn logs(&self, req: LogRequest) -> BoxFuture<'static, Result<mpsc::Receiver<Bytes>, String>> {

@@ -6,6 +6,7 @@
 mod auth;
 mod discovery;
 mod exec;
+mod metrics;
 mod portforward;
 mod protobuf;
 mod query;
@@ -188,6 +189,15 @@ async fn route(ctx: Ctx, req: Request<Body>) -> Result<Response<Body>, ApiError>
         )),
         ["openapi", rest @ ..] => discovery::openapi(&ctx.cluster, rest),
         ["api", "v1", rest @ ..] => rest::dispatch(ctx.clone(), "", "v1", rest, req).await,
+        ["apis", metrics::GROUP, metrics::VERSION, rest @ ..] => {
+            metrics::dispatch(ctx.clone(), rest, &Query::parse(req.uri().query())).await
+        }
+        ["apis", metrics::GROUP] => {
+            let mut g = metrics::group_entry();
+            g["kind"] = serde_json::json!("APIGroup");
+            g["apiVersion"] = serde_json::json!("v1");
+            Ok(json_response(StatusCode::OK, &g))
+        }
         ["apis", group] => {
             discovery::group(&ctx.cluster, group).map(|v| json_response(StatusCode::OK, &v))
         }

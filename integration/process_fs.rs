@@ -21,16 +21,16 @@ use tokio::io::AsyncReadExt;
 async fn sh(client: &kube::Client, pod: &str, script: &str) -> (String, bool) {
     let pods = Api::<Pod>::namespaced(client.clone(), "default");
     let params = AttachParams::default().stdout(true).stderr(false);
-    let mut p = pods
-        .exec(pod, ["sh", "-c", script], &params)
-        .await
-        .unwrap();
+    let mut p = pods.exec(pod, ["sh", "-c", script], &params).await.unwrap();
     let status = p.take_status().unwrap();
     let mut out = String::new();
     p.stdout().unwrap().read_to_string(&mut out).await.unwrap();
     let st = status.await;
     let _ = p.join().await;
-    (out, st.is_some_and(|s| s.status.as_deref() == Some("Success")))
+    (
+        out,
+        st.is_some_and(|s| s.status.as_deref() == Some("Success")),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,7 +68,10 @@ async fn undeclared_paths_are_private_to_the_container_and_a_pvc_survives_restar
     )
     .await;
     assert!(ok, "writing inside the container works");
-    assert_eq!(sh(&client, "fs-0", &format!("cat {undeclared}")).await.0, "full\n");
+    assert_eq!(
+        sh(&client, "fs-0", &format!("cat {undeclared}")).await.0,
+        "full\n"
+    );
     assert!(
         !std::path::Path::new(undeclared).exists(),
         "the host does not see the container's write"
@@ -77,7 +80,15 @@ async fn undeclared_paths_are_private_to_the_container_and_a_pvc_survives_restar
     assert!(!seen, "another Pod does not see it");
     // The image's files are there (PostgreSQL itself, /etc), the host's
     // workspace is readable but not writable through the container.
-    assert!(sh(&client, "fs-0", "test -x /usr/lib/postgresql/15/bin/postgres").await.1);
+    assert!(
+        sh(
+            &client,
+            "fs-0",
+            "test -x /usr/lib/postgresql/15/bin/postgres"
+        )
+        .await
+        .1
+    );
     assert!(sh(&client, "fs-0", "test -s /etc/passwd").await.1);
 
     // kill -9 the container: it restarts with a fresh filesystem, the PVC kept.
@@ -87,7 +98,9 @@ async fn undeclared_paths_are_private_to_the_container_and_a_pvc_survives_restar
     let (_, still) = sh(&client, "fs-0", &format!("test -e {undeclared}")).await;
     assert!(!still, "the undeclared path vanished with the container");
     assert_eq!(
-        sh(&client, "fs-0", "cat /var/lib/postgresql/data/kept.txt").await.0,
+        sh(&client, "fs-0", "cat /var/lib/postgresql/data/kept.txt")
+            .await
+            .0,
         "kept\n"
     );
     // PostgreSQL came back on its PVC data.

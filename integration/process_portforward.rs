@@ -63,7 +63,11 @@ async fn port_forward_to_a_pod_and_a_service_reads_and_writes_rows() {
     let (_sim, client, kubeconfig) = process_sim("s8-portforward", 50).await;
     create_pod(
         &client,
-        postgres_pod("orders-0", "orders", json!({"name": "data", "emptyDir": {}})),
+        postgres_pod(
+            "orders-0",
+            "orders",
+            json!({"name": "data", "emptyDir": {}}),
+        ),
     )
     .await;
     let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
@@ -95,8 +99,12 @@ async fn port_forward_to_a_pod_and_a_service_reads_and_writes_rows() {
     // kubectl resolves the Service to a Pod and its named targetPort.
     let svc = port_forward(&k, "svc/orders-rw", 5432);
     assert_eq!(
-        psql_eventually("127.0.0.1", svc.port, "INSERT INTO t VALUES (51); SELECT count(*) FROM t")
-            .await,
+        psql_eventually(
+            "127.0.0.1",
+            svc.port,
+            "INSERT INTO t VALUES (51); SELECT count(*) FROM t"
+        )
+        .await,
         "51"
     );
     // Several connections through one forward, one after the other.
@@ -130,16 +138,33 @@ async fn kubectl_cp_copies_into_and_out_of_a_container_and_missing_commands_exit
     let local = kubeconfig.with_file_name("upload.txt");
     std::fs::write(&local, "rows from the laptop\n").unwrap();
 
-    k.ok(&["cp", local.to_str().unwrap(), "cp-0:/var/lib/postgresql/data/upload.txt"]);
-    let inside = k.ok(&["exec", "cp-0", "--", "cat", "/var/lib/postgresql/data/upload.txt"]);
+    k.ok(&[
+        "cp",
+        local.to_str().unwrap(),
+        "cp-0:/var/lib/postgresql/data/upload.txt",
+    ]);
+    let inside = k.ok(&[
+        "exec",
+        "cp-0",
+        "--",
+        "cat",
+        "/var/lib/postgresql/data/upload.txt",
+    ]);
     assert_eq!(inside, "rows from the laptop\n");
 
     let back = kubeconfig.with_file_name("PG_VERSION");
-    k.ok(&["cp", "cp-0:/var/lib/postgresql/data/pg/PG_VERSION", back.to_str().unwrap()]);
+    k.ok(&[
+        "cp",
+        "cp-0:/var/lib/postgresql/data/pg/PG_VERSION",
+        back.to_str().unwrap(),
+    ]);
     assert_eq!(std::fs::read_to_string(&back).unwrap().trim(), "15");
 
     let out = k.run(&["exec", "cp-0", "--", "no-such-command", "--flag"]);
     assert_eq!(out.status.code(), Some(127), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("no-such-command"), "the reason names the command: {err}");
+    assert!(
+        err.contains("no-such-command"),
+        "the reason names the command: {err}"
+    );
 }

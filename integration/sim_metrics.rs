@@ -15,7 +15,9 @@ use support::*;
 
 /// CPU in millicores and memory in MiB of one `kubectl top pod` row.
 fn top_row(out: &str, pod: &str) -> Option<(u64, u64)> {
-    let line = out.lines().find(|l| l.split_whitespace().next() == Some(pod))?;
+    let line = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(pod))?;
     let f: Vec<&str> = line.split_whitespace().collect();
     let cpu = f.get(1)?.strip_suffix('m')?.parse().ok()?;
     let mem = f.get(2)?.strip_suffix("Mi")?.parse().ok()?;
@@ -39,14 +41,28 @@ async fn kubectl_top_shows_what_postgresql_uses() {
     let k = Kubectl::new(&kubeconfig);
 
     let groups = k.ok(&["api-versions"]);
-    assert!(groups.lines().any(|l| l == "metrics.k8s.io/v1beta1"), "{groups}");
-    let resources = k.ok(&["api-resources", "--api-group=metrics.k8s.io", "--no-headers"]);
-    assert!(resources.contains("PodMetrics") && resources.contains("NodeMetrics"), "{resources}");
+    assert!(
+        groups.lines().any(|l| l == "metrics.k8s.io/v1beta1"),
+        "{groups}"
+    );
+    let resources = k.ok(&[
+        "api-resources",
+        "--api-group=metrics.k8s.io",
+        "--no-headers",
+    ]);
+    assert!(
+        resources.contains("PodMetrics") && resources.contains("NodeMetrics"),
+        "{resources}"
+    );
 
     // A query that keeps a backend busy for a while: its CPU shows up.
     let busy_ip = ip.clone();
     let busy = std::thread::spawn(move || {
-        psql(&busy_ip, 5432, "SELECT count(*) FROM generate_series(1, 60000000)")
+        psql(
+            &busy_ip,
+            5432,
+            "SELECT count(*) FROM generate_series(1, 60000000)",
+        )
     });
     let (cpu, mem) = common::eventually("kubectl top pod to show CPU and memory", || async {
         let out = k.ok(&["top", "pod", "--no-headers"]);

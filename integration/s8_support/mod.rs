@@ -4,9 +4,9 @@
 #![allow(dead_code)]
 
 use crate::common::{self, TestSim};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
-use k8s_openapi::api::core::v1::Pod;
 use pgfleet::sim::{RuntimeKind, SimOptions};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -58,7 +58,9 @@ pub fn postgres_pod(name: &str, app: &str, volume: Value) -> Value {
 pub async fn create_pod(client: &kube::Client, pod: Value) {
     let pods = Api::<Pod>::namespaced(client.clone(), "default");
     let p: Pod = serde_json::from_value(pod).expect("a Pod");
-    pods.create(&PostParams::default(), &p).await.expect("pod created");
+    pods.create(&PostParams::default(), &p)
+        .await
+        .expect("pod created");
 }
 
 pub fn ready(p: &Pod) -> bool {
@@ -87,7 +89,16 @@ pub async fn ready_pod(client: &kube::Client, name: &str, min_restarts: i32) -> 
 /// psql over TCP as postgres (trust); None when the query failed.
 pub fn psql(host: &str, port: u16, sql: &str) -> Option<String> {
     let out = Command::new("psql")
-        .args(["-h", host, "-p", &port.to_string(), "-U", "postgres", "-d", "postgres"])
+        .args([
+            "-h",
+            host,
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+        ])
         .args(["-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql])
         .env("PGCONNECT_TIMEOUT", "5")
         .output()

@@ -481,7 +481,9 @@ impl Runtime for ProcessRuntime {
         port: u16,
     ) -> BoxFuture<'static, Result<tokio::net::TcpStream, String>> {
         let ip = if self.is_partitioned(namespace, pod) {
-            Err(format!("pod {namespace}/{pod} is unreachable (partitioned)"))
+            Err(format!(
+                "pod {namespace}/{pod} is unreachable (partitioned)"
+            ))
         } else {
             self.pod(namespace, pod)
                 .map(|p| p.ip.clone())

@@ -101,7 +101,11 @@ pub fn resource_list(c: &Cluster, group: &str, version: &str) -> Option<Value> {
         }
         if t.group.is_empty() && t.plural == "pods" {
             resources.push(sub("exec", "PodExecOptions", &["create", "get"]));
-            resources.push(sub("portforward", "PodPortForwardOptions", &["create", "get"]));
+            resources.push(sub(
+                "portforward",
+                "PodPortForwardOptions",
+                &["create", "get"],
+            ));
             resources.push(sub("log", "Pod", &["get"]));
         }
     }

@@ -18,8 +18,10 @@ pub const GROUP: &str = "metrics.k8s.io";
 pub const VERSION: &str = "v1beta1";
 
 /// The resources of the group: (plural, kind, namespaced).
-const RESOURCES: [(&str, &str, bool); 2] =
-    [("nodes", "NodeMetrics", false), ("pods", "PodMetrics", true)];
+const RESOURCES: [(&str, &str, bool); 2] = [
+    ("nodes", "NodeMetrics", false),
+    ("pods", "PodMetrics", true),
+];
 
 /// The group's entry in `/apis` (legacy discovery).
 pub fn group_entry() -> Value {

@@ -155,96 +155,123 @@ async fn session<S: AsyncRead + AsyncWrite + Send + 'static>(io: S, target: Targ
         }
         let _ = wr.shutdown().await;
     });
-    let mut headers = spdy::Headers::default();
-    let mut streams: HashMap<u32, mpsc::Sender<Bytes>> = HashMap::new();
-    let mut waiting: HashMap<String, Half> = HashMap::new();
-    let mut forwards = tokio::task::JoinSet::new();
+    let mut s = Session {
+        target,
+        out: out_tx,
+        headers: spdy::Headers::default(),
+        streams: HashMap::new(),
+        waiting: HashMap::new(),
+        forwards: tokio::task::JoinSet::new(),
+    };
     loop {
-        let frame = match spdy::read_frame(&mut rd).await {
-            Ok(Some(f)) => f,
-            Ok(None) => break,
+        let go_on = match spdy::read_frame(&mut rd).await {
+            Ok(Some(f)) => s.on_frame(f).await,
+            Ok(None) => false,
             Err(e) => {
                 tracing::debug!(error = %e, "port-forward session ends");
-                break;
+                false
             }
         };
+        if !go_on {
+            break;
+        }
+    }
+    s.forwards.abort_all();
+    drop(s);
+    writer.abort();
+}
+
+/// The state of one port-forward connection.
+struct Session {
+    target: Target,
+    out: mpsc::Sender<Vec<u8>>,
+    headers: spdy::Headers,
+    /// Open streams → where their DATA goes.
+    streams: HashMap<u32, mpsc::Sender<Bytes>>,
+    /// `requestID/port` → the first stream of a request, until its pair comes.
+    waiting: HashMap<String, Half>,
+    forwards: tokio::task::JoinSet<()>,
+}
+
+impl Session {
+    /// Handles one frame; false ends the session.
+    async fn on_frame(&mut self, frame: Frame) -> bool {
         match frame {
             Frame::Data {
                 stream,
                 flags,
                 data,
             } => {
-                if let Some(tx) = streams.get(&stream)
+                if let Some(tx) = self.streams.get(&stream)
                     && !data.is_empty()
                     && tx.send(Bytes::from(data)).await.is_err()
                 {
-                    streams.remove(&stream);
+                    self.streams.remove(&stream);
                 }
                 if flags & spdy::FLAG_FIN != 0 {
-                    streams.remove(&stream);
+                    self.streams.remove(&stream);
                 }
+                true
             }
-            Frame::Control { kind, data, .. } => match kind {
-                spdy::SYN_STREAM => {
-                    let Some(id) = spdy::stream_id(&data) else {
-                        break;
-                    };
-                    let h = match headers.syn_stream(&data) {
-                        Ok(h) => h,
-                        Err(e) => {
-                            tracing::debug!(error = %e, "port-forward: bad SYN_STREAM");
-                            break;
-                        }
-                    };
-                    let Ok(reply) = headers.syn_reply(id) else {
-                        break;
-                    };
-                    if out_tx.send(reply).await.is_err() {
-                        break;
-                    }
-                    let (tx, rx) = mpsc::channel(64);
-                    streams.insert(id, tx);
-                    let get = |k: &str| h.get(k).cloned().unwrap_or_default();
-                    let (request, port) = (get("requestid"), get("port"));
-                    let half = Half {
-                        kind: get("streamtype"),
-                        id,
-                        inbound: Some(rx),
-                    };
-                    let key = format!("{request}/{port}");
-                    match waiting.remove(&key) {
-                        Some(other) => {
-                            let (error, data) = if half.kind == "error" {
-                                (half, other)
-                            } else {
-                                (other, half)
-                            };
-                            let f = forward(target.clone(), port, error.id, data, out_tx.clone());
-                            forwards.spawn(f);
-                        }
-                        None => {
-                            waiting.insert(key, half);
-                        }
-                    }
-                }
-                spdy::PING => {
-                    if out_tx.send(spdy::ping_frame(&data)).await.is_err() {
-                        break;
-                    }
-                }
+            Frame::Control { kind, data } => match kind {
+                spdy::SYN_STREAM => self.on_syn_stream(&data).await,
+                spdy::PING => self.out.send(spdy::ping_frame(&data)).await.is_ok(),
                 spdy::RST_STREAM => {
                     if let Some(id) = spdy::stream_id(&data) {
-                        streams.remove(&id);
+                        self.streams.remove(&id);
                     }
+                    true
                 }
-                spdy::GOAWAY => break,
-                _ => {}
+                spdy::GOAWAY => false,
+                _ => true,
             },
         }
     }
-    forwards.abort_all();
-    drop(out_tx);
-    writer.abort();
+
+    /// Accepts a stream and, when it completes a request, starts its forward.
+    async fn on_syn_stream(&mut self, data: &[u8]) -> bool {
+        let Some(id) = spdy::stream_id(data) else {
+            return false;
+        };
+        let h = match self.headers.syn_stream(data) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::debug!(error = %e, "port-forward: bad SYN_STREAM");
+                return false;
+            }
+        };
+        let Ok(reply) = self.headers.syn_reply(id) else {
+            return false;
+        };
+        if self.out.send(reply).await.is_err() {
+            return false;
+        }
+        let (tx, rx) = mpsc::channel(64);
+        self.streams.insert(id, tx);
+        let get = |k: &str| h.get(k).cloned().unwrap_or_default();
+        let (request, port) = (get("requestid"), get("port"));
+        let half = Half {
+            kind: get("streamtype"),
+            id,
+            inbound: Some(rx),
+        };
+        let key = format!("{request}/{port}");
+        match self.waiting.remove(&key) {
+            Some(other) => {
+                let (error, data) = if half.kind == "error" {
+                    (half, other)
+                } else {
+                    (other, half)
+                };
+                let f = forward(self.target.clone(), port, error.id, data, self.out.clone());
+                self.forwards.spawn(f);
+            }
+            None => {
+                self.waiting.insert(key, half);
+            }
+        }
+        true
+    }
 }
 
 /// Copies one forwarded connection both ways; a dial failure goes to the
@@ -291,7 +318,12 @@ async fn forward(
     let down = async move {
         let mut buf = vec![0u8; 32 * 1024];
         while let Ok(n) = rd.read(&mut buf).await {
-            if n == 0 || out2.send(spdy::data_frame(data.id, false, &buf[..n])).await.is_err() {
+            if n == 0
+                || out2
+                    .send(spdy::data_frame(data.id, false, &buf[..n]))
+                    .await
+                    .is_err()
+            {
                 break;
             }
         }

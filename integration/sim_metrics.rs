@@ -66,7 +66,11 @@ async fn kubectl_top_shows_what_postgresql_uses() {
     });
     let (cpu, mem) = common::eventually("kubectl top pod to show CPU and memory", || async {
         let out = k.ok(&["top", "pod", "--no-headers"]);
-        top_row(&out, "top-0").filter(|(cpu, mem)| *cpu > 0 && *mem > 0)
+        let row = top_row(&out, "top-0").filter(|(cpu, mem)| *cpu > 0 && *mem > 0);
+        if row.is_some() {
+            println!("kubectl top pod (a query running): {out}");
+        }
+        row
     })
     .await;
     assert!(mem < 4096, "PostgreSQL's memory is sane: {mem}Mi");

@@ -11,19 +11,45 @@ pub struct SimArgs {
     /// Where kubeconfigs and state are written; state persists across restarts.
     #[arg(long, default_value = ".pgfleet/sim")]
     pub dir: PathBuf,
-    /// Kubelet runtime for pods.
-    #[arg(long, value_enum, default_value = "host")]
-    pub runtime: Runtime,
+    /// Kubelet runtime for pods. Default: `process` where it can run (root,
+    /// util-linux, PostgreSQL installed), else `virtual`. `host` runs exec
+    /// commands on this machine and only on request.
+    #[arg(long, value_enum)]
+    pub runtime: Option<Runtime>,
     /// Do not persist state in DIR.
     #[arg(long)]
     pub ephemeral: bool,
 }
 
+/// The runtime asked for, or the safest useful one: a runtime that cannot
+/// run the instance contract would leave pods that look Running but whose
+/// `pgfleet-instance` calls fail.
+fn pick_runtime(asked: Option<Runtime>) -> Runtime {
+    let kind = asked.unwrap_or_else(|| match pgfleet_sim::process::host_check::check() {
+        Ok(()) => Runtime::Process,
+        Err(why) => {
+            eprintln!("runtime: virtual (the process runtime cannot run here: {why})");
+            Runtime::Virtual
+        }
+    });
+    if kind == Runtime::Host {
+        eprintln!(
+            "warning: runtime `host` runs every pod exec as a plain command on THIS machine; \
+             pods look Running but run nothing, and the instance contract \
+             (`pgfleet-instance`) fails unless installed here. Use `process` or `virtual` \
+             to manage PostgresClusters."
+        );
+    }
+    kind
+}
+
 pub async fn run(args: SimArgs) -> anyhow::Result<()> {
+    let runtime = pick_runtime(args.runtime);
     let mut opts = crate::emulated::sim_options(&args.dir, args.clusters);
-    opts.runtime = args.runtime.kind();
+    opts.runtime = runtime.kind();
     opts.persist = !args.ephemeral;
     let sim = pgfleet_sim::start(&opts).await?;
+    println!("runtime {runtime:?}");
     for c in &sim.clusters {
         println!(
             "cluster {:<10} https://{}  kubeconfig {}",

@@ -159,11 +159,20 @@ impl Runtime for HostRuntime {
             let mut child = match cmd.spawn() {
                 Ok(c) => c,
                 Err(e) => {
+                    // The shell's convention, as a container runtime reports it:
+                    // 127 for a command that is not there, 126 for one that cannot run.
+                    let code = if e.kind() == std::io::ErrorKind::NotFound {
+                        127
+                    } else {
+                        126
+                    };
                     let _ = req
                         .stderr
-                        .send(Bytes::from(format!("exec {prog}: {e}\n")))
+                        .send(Bytes::from(format!(
+                            "exec: \"{prog}\": {e} (runtime \"host\" runs commands on this machine)\n"
+                        )))
                         .await;
-                    return ExecOutcome::Exited(126);
+                    return ExecOutcome::Exited(code);
                 }
             };
             if let (Some(mut rx), Some(mut sin)) = (req.stdin, child.stdin.take()) {

@@ -38,6 +38,25 @@ pub struct LogRequest {
     pub tail_lines: Option<usize>,
 }
 
+/// What one container (or the node) uses, as the metrics API reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerUsage {
+    pub name: String,
+    pub cpu_nanocores: u64,
+    pub memory_bytes: u64,
+}
+
+/// One sampling of the runtime's containers for `metrics.k8s.io`.
+#[derive(Debug, Clone, Default)]
+pub struct UsageReport {
+    /// How long CPU was measured.
+    pub window: std::time::Duration,
+    /// (namespace, pod) → its running containers.
+    pub pods: std::collections::HashMap<(String, String), Vec<ContainerUsage>>,
+    /// The node's usage (the whole machine).
+    pub node: Option<ContainerUsage>,
+}
+
 pub trait Runtime: Send + Sync {
     /// Starts the runtime's own loops (it watches pods through the store, the
     /// way a kubelet watches the API server).
@@ -45,4 +64,23 @@ pub trait Runtime: Send + Sync {
     fn exec(&self, req: ExecRequest) -> BoxFuture<'static, ExecOutcome>;
     /// Log bytes; a follow stream ends when the container stops.
     fn logs(&self, req: LogRequest) -> BoxFuture<'static, Result<mpsc::Receiver<Bytes>, String>>;
+    /// Resource usage of the running containers; `None` for runtimes that
+    /// run no processes (the metrics API then reports zeros).
+    fn usage(&self) -> BoxFuture<'static, Option<UsageReport>> {
+        Box::pin(async { None })
+    }
+    /// A TCP connection to `port` inside the Pod (`pods/portforward`), as a
+    /// kubelet dials it in the Pod's network namespace.
+    fn port_forward(
+        &self,
+        namespace: &str,
+        pod: &str,
+        port: u16,
+    ) -> BoxFuture<'static, Result<tokio::net::TcpStream, String>> {
+        let msg = format!(
+            "pod {namespace}/{pod}: port-forward to port {port} needs the process runtime \
+             (this runtime runs no network servers)"
+        );
+        Box::pin(async move { Err(msg) })
+    }
 }

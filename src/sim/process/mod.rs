@@ -16,17 +16,19 @@ pub mod dns;
 pub mod endpoints;
 pub mod faults;
 pub mod images;
+pub mod host_check;
 pub mod logs;
 pub mod pod;
 pub mod probes;
 pub mod proxy;
 pub mod sandbox;
 pub mod spec;
+pub mod usage;
 pub mod volumes;
 
 use super::cluster::{Cluster, Sub, WriteOpts};
 use super::resources::ResKey;
-use super::runtime::{ExecOutcome, ExecRequest, LogRequest, Runtime};
+use super::runtime::{ExecOutcome, ExecRequest, LogRequest, Runtime, UsageReport};
 use super::store::{EventType, str_at};
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -476,6 +478,37 @@ impl Runtime for ProcessRuntime {
             }
             faults::run_exec(entry.command(&req.command), req).await
         })
+    }
+
+    fn port_forward(
+        &self,
+        namespace: &str,
+        pod: &str,
+        port: u16,
+    ) -> BoxFuture<'static, Result<tokio::net::TcpStream, String>> {
+        let ip = if self.is_partitioned(namespace, pod) {
+            Err(format!(
+                "pod {namespace}/{pod} is unreachable (partitioned)"
+            ))
+        } else {
+            self.pod(namespace, pod)
+                .map(|p| p.ip.clone())
+                .ok_or_else(|| format!("pod {namespace}/{pod} is not running"))
+        };
+        let what = format!("{namespace}/{pod}");
+        Box::pin(async move {
+            let ip = ip?;
+            tokio::net::TcpStream::connect((ip.as_str(), port))
+                .await
+                .map_err(|e| format!("failed to connect to port {port} of pod {what} ({ip}): {e}"))
+        })
+    }
+
+    fn usage(&self) -> BoxFuture<'static, Option<UsageReport>> {
+        let me = lock(&REGISTRY)
+            .iter()
+            .find_map(|(_, r)| r.upgrade().filter(|r| std::ptr::eq(Arc::as_ptr(r), self)));
+        Box::pin(async move { Some(me?.sample_usage().await) })
     }
 
     fn logs(&self, req: LogRequest) -> BoxFuture<'static, Result<mpsc::Receiver<Bytes>, String>> {

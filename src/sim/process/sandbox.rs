@@ -6,14 +6,18 @@
 //! ```text
 //! setpriv --pdeathsig KILL --                  # dies with the runtime thread
 //!   unshare --mount --pid --uts --fork --kill-child --mount-proc --propagation private --
-//!     /bin/sh -c '<bind mounts>; mount --bind <hosts> /etc/hosts;
-//!                 mount --bind <tmp> /tmp; hostname <pod>; cd <workingDir>;
+//!     /bin/sh -c '<tmpfs /run; rbind / /run/.host; an overlay per top-level
+//!                 dir; tmpfs /dev/shm>; <bind mounts from /run/.host>;
+//!                 mount --bind <hosts> /etc/hosts; mount --bind <tmp> /tmp;
+//!                 umount /run/.host; hostname <pod>; cd <workingDir>;
 //!                 exec setpriv --pdeathsig KILL --reuid=postgres --regid=postgres \
 //!                      --init-groups -- "$@"' sh <argv>
 //! ```
 //!
-//! The private mount namespace makes the Pod spec's absolute mount paths
-//! resolve to the volume directories, gives each Pod its own /tmp (where
+//! The private mount namespace gives the container the host's files as its
+//! image through private writable overlays (see [`script`]), makes the Pod
+//! spec's absolute mount paths resolve to the volume directories, gives each
+//! Pod its own /tmp (where
 //! PostgreSQL puts its socket) and its own /etc/hosts (the runtime's DNS); the
 //! UTS namespace gives it the Pod's hostname. The
 //! PID namespace makes the container's main process PID 1 there: when it
@@ -94,12 +98,22 @@ pub fn ns_members(init: u32) -> Vec<u32> {
     out
 }
 
-/// The shell script that sets up the mount namespace and drops privileges.
+/// Where the host's tree stays reachable while the container's filesystem
+/// is set up (detached before the container's program starts).
+const HOST: &str = "/run/.host";
+/// The container's writable layers (tmpfs, private to its mount namespace).
+const LAYERS: &str = "/run/.layers";
+
+/// The shell script that gives the container its filesystem, like a
+/// kubelet's: the host's files are its image, seen through a private
+/// writable overlay per top-level directory (writes vanish with the
+/// container and no other container or the host sees them), a fresh /run
+/// and /dev/shm, the Pod's /tmp and /etc/hosts, and the declared volumes
+/// bind-mounted at their mount paths. Then it drops privileges.
 ///
-/// Mount order: parents before children, and mounts whose target would
-/// hide the source of another mount (a `/tmp` volume while the sim
-/// directory lives under the host's /tmp) after all others, since a
-/// source is resolved when it is mounted.
+/// Sources are resolved under [`HOST`], a recursive bind of the host's
+/// root made before anything is covered, so the order of mounts only has
+/// to put parents before children.
 pub fn script(spec: &ContainerSpec, user: &RunUser, dirs: &PodDirs) -> String {
     let mut mounts: Vec<(String, String, bool)> = spec
         .mounts
@@ -124,46 +138,20 @@ pub fn script(spec: &ContainerSpec, user: &RunUser, dirs: &PodDirs) -> String {
             false,
         ));
     }
-    let sources: Vec<String> = mounts.iter().map(|m| m.0.clone()).collect();
-    let hides = |target: &str| {
-        let t = format!("{}/", target.trim_end_matches('/'));
-        sources.iter().any(|s| s.starts_with(&t))
-    };
-    // A mount below a hiding one (a volume under /tmp) cannot be made
-    // after it (its source is hidden by then): it goes onto the hiding
-    // mount's source first, and the hiding mount carries it (`--rbind`).
-    let hiding: Vec<(String, String)> = mounts
-        .iter()
-        .filter(|m| hides(&m.1))
-        .map(|m| (m.0.clone(), m.1.clone()))
-        .collect();
-    let mut recursive = vec![];
-    for m in mounts.iter_mut() {
-        if let Some((hsrc, htgt)) = hiding
-            .iter()
-            .find(|(_, t)| m.1.starts_with(&format!("{}/", t.trim_end_matches('/'))))
-        {
-            m.1 = format!("{hsrc}{}", &m.1[htgt.trim_end_matches('/').len()..]);
-        } else if hides(&m.1) {
-            recursive.push(m.1.clone());
-        }
-    }
-    mounts.sort_by_key(|m| (hides(&m.1), m.1.matches('/').count()));
+    mounts.sort_by_key(|m| m.1.trim_end_matches('/').matches('/').count());
     let mut s = String::from("set -e\n");
+    s.push_str(&image_layers());
     for (src, tgt, ro) in &mounts {
-        let bind = if recursive.contains(tgt) {
-            "--rbind"
-        } else {
-            "--bind"
-        };
-        let (src, tgt) = (q(src), q(tgt));
+        let host_src = q(&format!("{HOST}{src}"));
+        let tgt = q(tgt);
         s.push_str(&format!(
-            "[ -e {src} ] || mkdir -p {src}\nif [ -d {src} ]; then mkdir -p {tgt}; elif [ ! -e {tgt} ]; then mkdir -p \"$(dirname {tgt})\"; : > {tgt}; fi\nmount {bind} {src} {tgt}\n"
+            "[ -e {host_src} ] || mkdir -p {host_src}\nif [ -d {host_src} ]; then mkdir -p {tgt}; elif [ ! -e {tgt} ]; then mkdir -p \"$(dirname {tgt})\"; : > {tgt}; fi\nmount --bind {host_src} {tgt}\n"
         ));
         if *ro {
             s.push_str(&format!("mount -o remount,bind,ro {tgt}\n"));
         }
     }
+    s.push_str(&format!("umount -l {HOST}\nrmdir {HOST}\n"));
     if let Some((_, h)) = spec.env.iter().find(|(k, _)| k == "HOSTNAME") {
         s.push_str(&format!("hostname {} 2>/dev/null || true\n", q(h)));
     }
@@ -174,6 +162,27 @@ pub fn script(spec: &ContainerSpec, user: &RunUser, dirs: &PodDirs) -> String {
         user.gid
     ));
     s
+}
+
+/// The container's view of the host's files: a new /run holding the host
+/// bind and the writable layers, a private overlay over every other
+/// top-level directory (the pseudo filesystems excepted), a private
+/// /dev/shm.
+fn image_layers() -> String {
+    format!(
+        r#"mount -t tmpfs -o mode=0755 run /run
+mkdir -p {HOST} {LAYERS}
+mount --rbind / {HOST}
+for d in {HOST}/*; do
+  n=${{d#{HOST}}}
+  case "$n" in /proc|/sys|/dev|/run) continue ;; esac
+  if [ -L "$d" ] || [ ! -d "$d" ]; then continue; fi
+  mkdir -p "{LAYERS}$n/upper" "{LAYERS}$n/work"
+  mount -t overlay overlay -o "lowerdir=$d,upperdir={LAYERS}$n/upper,workdir={LAYERS}$n/work" "$n"
+done
+mount -t tmpfs -o mode=1777 shm /dev/shm
+"#
+    )
 }
 
 pub fn spawn(

@@ -38,6 +38,7 @@ pub fn groups(c: &Cluster) -> Value {
         .iter()
         .filter(|(g, _)| !g.is_empty())
         .map(|(g, vs)| group_entry(g, vs))
+        .chain([super::metrics::group_entry()])
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
@@ -100,6 +101,11 @@ pub fn resource_list(c: &Cluster, group: &str, version: &str) -> Option<Value> {
         }
         if t.group.is_empty() && t.plural == "pods" {
             resources.push(sub("exec", "PodExecOptions", &["create", "get"]));
+            resources.push(sub(
+                "portforward",
+                "PodPortForwardOptions",
+                &["create", "get"],
+            ));
             resources.push(sub("log", "Pod", &["get"]));
         }
     }
@@ -151,6 +157,9 @@ pub fn aggregated(c: &Cluster, core: bool) -> Value {
             .collect();
         items.push(json!({"metadata": {"name": g}, "versions": versions}));
     }
+    if !core {
+        items.push(super::metrics::aggregated_entry());
+    }
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
 }
 
@@ -179,6 +188,7 @@ fn resource_discovery(t: &ResourceType) -> Value {
     }
     if t.group.is_empty() && t.plural == "pods" {
         subs.push(json!({"subresource": "exec", "responseKind": kind("", "v1", "PodExecOptions"), "verbs": ["create", "get"]}));
+        subs.push(json!({"subresource": "portforward", "responseKind": kind("", "v1", "PodPortForwardOptions"), "verbs": ["create", "get"]}));
         subs.push(
             json!({"subresource": "log", "responseKind": kind("", "v1", "Pod"), "verbs": ["get"]}),
         );

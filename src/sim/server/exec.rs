@@ -23,6 +23,26 @@ const PROTOCOLS: [&str; 4] = [
     "channel.k8s.io",
 ];
 
+/// The Pod a streaming call goes to, which must exist and be running.
+pub(super) fn running_pod(ctx: &Ctx, ns: &str, pod: &str) -> Result<Value, ApiError> {
+    let key = crate::resources::ResKey {
+        group: String::new(),
+        plural: "pods".into(),
+    };
+    let p = ctx
+        .cluster
+        .store
+        .get(&key, ns, pod)
+        .ok_or_else(|| ApiError::not_found("pods", pod))?;
+    let phase = str_at(&p.value, "/status/phase");
+    if phase != "Running" {
+        return Err(ApiError::bad_request(format!(
+            "pod {pod} is not running (phase {phase:?})"
+        )));
+    }
+    Ok(p.value.clone())
+}
+
 fn container_of(ctx: &Ctx, ns: &str, pod: &str, q: &Query) -> Result<String, ApiError> {
     let key = crate::resources::ResKey {
         group: String::new(),

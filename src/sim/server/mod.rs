@@ -8,9 +8,12 @@ mod discovery;
 mod events_view;
 mod exec;
 mod freshness;
+mod metrics;
+mod portforward;
 mod protobuf;
 mod query;
 mod rest;
+mod spdy;
 mod watch;
 
 use super::cluster::Cluster;
@@ -191,6 +194,15 @@ async fn route(ctx: Ctx, req: Request<Body>) -> Result<Response<Body>, ApiError>
         }
         ["openapi", rest @ ..] => discovery::openapi(&ctx.cluster, rest),
         ["api", "v1", rest @ ..] => rest::dispatch(ctx.clone(), "", "v1", rest, req).await,
+        ["apis", metrics::GROUP, metrics::VERSION, rest @ ..] => {
+            metrics::dispatch(ctx.clone(), rest, &Query::parse(req.uri().query())).await
+        }
+        ["apis", metrics::GROUP] => {
+            let mut g = metrics::group_entry();
+            g["kind"] = serde_json::json!("APIGroup");
+            g["apiVersion"] = serde_json::json!("v1");
+            Ok(json_response(StatusCode::OK, &g))
+        }
         ["apis", group] => {
             discovery::group(&ctx.cluster, group).map(|v| json_response(StatusCode::OK, &v))
         }

@@ -9,7 +9,6 @@ mod common;
 #[path = "s8_support/mod.rs"]
 mod support;
 
-use pgfleet::sim::RuntimeKind;
 use serde_json::{Value, json};
 use support::*;
 
@@ -93,7 +92,7 @@ async fn kubectl_top_shows_what_postgresql_uses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_virtual_runtime_reports_zero_usage() {
     let mut opts = common::options(&common::temp_dir("s8-metrics-virtual"), false);
-    opts.runtime = RuntimeKind::Virtual;
+    opts.runtime = pgfleet::emulated::virtual_runtime();
     let sim = common::TestSim::start(opts).await;
     let client = sim.client().await;
     create_pod(

@@ -23,6 +23,7 @@ pub async fn process_sim(tag: &str, index: usize) -> (TestSim, kube::Client, Pat
         persist: false,
         history: 10_000,
         admin: true,
+        images: pgfleet::emulated::images::rules(),
     };
     let sim = TestSim::start(opts).await;
     let kubeconfig = sim.sim.clusters[index].kubeconfig.clone();

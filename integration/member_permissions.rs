@@ -6,7 +6,6 @@
 //! (make-kubeconfig.sh), so the emulated API server holds it to RBAC.
 #![allow(clippy::unwrap_used)]
 
-#[allow(dead_code)]
 #[path = "common/manager_bin.rs"]
 mod bin;
 #[allow(dead_code)]

@@ -30,6 +30,7 @@ fn clusters(
         .iter()
         .map(|m| {
             let conn = m.state();
+            let perms = m.permissions();
             let mine: Vec<&PgcView> = pgcs.iter().filter(|p| p.member == m.name).collect();
             ClusterView {
                 name: m.name.clone(),
@@ -43,6 +44,8 @@ fn clusters(
                 phases: count_phases(mine.iter().copied()),
                 postgresclusters: mine.len(),
                 source: sources.get(&m.name).copied(),
+                missing_permissions: perms.missing,
+                permission_check_error: perms.error,
             }
         })
         .collect()

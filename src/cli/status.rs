@@ -115,6 +115,28 @@ fn clusters_table(clusters: &[ClusterView]) -> String {
     )
 }
 
+/// Members where the manager lacks permissions, each missing one by name
+/// (empty when every member grants everything).
+fn permission_problems(clusters: &[ClusterView]) -> String {
+    let mut out = String::new();
+    for c in clusters {
+        if !c.missing_permissions.is_empty() {
+            out.push_str(&format!(
+                "\n{}: the manager lacks {} permission(s) (see deploy/member/rbac.yaml):\n",
+                c.name,
+                c.missing_permissions.len()
+            ));
+            for p in &c.missing_permissions {
+                out.push_str(&format!("  - {p}\n"));
+            }
+        }
+        if let Some(e) = &c.permission_check_error {
+            out.push_str(&format!("\n{}: {e}\n", c.name));
+        }
+    }
+    out
+}
+
 fn problem(p: &PgcView) -> String {
     p.conditions
         .first()
@@ -183,6 +205,7 @@ pub fn render_status(fleet: &Value) -> anyhow::Result<String> {
         phases(&all)
     );
     out.push_str(&clusters_table(&clusters));
+    out.push_str(&permission_problems(&clusters));
     let bad: Vec<&PgcView> = pgcs
         .iter()
         .filter(|p| !p.healthy || !p.conditions.is_empty())
@@ -289,7 +312,8 @@ mod tests {
         let fleet = json!({
             "clusters": [
                 {"name": "sim-eu-1", "labels": {"env": "prod"}, "connectivity": "Ready",
-                 "reason": null, "owner": "host-a", "phases": {"Healthy": 2}, "postgresclusters": 2},
+                 "reason": null, "owner": "host-a", "phases": {"Healthy": 2}, "postgresclusters": 2,
+                 "missingPermissions": ["create pods", "patch postgresclusters.pgfleet.io/status"]},
                 {"name": "sim-us-1", "labels": {}, "connectivity": "Unreachable",
                  "reason": "timeout", "owner": null, "phases": {"Degraded": 1}, "postgresclusters": 1}
             ],
@@ -303,6 +327,12 @@ mod tests {
             ]
         });
         let out = render_status(&fleet).unwrap();
+        assert!(
+            out.contains("sim-eu-1: the manager lacks 2 permission(s)")
+                && out.contains("  - create pods\n")
+                && out.contains("  - patch postgresclusters.pgfleet.io/status\n"),
+            "{out}"
+        );
         assert!(
             out.contains("1/2 member clusters ready, 3 PostgresClusters"),
             "{out}"

@@ -5,6 +5,7 @@
 
 pub mod connect;
 pub mod deadline;
+pub mod permissions;
 pub mod ratelimit;
 pub mod swap;
 
@@ -47,6 +48,8 @@ pub struct Member {
     client: kube::Client,
     backend: swap::Swappable,
     state: watch::Sender<ConnState>,
+    /// The last check of the manager's permissions in this member.
+    permissions: std::sync::Mutex<permissions::Check>,
 }
 
 impl Member {
@@ -56,6 +59,30 @@ impl Member {
 
     pub fn state(&self) -> ConnState {
         self.state.borrow().clone()
+    }
+
+    /// The last permission check: what the manager lacks here, by name.
+    pub fn permissions(&self) -> permissions::Check {
+        self.permissions
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
+    }
+
+    /// Checks the manager's permissions in the member and records the
+    /// outcome (logged when something is missing).
+    async fn check_permissions(&self) -> permissions::Check {
+        let check = permissions::check(&self.client()).await;
+        if !check.missing.is_empty() {
+            tracing::warn!(cluster = %self.name, missing = %check.missing.join(", "), "the manager lacks permissions in this member cluster (deploy/member/rbac.yaml grants them)");
+        }
+        if let Some(e) = &check.error {
+            tracing::warn!(cluster = %self.name, error = %e, "could not check the manager's permissions");
+        }
+        if let Ok(mut cur) = self.permissions.lock() {
+            *cur = check.clone();
+        }
+        check
     }
 
     pub fn watch_state(&self) -> watch::Receiver<ConnState> {
@@ -183,6 +210,7 @@ async fn member(
         client,
         backend,
         state: watch::channel(state).0,
+        permissions: Default::default(),
     })
 }
 
@@ -198,12 +226,14 @@ async fn probe_loop(m: Arc<Member>, interval: Duration, timeout: Duration, thres
     let mut failures = 0u32;
     let mut seen = mtime(&m.kubeconfig);
     let mut retry = Backoff::new();
+    let mut checks = permissions::Schedule::new();
     loop {
         let now = mtime(&m.kubeconfig);
         let connected = m.backend.connected();
         if now != seen || (!connected && retry.due()) {
             seen = now;
             rebuild(&m, connected, &mut retry).await;
+            checks.now();
         }
         if !m.backend.connected() {
             tokio::time::sleep(interval.min(Duration::from_secs(1))).await;
@@ -214,6 +244,10 @@ async fn probe_loop(m: Arc<Member>, interval: Duration, timeout: Duration, thres
             Ok(Ok(_)) => {
                 failures = 0;
                 m.set_state(ConnState::Ready);
+                if checks.due() {
+                    let check = m.check_permissions().await;
+                    checks.done(&check);
+                }
             }
             outcome => {
                 failures = failures.saturating_add(1);
@@ -222,6 +256,7 @@ async fn probe_loop(m: Arc<Member>, interval: Duration, timeout: Duration, thres
                     _ => format!("no answer within {timeout:?}"),
                 };
                 if failures >= threshold {
+                    checks.now();
                     m.set_state(ConnState::Unreachable { reason });
                 }
             }

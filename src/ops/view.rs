@@ -142,6 +142,13 @@ pub struct ClusterView {
     /// Where they were read from: `cache`, `list` or `unknown`.
     #[serde(default)]
     pub source: Option<Source>,
+    /// Permissions the manager lacks in this member (`create pods`, ...),
+    /// from the connect-time check against deploy/member's RBAC.
+    #[serde(default)]
+    pub missing_permissions: Vec<String>,
+    /// Why the permission check could not be made, if it failed.
+    #[serde(default)]
+    pub permission_check_error: Option<String>,
 }
 
 /// How a member's PostgresClusters were obtained.

@@ -221,28 +221,80 @@ pub fn role_allows(role: &Value, a: &Attributes) -> bool {
         .is_some_and(|rules| rules.iter().any(|r| rule_allows(r, a)))
 }
 
-/// Whether a binding's subjects include the service account `ns/name`.
-pub fn binds_service_account(binding: &Value, ns: &str, name: &str) -> bool {
-    let groups = [
-        "system:authenticated".to_string(),
-        "system:serviceaccounts".to_string(),
-        format!("system:serviceaccounts:{ns}"),
-    ];
-    let user = format!("system:serviceaccount:{ns}:{name}");
+/// Who is asking, as RBAC bindings name users: a user name and its groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+impl Subject {
+    /// A service account's user name and the groups kube gives it.
+    pub fn service_account(ns: &str, name: &str) -> Subject {
+        Subject {
+            user: format!("system:serviceaccount:{ns}:{name}"),
+            groups: vec![
+                "system:serviceaccounts".to_string(),
+                format!("system:serviceaccounts:{ns}"),
+                "system:authenticated".to_string(),
+            ],
+        }
+    }
+
+    /// Members of `system:masters` pass every check (kube's privileged
+    /// group authorizer runs before RBAC).
+    pub fn is_master(&self) -> bool {
+        self.groups.iter().any(|g| g == "system:masters")
+    }
+}
+
+/// The subject of a binding that names `who`, if any — the binding's
+/// `subjects` entry, for the reason an allowed review gives.
+pub fn bound_subject<'a>(binding: &'a Value, who: &Subject) -> Option<&'a Value> {
     binding
         .get("subjects")
-        .and_then(Value::as_array)
-        .is_some_and(|subjects| {
-            subjects.iter().any(|s| {
-                let field = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or_default();
-                match field("kind") {
-                    "ServiceAccount" => field("name") == name && field("namespace") == ns,
-                    "User" => field("name") == user,
-                    "Group" => groups.iter().any(|g| g == field("name")),
-                    _ => false,
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|s| {
+            let field = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or_default();
+            match field("kind") {
+                "ServiceAccount" => {
+                    who.user
+                        == format!(
+                            "system:serviceaccount:{}:{}",
+                            field("namespace"),
+                            field("name")
+                        )
                 }
-            })
+                "User" => field("name") == who.user,
+                "Group" => who.groups.iter().any(|g| g == field("name")),
+                _ => false,
+            }
         })
+}
+
+/// Whether a binding's subjects include the service account `ns/name`.
+pub fn binds_service_account(binding: &Value, ns: &str, name: &str) -> bool {
+    bound_subject(binding, &Subject::service_account(ns, name)).is_some()
+}
+
+/// The ClusterRoles every authenticated user holds on a real cluster
+/// (bootstrap policy): `system:basic-user` (the self reviews) and
+/// `system:discovery` / `system:public-info-viewer` (discovery paths).
+pub fn default_roles() -> Vec<(&'static str, Value)> {
+    let discovery = serde_json::json!([{"verbs": ["get"], "nonResourceURLs": [
+        "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*",
+        "/readyz", "/version", "/version/"]}]);
+    let basic = serde_json::json!([
+        {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+         "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
+        {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"],
+         "resources": ["selfsubjectreviews"]}
+    ]);
+    vec![
+        ("system:basic-user", serde_json::json!({"rules": basic})),
+        ("system:discovery", serde_json::json!({"rules": discovery})),
+    ]
 }
 
 #[cfg(test)]

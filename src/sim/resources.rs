@@ -62,6 +62,33 @@ impl ResourceType {
         }
     }
 
+    /// Review kinds (`SelfSubjectAccessReview`, ...) are create-only: the
+    /// server answers them and stores nothing.
+    pub fn is_review(&self) -> bool {
+        matches!(
+            self.group.as_str(),
+            "authorization.k8s.io" | "authentication.k8s.io"
+        ) && self.plural.ends_with("reviews")
+    }
+
+    /// The verbs discovery lists for the type.
+    pub fn verbs(&self) -> &'static [&'static str] {
+        if self.is_review() {
+            &["create"]
+        } else {
+            &[
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch",
+            ]
+        }
+    }
+
     /// The `group/resource` form used in kube error messages (`pods`, `postgresclusters.pgfleet.io`).
     pub fn qualified(&self) -> String {
         if self.group.is_empty() {
@@ -215,6 +242,71 @@ const BUILTINS: &[Builtin] = &[
         "v1",
         "clusterrolebindings",
         "ClusterRoleBinding",
+        false,
+        &[],
+        false,
+    ),
+    (
+        "",
+        "v1",
+        "resourcequotas",
+        "ResourceQuota",
+        true,
+        &["quota"],
+        true,
+    ),
+    (
+        "",
+        "v1",
+        "limitranges",
+        "LimitRange",
+        true,
+        &["limits"],
+        false,
+    ),
+    // The review APIs: create-only, answered and never stored
+    // (`server::authz`).
+    (
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        false,
+        &[],
+        false,
+    ),
+    (
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+        false,
+        &[],
+        false,
+    ),
+    (
+        "authorization.k8s.io",
+        "v1",
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+        false,
+        &[],
+        false,
+    ),
+    (
+        "authorization.k8s.io",
+        "v1",
+        "localsubjectaccessreviews",
+        "LocalSubjectAccessReview",
+        true,
+        &[],
+        false,
+    ),
+    (
+        "authentication.k8s.io",
+        "v1",
+        "selfsubjectreviews",
+        "SelfSubjectReview",
         false,
         &[],
         false,

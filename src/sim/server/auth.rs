@@ -10,7 +10,7 @@
 use crate::audit::AuditRecord;
 use crate::cluster::Cluster;
 use crate::error::ApiError;
-use crate::rbac::{self, Attributes};
+use crate::rbac::{self, Attributes, Subject};
 use crate::resources::ResKey;
 use crate::store::str_at;
 use base64::Engine;
@@ -32,6 +32,18 @@ impl User {
             User::ServiceAccount { namespace, name } => {
                 format!("system:serviceaccount:{namespace}:{name}")
             }
+        }
+    }
+
+    /// The user name and groups RBAC sees. The cluster token is an
+    /// administrator, in `system:masters` as a kubeadm admin is.
+    pub fn subject(&self) -> Subject {
+        match self {
+            User::Admin => Subject {
+                user: self.username(),
+                groups: vec!["system:masters".into(), "system:authenticated".into()],
+            },
+            User::ServiceAccount { namespace, name } => Subject::service_account(namespace, name),
         }
     }
 }
@@ -66,47 +78,99 @@ pub fn service_account_for(cluster: &Cluster, token: &str) -> Option<User> {
 
 /// Whether RBAC (the bound roles in the store) allows `a` for `user`.
 pub fn allowed(cluster: &Cluster, user: &User, a: &Attributes) -> bool {
-    let User::ServiceAccount { namespace, name } = user else {
-        return true;
+    *user == User::Admin || decide(cluster, &user.subject(), a).is_some()
+}
+
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// The role a binding's `roleRef` names (a Role in `binding_ns`, or a
+/// ClusterRole), if it exists.
+fn role_of(cluster: &Cluster, binding: &Value, binding_ns: &str) -> Option<Value> {
+    let (plural, ns) = match str_at(binding, "/roleRef/kind") {
+        "ClusterRole" => ("clusterroles", ""),
+        _ => ("roles", binding_ns),
     };
-    if rbac::is_public_discovery(a) {
-        return true;
-    }
-    let rbac_group = "rbac.authorization.k8s.io";
-    let role = |kind: &str, role_name: &str, ns: &str| -> Option<Value> {
-        let plural = if kind == "ClusterRole" {
-            "clusterroles"
-        } else {
-            "roles"
-        };
-        let ns = if kind == "ClusterRole" { "" } else { ns };
-        cluster
-            .store
-            .get(&key(rbac_group, plural), ns, role_name)
-            .map(|o| o.value.clone())
-    };
-    let grants = |binding: &Value, binding_ns: &str| {
-        rbac::binds_service_account(binding, namespace, name)
-            && role(
-                str_at(binding, "/roleRef/kind"),
-                str_at(binding, "/roleRef/name"),
-                binding_ns,
-            )
-            .is_some_and(|r| rbac::role_allows(&r, a))
-    };
+    cluster
+        .store
+        .get(
+            &key(RBAC_GROUP, plural),
+            ns,
+            str_at(binding, "/roleRef/name"),
+        )
+        .map(|o| o.value.clone())
+}
+
+/// The bindings that could grant `subject` something in `ns` (all
+/// ClusterRoleBindings, then the namespace's RoleBindings), with the
+/// namespace of each and its role.
+pub fn bound_roles(cluster: &Cluster, subject: &Subject, ns: &str) -> Vec<(Value, String, Value)> {
     let (crbs, _) = cluster
         .store
-        .list(&key(rbac_group, "clusterrolebindings"), None, None);
-    if crbs.iter().any(|b| grants(&b.value, "")) {
-        return true;
+        .list(&key(RBAC_GROUP, "clusterrolebindings"), None, None);
+    let mut all: Vec<(Value, String)> = crbs
+        .iter()
+        .map(|b| (b.value.clone(), String::new()))
+        .collect();
+    if !ns.is_empty() {
+        let (rbs, _) = cluster
+            .store
+            .list(&key(RBAC_GROUP, "rolebindings"), Some(ns), None);
+        all.extend(rbs.iter().map(|b| (b.value.clone(), ns.to_string())));
     }
-    if a.namespace.is_empty() {
-        return false;
+    all.into_iter()
+        .filter(|(b, _)| rbac::bound_subject(b, subject).is_some())
+        .filter_map(|(b, bns)| role_of(cluster, &b, &bns).map(|r| (b, bns, r)))
+        .collect()
+}
+
+/// Whether `subject` may do `a`, and if so the reason kube's authorizer
+/// gives (`RBAC: allowed by ClusterRoleBinding "x" of ClusterRole "y" to
+/// ServiceAccount "name/ns"`); None when denied.
+pub fn decide(cluster: &Cluster, subject: &Subject, a: &Attributes) -> Option<String> {
+    if subject.is_master() {
+        return Some(String::new());
     }
-    let (rbs, _) = cluster
-        .store
-        .list(&key(rbac_group, "rolebindings"), Some(&a.namespace), None);
-    rbs.iter().any(|b| grants(&b.value, &a.namespace))
+    for (name, role) in rbac::default_roles() {
+        if rbac::role_allows(&role, a) {
+            return Some(format!(
+                "RBAC: allowed by ClusterRoleBinding \"{name}\" of ClusterRole \"{name}\" to Group \"system:authenticated\""
+            ));
+        }
+    }
+    if rbac::is_public_discovery(a) {
+        return Some(String::new());
+    }
+    bound_roles(cluster, subject, &a.namespace)
+        .into_iter()
+        .find(|(_, _, role)| rbac::role_allows(role, a))
+        .map(|(binding, ns, _)| allow_reason(&binding, &ns, subject))
+}
+
+fn allow_reason(binding: &Value, ns: &str, subject: &Subject) -> String {
+    let kind = if ns.is_empty() {
+        "ClusterRoleBinding".to_string()
+    } else {
+        format!("RoleBinding \"{}/{ns}\"", str_at(binding, "/metadata/name"))
+    };
+    let binding_name = if ns.is_empty() {
+        format!("{kind} \"{}\"", str_at(binding, "/metadata/name"))
+    } else {
+        kind
+    };
+    let who = rbac::bound_subject(binding, subject)
+        .map(|s| {
+            let f = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or_default();
+            match f("kind") {
+                "ServiceAccount" => format!("ServiceAccount \"{}/{}\"", f("name"), f("namespace")),
+                k => format!("{k} \"{}\"", f("name")),
+            }
+        })
+        .unwrap_or_default();
+    format!(
+        "RBAC: allowed by {binding_name} of {} \"{}\" to {who}",
+        str_at(binding, "/roleRef/kind"),
+        str_at(binding, "/roleRef/name")
+    )
 }
 
 /// Authorizes every attribute of a request, recording each in the audit log

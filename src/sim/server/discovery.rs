@@ -55,17 +55,6 @@ pub fn group(c: &Cluster, name: &str) -> Result<Value, ApiError> {
     Ok(g)
 }
 
-const VERBS: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
-
 /// The APIResourceList of one group/version, with subresources.
 pub fn resource_list(c: &Cluster, group: &str, version: &str) -> Option<Value> {
     let reg = c.registry();
@@ -80,7 +69,7 @@ pub fn resource_list(c: &Cluster, group: &str, version: &str) -> Option<Value> {
     for t in types {
         let mut r = json!({
             "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced,
-            "kind": t.kind, "verbs": VERBS, "storageVersionHash": "",
+            "kind": t.kind, "verbs": t.verbs(), "storageVersionHash": "",
         });
         if !t.short_names.is_empty() {
             r["shortNames"] = json!(t.short_names);
@@ -170,7 +159,7 @@ fn resource_discovery(t: &ResourceType) -> Value {
         "responseKind": kind(&t.group, &t.version, &t.kind),
         "scope": if t.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": t.singular,
-        "verbs": VERBS,
+        "verbs": t.verbs(),
     });
     if !t.short_names.is_empty() {
         r["shortNames"] = json!(t.short_names);

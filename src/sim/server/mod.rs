@@ -4,6 +4,7 @@
 //! routing of Kubernetes API paths.
 
 mod auth;
+mod authz;
 mod discovery;
 mod events_view;
 mod exec;
@@ -157,7 +158,12 @@ pub async fn handle(ctx: Ctx, req: Request<Body>) -> Response<Body> {
         }
         return r;
     }
-    match route(ctx, req).await {
+    let result = if authz::is_review_path(&segments(&path)) {
+        review(&ctx, &user, req).await
+    } else {
+        route(ctx, req).await
+    };
+    match result {
         Ok(r) => r,
         Err(e) => error(&e),
     }
@@ -215,6 +221,42 @@ async fn route(ctx: Ctx, req: Request<Body>) -> Result<Response<Body>, ApiError>
             "the server could not find the requested resource",
         )),
     }
+}
+
+fn segments(path: &str) -> Vec<&str> {
+    path.split('/').filter(|s| !s.is_empty()).collect()
+}
+
+/// A review (SelfSubjectAccessReview, ...): answered for the requesting
+/// user, 201 Created, never stored.
+async fn review(ctx: &Ctx, user: &User, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+    let path = req.uri().path().to_string();
+    let method = req.method().as_str().to_string();
+    let protobuf = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.contains("protobuf"));
+    let raw = axum::body::to_bytes(req.into_body(), 1 << 20)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+    let body = if method != "POST" {
+        serde_json::Value::Null
+    } else if protobuf {
+        protobuf::decode(&raw).map_err(|e| {
+            ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!("the body of the request was in an unknown format: {e}"),
+            )
+        })?
+    } else {
+        serde_json::from_slice(&raw)
+            .map_err(|_| ApiError::bad_request("the body is not valid JSON"))?
+    };
+    let segs = segments(&path);
+    let v = authz::answer(&ctx.cluster, user, &method, &segs[3..], body)?;
+    Ok(json_response(StatusCode::CREATED, &v))
 }
 
 /// The RBAC attributes of a request, with `create` added for an apply that

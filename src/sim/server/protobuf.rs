@@ -93,6 +93,43 @@ const SERVICE_ACCOUNT: &Schema = &[
     (4, "automountServiceAccountToken", Ty::Bool),
 ];
 
+/// `authorization/v1` ResourceAttributes and NonResourceAttributes.
+const RESOURCE_ATTRIBUTES: &Schema = &[
+    (1, "namespace", Ty::Str),
+    (2, "verb", Ty::Str),
+    (3, "group", Ty::Str),
+    (4, "version", Ty::Str),
+    (5, "resource", Ty::Str),
+    (6, "subresource", Ty::Str),
+    (7, "name", Ty::Str),
+];
+
+const NON_RESOURCE_ATTRIBUTES: &Schema = &[(1, "path", Ty::Str), (2, "verb", Ty::Str)];
+
+/// The specs of the access reviews (self, subject and local ones share
+/// the field numbers of the attributes).
+const ACCESS_REVIEW_SPEC: &Schema = &[
+    (1, "resourceAttributes", Ty::Msg(RESOURCE_ATTRIBUTES)),
+    (2, "nonResourceAttributes", Ty::Msg(NON_RESOURCE_ATTRIBUTES)),
+    (3, "user", Ty::Str),
+    (4, "groups", Ty::RepStr),
+    (6, "uid", Ty::Str),
+];
+
+const ACCESS_REVIEW: &Schema = &[
+    (1, "metadata", Ty::Msg(OBJECT_META)),
+    (2, "spec", Ty::Msg(ACCESS_REVIEW_SPEC)),
+];
+
+const RULES_REVIEW_SPEC: &Schema = &[(1, "namespace", Ty::Str)];
+
+const RULES_REVIEW: &Schema = &[
+    (1, "metadata", Ty::Msg(OBJECT_META)),
+    (2, "spec", Ty::Msg(RULES_REVIEW_SPEC)),
+];
+
+const SELF_SUBJECT_REVIEW: &Schema = &[(1, "metadata", Ty::Msg(OBJECT_META))];
+
 const TYPE_META: &Schema = &[(1, "apiVersion", Ty::Str), (2, "kind", Ty::Str)];
 
 /// The kinds with a decoder, by (apiVersion, kind).
@@ -102,6 +139,12 @@ fn schema_for(api_version: &str, kind: &str) -> Option<&'static Schema> {
         ("v1", "ConfigMap") => Some(CONFIG_MAP),
         ("v1", "Secret") => Some(SECRET),
         ("v1", "ServiceAccount") => Some(SERVICE_ACCOUNT),
+        (
+            "authorization.k8s.io/v1",
+            "SelfSubjectAccessReview" | "SubjectAccessReview" | "LocalSubjectAccessReview",
+        ) => Some(ACCESS_REVIEW),
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => Some(RULES_REVIEW),
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => Some(SELF_SUBJECT_REVIEW),
         _ => None,
     }
 }

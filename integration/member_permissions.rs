@@ -6,13 +6,13 @@
 //! (make-kubeconfig.sh), so the emulated API server holds it to RBAC.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/manager_bin.rs"]
-mod bin;
+mod common;
 #[allow(dead_code)]
 #[path = "deploy/kubectl.rs"]
 mod kubectl;
 
-use bin::{eventually, http, temp_dir};
+use common::bin::http;
+use common::{eventually, temp_dir};
 use kubectl::Kubectl;
 use pgfleet::sim::{self, RuntimeKind, SimOptions};
 use serde_json::Value;
@@ -57,6 +57,7 @@ async fn a_missing_grant_is_reported_by_name_for_its_member() {
         persist: false,
         history: 10_000,
         admin: false,
+        images: Vec::new(),
     })
     .await
     .unwrap();

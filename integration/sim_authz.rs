@@ -4,13 +4,12 @@
 //! (deploy/member applied, its token from the token controller).
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/controller.rs"]
-mod fleet;
+mod common;
 #[allow(dead_code)]
 #[path = "deploy/kubectl.rs"]
 mod kubectl;
 
-use fleet::temp_dir;
+use common::temp_dir;
 use kubectl::Kubectl;
 use pgfleet::sim::{self, RuntimeKind, SimOptions};
 use serde_json::Value;
@@ -31,6 +30,7 @@ fn sim_options(dir: &Path) -> SimOptions {
         persist: false,
         history: 10_000,
         admin: false,
+        images: Vec::new(),
     }
 }
 

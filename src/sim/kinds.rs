@@ -24,6 +24,7 @@ pub fn on_write(
         ("", "persistentvolumeclaims") => {
             if old.is_none() {
                 v["status"] = json!({"phase": "Pending"});
+                super::pvc_protection::admit(v);
             }
             Ok(())
         }

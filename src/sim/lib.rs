@@ -24,6 +24,7 @@ pub mod patch;
 pub mod persist;
 pub mod pod_security;
 pub mod process;
+pub mod pvc_protection;
 pub mod rbac;
 pub mod resources;
 pub mod runtime;

@@ -1,0 +1,125 @@
+//! The `kubernetes.io/pvc-protection` finalizer (issue 18 item 6): every new
+//! PersistentVolumeClaim carries it; an unused claim deleted goes at once; a
+//! claim deleted while a running pod mounts it stays `Terminating` (kubectl
+//! shows it so) until the pod is gone, then disappears. Over real HTTP with a
+//! kube client and kubectl, as against a real cluster.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+const FINALIZER: &str = "kubernetes.io/pvc-protection";
+
+fn pvc(name: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .unwrap()
+}
+
+fn pod_on(claim: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "spec": {
+            "containers": [{"name": "db", "image": "postgres:15", "command": ["sleep", "3600"],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
+        }
+    }))
+    .unwrap()
+}
+
+async fn gone(pvcs: &Api<PersistentVolumeClaim>, name: &str) {
+    eventually(&format!("pvc {name} to disappear"), || async {
+        pvcs.get_opt(name).await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_use_stays_terminating_until_its_pod_is_gone() {
+    let s = start("pvc-protection").await;
+    let client = s.client().await;
+    let pp = PostParams::default();
+    let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+
+    // Admission adds the finalizer on create.
+    for name in ["data", "spare"] {
+        let created = pvcs.create(&pp, &pvc(name)).await.unwrap();
+        assert_eq!(
+            created.metadata.finalizers,
+            Some(vec![FINALIZER.to_string()]),
+            "{created:?}"
+        );
+    }
+
+    // A running (scheduled) pod mounts "data".
+    pods.create(&pp, &pod_on("data")).await.unwrap();
+    eventually("pod db scheduled and running", || async {
+        let p = pods.get("db").await.unwrap();
+        let scheduled = p.spec.as_ref().and_then(|s| s.node_name.clone()).is_some();
+        let running = p.status.and_then(|s| s.phase).as_deref() == Some("Running");
+        (scheduled && running).then_some(())
+    })
+    .await;
+
+    // Deleted while in use: marked, kept with its finalizer.
+    pvcs.delete("data", &DeleteParams::default()).await.unwrap();
+    // An unused claim deleted afterwards goes, so the controller has looked
+    // at "data" since it was marked, and kept it.
+    pvcs.delete("spare", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone(&pvcs, "spare").await;
+    let kept = pvcs.get("data").await.unwrap();
+    assert!(kept.metadata.deletion_timestamp.is_some(), "{kept:?}");
+    assert_eq!(kept.metadata.finalizers, Some(vec![FINALIZER.to_string()]));
+
+    // kubectl reports it as a real cluster does.
+    let out = std::process::Command::new("/usr/bin/kubectl")
+        .arg("--kubeconfig")
+        .arg(s.kubeconfig())
+        .args(["get", "pvc", "data", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["metadata"]["finalizers"], json!([FINALIZER]));
+    let table = std::process::Command::new("/usr/bin/kubectl")
+        .arg("--kubeconfig")
+        .arg(s.kubeconfig())
+        .args(["get", "pvc", "data", "--no-headers"])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&table.stdout).to_string();
+    assert!(line.contains("Terminating"), "{line:?} {table:?}");
+
+    // No new finalizers on a claim being deleted, as kube answers.
+    let mut extra = kept.clone();
+    extra.metadata.finalizers = Some(vec![FINALIZER.into(), "example.com/hold".into()]);
+    let err = api_err(pvcs.replace("data", &pp, &extra).await);
+    assert_eq!(err.code, 422, "{err:?}");
+
+    // The pod goes: the controller releases the claim and it disappears.
+    pods.delete("db", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    gone(&pvcs, "data").await;
+
+    // A claim never mounted is deleted at once through kubectl too.
+    pvcs.create(&pp, &pvc("free")).await.unwrap();
+    let del = std::process::Command::new("/usr/bin/kubectl")
+        .arg("--kubeconfig")
+        .arg(s.kubeconfig())
+        .args(["delete", "pvc", "free"])
+        .output()
+        .unwrap();
+    assert!(del.status.success(), "{del:?}");
+    gone(&pvcs, "free").await;
+}

@@ -1,0 +1,135 @@
+//! The `kubernetes.io/pvc-protection` finalizer, as kube's admission plugin
+//! and pvc-protection controller run it: every new PersistentVolumeClaim gets
+//! the finalizer, and a claim marked for deletion keeps it (stays
+//! `Terminating`) while a scheduled pod that is not shut down still mounts
+//! it, so a volume in use is never pulled away from under a running database.
+
+use super::cluster::{Cluster, finalizers};
+use super::resources::ResKey;
+use super::store::{StoredObject, str_at};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The finalizer kube's `StorageObjectInUseProtection` admission adds.
+pub const FINALIZER: &str = "kubernetes.io/pvc-protection";
+
+/// Admission on create: the claim carries the finalizer from the start.
+pub fn admit(v: &mut Value) {
+    let mut fins = finalizers(v);
+    if !fins.iter().any(|f| f == FINALIZER) {
+        fins.push(FINALIZER.into());
+        v["metadata"]["finalizers"] = json!(fins);
+    }
+}
+
+/// The controller's pass over one snapshot of the store: claims being
+/// deleted lose the finalizer once no pod uses them (the write then
+/// completes the deletion).
+pub fn sweep(c: &Arc<Cluster>, all: &[(ResKey, Arc<StoredObject>)]) {
+    let is_core = |k: &ResKey, plural: &str| k.group.is_empty() && k.plural == plural;
+    let pods: Vec<&Value> = all
+        .iter()
+        .filter(|(k, _)| is_core(k, "pods"))
+        .map(|(_, o)| &o.value)
+        .collect();
+    for (key, o) in all {
+        let v = &o.value;
+        if !is_core(key, "persistentvolumeclaims")
+            || v.pointer("/metadata/deletionTimestamp").is_none()
+            || !finalizers(v).iter().any(|f| f == FINALIZER)
+        {
+            continue;
+        }
+        let ns = str_at(v, "/metadata/namespace");
+        let name = str_at(v, "/metadata/name");
+        if in_use(ns, name, &pods) {
+            continue;
+        }
+        if let Some(rt) = c.type_of(key) {
+            c.remove_finalizer(&rt, ns, name, FINALIZER);
+        }
+    }
+}
+
+/// Whether any pod of the claim's namespace still uses it.
+pub fn in_use(ns: &str, claim: &str, pods: &[&Value]) -> bool {
+    pods.iter()
+        .any(|p| str_at(p, "/metadata/namespace") == ns && pod_uses(p, claim))
+}
+
+/// Kube's rule: only scheduled pods count (the kubelet refuses to start a
+/// pod on a claim being deleted), and a pod that is shut down (Succeeded,
+/// Failed, or force-deleted) no longer holds its claims. Generic ephemeral
+/// volumes name their claim `<pod>-<volume>`.
+pub fn pod_uses(pod: &Value, claim: &str) -> bool {
+    if str_at(pod, "/spec/nodeName").is_empty() || shut_down(pod) {
+        return false;
+    }
+    let pod_name = str_at(pod, "/metadata/name");
+    pod.pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|vol| {
+            let named = vol
+                .pointer("/persistentVolumeClaim/claimName")
+                .and_then(Value::as_str)
+                == Some(claim);
+            let ephemeral = vol.get("ephemeral").is_some()
+                && format!("{pod_name}-{}", str_at(vol, "/name")) == claim;
+            named || ephemeral
+        })
+}
+
+fn shut_down(pod: &Value) -> bool {
+    let phase = str_at(pod, "/status/phase");
+    let force_deleted = pod.pointer("/metadata/deletionTimestamp").is_some()
+        && pod
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            == Some(0);
+    phase == "Succeeded" || phase == "Failed" || force_deleted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(node: &str, phase: &str, claim: &str) -> Value {
+        json!({
+            "metadata": {"name": "p", "namespace": "db"},
+            "spec": {"nodeName": node, "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": claim}},
+                {"name": "scratch", "ephemeral": {}}
+            ]},
+            "status": {"phase": phase}
+        })
+    }
+
+    #[test]
+    fn running_scheduled_pod_holds_its_claims() {
+        let p = pod("node-1", "Running", "data-0");
+        assert!(in_use("db", "data-0", &[&p]));
+        assert!(in_use("db", "p-scratch", &[&p]));
+        assert!(!in_use("other", "data-0", &[&p]));
+        assert!(!in_use("db", "data-1", &[&p]));
+    }
+
+    #[test]
+    fn unscheduled_or_finished_pods_do_not() {
+        assert!(!pod_uses(&pod("", "Pending", "data-0"), "data-0"));
+        assert!(!pod_uses(&pod("node-1", "Succeeded", "data-0"), "data-0"));
+        assert!(!pod_uses(&pod("node-1", "Failed", "data-0"), "data-0"));
+    }
+
+    #[test]
+    fn admission_adds_the_finalizer_once() {
+        let mut v = json!({"metadata": {"finalizers": ["a.example/x"]}});
+        admit(&mut v);
+        admit(&mut v);
+        assert_eq!(
+            v["metadata"]["finalizers"],
+            json!(["a.example/x", FINALIZER])
+        );
+    }
+}

@@ -7,9 +7,9 @@
 //! kubectl.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod support;
 
-use common::*;
+use support::*;
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};

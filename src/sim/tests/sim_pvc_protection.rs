@@ -5,9 +5,9 @@
 //! kube client and kubectl, as against a real cluster.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod support;
 
-use common::*;
+use support::*;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};

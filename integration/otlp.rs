@@ -449,7 +449,7 @@ async fn metrics_carry_reconcile_and_connectivity_series_for_each_member() {
     for m in members {
         let up = format!("pgfleet_cluster_up{{cluster=\"{m}\"}} 1");
         let reconcile = format!("pgfleet_reconcile_duration_seconds_count{{cluster=\"{m}\"}}");
-        let errors = format!("pgfleet_reconcile_errors_total{{cluster=\"{m}\"}}");
+        let errors = format!("pgfleet_reconcile_errors_total{{cluster=\"{m}\",category=");
         let queue = format!("pgfleet_reconcile_queue_depth{{cluster=\"{m}\"}}");
         let state = format!("pgfleet_cluster_state{{cluster=\"{m}\",state=\"Ready\"}} 1");
         eventually(&format!("connectivity and reconcile series of {m}"), || {

@@ -179,7 +179,7 @@ async fn instance_objects(
     );
     pg.metadata.namespace = Some(ns.into());
     pg.metadata.uid = Some("u-1".into());
-    let o = build::Owner::of(&pg, 0);
+    let o = build::Owner::of(&pg, 0).unwrap();
     let params = BTreeMap::from([
         ("max_connections".to_string(), "30".to_string()),
         ("shared_buffers".to_string(), "16MB".to_string()),

@@ -4,6 +4,7 @@
 //! the `pgfleet-instance run` verb from the ConfigMap, not the image's
 //! entrypoint.
 
+use super::error::Error;
 use crate::crd::PostgresCluster;
 use crate::postgres;
 use serde_json::{Value, json};
@@ -36,14 +37,39 @@ pub struct Owner {
     pub shard: u32,
 }
 
+/// The namespace and name of a PostgresCluster; an object without them
+/// (never one the API server returns) is an error, not an empty string.
+pub fn identity(pg: &PostgresCluster) -> Result<(String, String), Error> {
+    let name = required(pg.metadata.name.as_ref(), "?", "metadata.name")?;
+    let ns = required(pg.metadata.namespace.as_ref(), name, "metadata.namespace")?;
+    Ok((ns.clone(), name.clone()))
+}
+
+fn required<'a>(
+    v: Option<&'a String>,
+    name: &str,
+    field: &'static str,
+) -> Result<&'a String, Error> {
+    v.filter(|v| !v.is_empty()).ok_or_else(|| Error::Missing {
+        kind: "PostgresCluster",
+        name: name.to_string(),
+        field,
+    })
+}
+
 impl Owner {
-    pub fn of(pg: &PostgresCluster, shard: u32) -> Self {
-        Owner {
-            name: pg.metadata.name.clone().unwrap_or_default(),
-            namespace: pg.metadata.namespace.clone().unwrap_or_default(),
-            uid: pg.metadata.uid.clone().unwrap_or_default(),
+    /// The owner of `pg`'s children. Its uid goes into every owner
+    /// reference: without one the children could not be garbage-collected
+    /// with the cluster, so a missing uid is an error.
+    pub fn of(pg: &PostgresCluster, shard: u32) -> Result<Self, Error> {
+        let (namespace, name) = identity(pg)?;
+        let uid = required(pg.metadata.uid.as_ref(), &name, "metadata.uid")?.clone();
+        Ok(Owner {
+            name,
+            namespace,
+            uid,
             shard,
-        }
+        })
     }
 
     fn reference(&self) -> Value {
@@ -381,7 +407,7 @@ mod tests {
     #[test]
     fn pod_runs_the_instance_script_on_the_stock_image() {
         let pg = pg();
-        let o = Owner::of(&pg, 2);
+        let o = Owner::of(&pg, 2).unwrap();
         let p = pod(&o, &pg, 2, "replica", "clone", &[]);
         assert_eq!(p["metadata"]["name"], "orders-2");
         assert_eq!(p["spec"]["containers"][0]["image"], "postgres:15.20");
@@ -404,7 +430,7 @@ mod tests {
     #[test]
     fn services_select_by_role_and_pvcs_are_not_owned() {
         let pg = pg();
-        let o = Owner::of(&pg, 0);
+        let o = Owner::of(&pg, 0).unwrap();
         let s = services(&o);
         assert_eq!(s[0]["metadata"]["name"], "orders-rw");
         assert_eq!(s[0]["spec"]["selector"][LABEL_ROLE], "primary");

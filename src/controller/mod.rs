@@ -7,6 +7,7 @@
 
 pub mod build;
 mod config;
+pub mod error;
 pub mod events;
 pub mod expect;
 pub mod failover;
@@ -22,6 +23,7 @@ pub mod reconcile;
 mod repository;
 mod restore;
 pub mod restore_source;
+pub mod retry;
 pub mod rolling;
 mod secrets;
 pub mod switch;
@@ -36,7 +38,7 @@ use events::Recorder;
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::events::Reporter;
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -75,6 +77,8 @@ pub struct Ctx {
     pub restore_policy: crate::config::CrossNamespaceRestore,
     /// `[images]`: what `spec.image` may name (image_policy).
     pub images: Arc<crate::config::images::Images>,
+    /// Consecutive failures per PostgresCluster, for the retry policy.
+    pub failures: retry::Failures,
 }
 
 /// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
@@ -152,7 +156,8 @@ pub fn start(
     images: Arc<crate::config::images::Images>,
 ) -> Handle {
     let shards = shards.max(1);
-    crate::metrics::reconcile::member_started(&member.name);
+    let categories = error::Category::ALL.map(error::Category::label);
+    crate::metrics::reconcile::member_started(&member.name, &categories);
     // Stable for the member's lifetime; follows kubeconfig changes (fleet::swap).
     let client = member.client();
     let stats = Arc::new(Stats::default());
@@ -174,6 +179,7 @@ pub fn start(
         peers,
         restore_policy,
         images,
+        failures: retry::Failures::default(),
     });
     let tasks = Arc::new(Tasks::default());
     let mut senders = vec![];
@@ -237,6 +243,9 @@ pub fn start(
 
 /// A reconcile inside its span (a trace of its own), timed and counted for
 /// the metrics (`crate::metrics::reconcile` says what its queue depth is).
+/// A failure is counted under its category and, unless it is a routine
+/// conflict (retried at once), recorded as a Warning Event whose reason is
+/// the category.
 async fn observed(
     pg: Arc<PostgresCluster>,
     ctx: Arc<Ctx>,
@@ -247,14 +256,24 @@ async fn observed(
     let span = crate::telemetry::spans::reconcile(&ctx.member, &ns, &name, shard);
     let timer = crate::metrics::reconcile::start(&ctx.member);
     let result = async {
-        let result = reconcile::reconcile(pg, ctx).await;
+        let result = reconcile::reconcile(pg.clone(), ctx.clone()).await;
         // At debug: one line per reconcile, carrying its trace id.
         tracing::debug!(ok = result.is_ok(), "reconciled");
         result
     }
     .instrument(span)
     .await;
-    timer.finish(result.is_ok());
+    let category = result.as_ref().err().map(reconcile::Error::category);
+    timer.finish(category.map(error::Category::label));
+    match (&result, category) {
+        (Ok(_), _) => ctx.failures.succeeded(&retry::key(&pg)),
+        (Err(_), Some(error::Category::Conflict)) | (Err(_), None) => {}
+        (Err(e), Some(c)) => {
+            // An Event's note is at most 1 KiB on a real API server.
+            let note: String = e.to_string().chars().take(1000).collect();
+            reconcile::event(&ctx, &pg, EventType::Warning, c.reason(), note).await;
+        }
+    }
     result
 }
 

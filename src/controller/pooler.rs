@@ -139,7 +139,7 @@ mod tests {
             serde_json::from_value(json!({"pooler": {"enabled": true}})).unwrap(),
         );
         pg.metadata.namespace = Some("shop".into());
-        let o = Owner::of(&pg, 1);
+        let o = Owner::of(&pg, 1).unwrap();
         let cm = config_map(&o, &pg);
         assert!(
             cm["data"]["pgbouncer.ini"]

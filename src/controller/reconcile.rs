@@ -8,7 +8,6 @@ use super::plan::{self, StatusInput};
 use super::validate::validate;
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::{PostgresClusterStatus, ReclaimPolicy};
-use crate::postgres;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -28,33 +27,8 @@ pub const PAUSED: &str = "pgfleet.io/paused";
 /// Status fields the backup dispatcher owns.
 const BACKUP_OWNED: &[&str] = &["lastBackup", "backup", "archive", "lastRestoreDrill"];
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{step} {kind} {name}: {source}")]
-    Kube {
-        step: &'static str,
-        kind: &'static str,
-        name: String,
-        source: kube::Error,
-    },
-    #[error("finalizer: {0}")]
-    Finalizer(String),
-    #[error(transparent)]
-    Exec(#[from] postgres::exec::ExecError),
-}
-
-pub(crate) fn kerr<'a>(
-    step: &'static str,
-    kind: &'static str,
-    name: &'a str,
-) -> impl FnOnce(kube::Error) -> Error + 'a {
-    move |source| Error::Kube {
-        step,
-        kind,
-        name: name.to_string(),
-        source,
-    }
-}
+pub use super::error::Error;
+pub(crate) use super::error::kerr;
 
 pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     // The cluster's bounded worker pool, shared by its shards.
@@ -70,16 +44,16 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
         // missing; acting now could recreate what exists.
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
-    let ns = pg.namespace().unwrap_or_default();
+    let (ns, name) = build::identity(&pg)?;
     let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // Decisions about the primary must never rest on a cached status that
     // lags behind our own last write (that could undo a failover): read the
     // object fresh. One GET per reconcile buys that guarantee.
-    let pg = match api.get_opt(&pg.name_any()).await.map_err(kerr(
-        "get",
-        "PostgresCluster",
-        &pg.name_any(),
-    ))? {
+    let pg = match api
+        .get_opt(&name)
+        .await
+        .map_err(kerr("get", "PostgresCluster", &name))?
+    {
         Some(fresh) => Arc::new(fresh),
         None => return Ok(Action::await_change()),
     };
@@ -93,16 +67,37 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
     .map_err(|e| match e {
         kube::runtime::finalizer::Error::ApplyFailed(e)
         | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer(other.to_string()),
+        kube::runtime::finalizer::Error::AddFinalizer(source)
+        | kube::runtime::finalizer::Error::RemoveFinalizer(source) => {
+            Error::Finalizer(super::error::api("patch", "PostgresCluster", &name, source))
+        }
+        kube::runtime::finalizer::Error::UnnamedObject => Error::Missing {
+            kind: "PostgresCluster",
+            name: name.to_string(),
+            field: "metadata.name",
+        },
+        kube::runtime::finalizer::Error::InvalidFinalizer => Error::Build {
+            what: "finalizer".into(),
+            message: format!("{FINALIZER} is not a valid finalizer name"),
+        },
     })
 }
 
-pub fn error_policy(_pg: Arc<PostgresCluster>, err: &Error, ctx: Arc<Ctx>) -> Action {
+/// The retry policy: when a failed reconcile runs again depends on what
+/// kind of failure it was and how often it failed in a row (`retry`).
+pub fn error_policy(pg: Arc<PostgresCluster>, err: &Error, ctx: Arc<Ctx>) -> Action {
     ctx.stats
         .errors
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    tracing::warn!(cluster = %ctx.member, error = %err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+    let category = err.category();
+    let failures = ctx.failures.failed(&super::retry::key(&pg));
+    let next = super::retry::after(category, failures);
+    tracing::warn!(cluster = %ctx.member, error = %err, %category, failures, retry_in = ?next,
+        "reconcile failed");
+    match next {
+        Some(d) => Action::requeue(d),
+        None => Action::await_change(),
+    }
 }
 
 /// An Event on the PostgresCluster.
@@ -185,8 +180,10 @@ async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let obj: Pod = serde_json::from_value(pod.clone())
-        .map_err(|e| Error::Finalizer(format!("building pod {name}: {e}")))?;
+    let obj: Pod = serde_json::from_value(pod.clone()).map_err(|e| Error::Build {
+        what: format!("Pod {name}"),
+        message: e.to_string(),
+    })?;
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
@@ -202,9 +199,8 @@ async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
 }
 
 async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let ns = pg.namespace().unwrap_or_default();
-    let name = pg.name_any();
-    let owner = Owner::of(&pg, super::shard_of(&ns, &name, ctx.shards));
+    let (ns, name) = build::identity(&pg)?;
+    let owner = Owner::of(&pg, super::shard_of(&ns, &name, ctx.shards))?;
     let prev = pg.status.clone();
     let now = crate::sim::cluster::now_rfc3339();
     let obs = ctx.expect.adjust(&ns, &name, ctx.index.get(&ns, &name));
@@ -339,7 +335,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
                 // initdb means no volume exists, so authorize() ran above.
                 let auth = restore
                     .as_ref()
-                    .ok_or_else(|| Error::Finalizer("restore source not authorized".into()))?;
+                    .ok_or_else(|| Error::Validate("restore source not authorized".into()))?;
                 (
                     "restore",
                     super::restore::restore_env(&ctx, auth, &cred_env).await?,
@@ -509,8 +505,10 @@ async fn write_status(
     let name = pg.name_any();
     let api: Api<PostgresCluster> =
         Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
-    let mut status = serde_json::to_value(&st)
-        .map_err(|e| Error::Finalizer(format!("serializing status: {e}")))?;
+    let mut status = serde_json::to_value(&st).map_err(|e| Error::Build {
+        what: "status".into(),
+        message: e.to_string(),
+    })?;
     if let Some(m) = status.as_object_mut() {
         // Written by the backup dispatcher (merge patches); applying our copy
         // of them could put back a value it has just replaced.

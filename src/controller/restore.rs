@@ -60,10 +60,10 @@ impl Authorized {
         let repo = &ctx
             .backup
             .as_ref()
-            .ok_or_else(|| Error::Finalizer("backups are not configured".into()))?
+            .ok_or_else(|| Error::Validate("backups are not configured".into()))?
             .repository;
         let client = source_client(ctx, &s.member)
-            .ok_or_else(|| Error::Finalizer(format!("unknown member cluster {}", s.member)))?;
+            .ok_or_else(|| Error::Validate(format!("unknown member cluster {}", s.member)))?;
         crate::backup::incarnation::source_repo(
             client,
             repo,
@@ -72,7 +72,7 @@ impl Authorized {
             &self.from,
         )
         .await
-        .map_err(Error::Finalizer)
+        .map_err(Error::Repository)
     }
 }
 

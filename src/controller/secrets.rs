@@ -79,8 +79,11 @@ pub async fn backup_tls(
     if obs.secrets.contains(&sname) {
         return Ok(());
     }
-    let (ca, cert, key) = crate::backup::tls::issue(&owner.name, &owner.namespace)
-        .map_err(|e| Error::Finalizer(format!("issuing the backup TLS certificate: {e}")))?;
+    let (ca, cert, key) =
+        crate::backup::tls::issue(&owner.name, &owner.namespace).map_err(|e| Error::Build {
+            what: "the backup TLS certificate".into(),
+            message: e.to_string(),
+        })?;
     if create(
         ctx,
         owner,
@@ -108,8 +111,10 @@ async fn create(ctx: &Ctx, owner: &Owner, secret: Value) -> Result<bool, Error> 
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let secret: Secret = serde_json::from_value(secret)
-        .map_err(|e| Error::Finalizer(format!("building secret {name}: {e}")))?;
+    let secret: Secret = serde_json::from_value(secret).map_err(|e| Error::Build {
+        what: format!("Secret {name}"),
+        message: e.to_string(),
+    })?;
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()

@@ -13,6 +13,7 @@
 
 use super::Ctx;
 use super::build::{LABEL_ROLE, Owner};
+use super::error::api as api_failure;
 use super::failover::{self, Candidate, PrimaryState, SyncRule, Verdict};
 use super::plan::{Observed, ordinal};
 pub(super) use super::reconcile::event as publish;
@@ -70,11 +71,8 @@ pub(super) async fn status_patch(
     };
     api.patch_status(&name, &pp, &Patch::Merge(&json!({ "status": status })))
         .await
-        .map_err(|source| Error::Kube {
-            step: "record",
-            kind: "PostgresCluster",
-            name,
-            source,
+        .map_err(|source| {
+            Error::Primary(api_failure("record", "PostgresCluster", &name, source))
         })?;
     Ok(())
 }
@@ -88,12 +86,7 @@ pub(super) async fn label(ctx: &Ctx, ns: &str, pod: &str, role: &str) -> Result<
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(source) => Err(Error::Kube {
-            step: "relabel",
-            kind: "Pod",
-            name: pod.to_string(),
-            source,
-        }),
+        Err(source) => Err(Error::Primary(api_failure("relabel", "Pod", pod, source))),
     }
 }
 

@@ -43,12 +43,7 @@ fn kube_err(
     name: &str,
 ) -> impl FnOnce(kube::Error) -> Error {
     let name = name.to_string();
-    move |source| Error::Kube {
-        step,
-        kind,
-        name,
-        source,
-    }
+    move |source| Error::Primary(super::error::api(step, kind, &name, source))
 }
 
 /// The pooler pods a switchover pauses (those not being deleted).

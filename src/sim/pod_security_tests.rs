@@ -151,7 +151,7 @@ fn pgfleets_own_pods_pass_restricted() {
     );
     pg.metadata.namespace = Some("shop".into());
     pg.metadata.uid = Some("u-1".into());
-    let o = Owner::of(&pg, 1);
+    let o = Owner::of(&pg, 1).unwrap();
     let instance = pod(&o, &pg, 1, "primary", "initdb", &[]);
     assert_eq!(admit(Level::Restricted, "orders-1", &instance), Ok(()));
     assert_eq!(instance["spec"]["automountServiceAccountToken"], false);

@@ -129,7 +129,7 @@ labels = {{ env = "test" }}
         let start = Instant::now();
         loop {
             let st = self.status(name).await;
-            if st.phase.as_deref() == Some("Healthy") && st.ready_instances == size {
+            if st.phase == Some(pgfleet::crd::Phase::Healthy) && st.ready_instances == size {
                 return st.current_primary.unwrap();
             }
             if start.elapsed() > limit {

@@ -68,7 +68,7 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
     let status = || async { pgc.get("rs").await.unwrap().status.unwrap_or_default() };
     wait_for("healthy", Duration::from_secs(180), || async {
         let s = status().await;
-        s.phase.as_deref() == Some("Healthy") && s.ready_instances == 3
+        s.phase == Some(pgfleet::crd::Phase::Healthy) && s.ready_instances == 3
     })
     .await;
     let old = status().await.current_primary.unwrap();
@@ -122,7 +122,7 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
         Duration::from_secs(180),
         || async {
             let s = status().await;
-            s.phase.as_deref() == Some("Healthy") && s.ready_instances == 3
+            s.phase == Some(pgfleet::crd::Phase::Healthy) && s.ready_instances == 3
         },
     )
     .await;

@@ -170,7 +170,7 @@ async fn a_rollout_is_one_trace_across_the_clusters_it_touched() {
                 let pg = pgcs.get("pg0").await.map_err(|e| e.to_string())?;
                 let st = pg.status.unwrap_or_default();
                 let done = st.current_version.as_deref() == Some("15.20")
-                    && st.phase.as_deref() == Some("Healthy");
+                    && st.phase == Some(pgfleet::crd::Phase::Healthy);
                 match done {
                     true => Ok(()),
                     false => Err(format!("{:?} {:?}", st.current_version, st.phase)),

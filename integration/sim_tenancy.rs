@@ -277,7 +277,8 @@ async fn a_restricted_namespace_refuses_a_violating_pod_like_kube() {
     pg.metadata.namespace = Some("tenant".into());
     pg.metadata.uid = Some("u-1".into());
     let o = pgfleet::controller::build::Owner::of(&pg, 0).unwrap();
-    let mut instance = pgfleet::controller::build::pod(&o, &pg, 0, "primary", "initdb", &[]);
+    let mut instance =
+        pgfleet::controller::build::pod(&o, &pg, 0, pgfleet::crd::Role::Primary, "initdb", &[]);
     instance["metadata"]
         .as_object_mut()
         .unwrap()

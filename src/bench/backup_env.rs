@@ -119,7 +119,7 @@ repository = {{ filesystem = {{ path = "{}" }} }}
         let start = Instant::now();
         loop {
             let st = self.pgc().get(NAME).await?.status.unwrap_or_default();
-            if st.phase.as_deref() == Some("Healthy") && st.ready_instances == 1 {
+            if st.phase == Some(crate::crd::Phase::Healthy) && st.ready_instances == 1 {
                 return st.current_primary.context("no primary");
             }
             if start.elapsed() > Duration::from_secs(300) {

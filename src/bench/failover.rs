@@ -42,7 +42,7 @@ impl Bench {
         let start = Instant::now();
         loop {
             let st = self.pgc().get(name).await?.status.unwrap_or_default();
-            if st.phase.as_deref() == Some("Healthy")
+            if st.phase == Some(crate::crd::Phase::Healthy)
                 && st.ready_instances == size
                 && st.switchover.is_none()
             {

@@ -5,7 +5,7 @@
 //! entrypoint.
 
 use super::error::Error;
-use crate::crd::PostgresCluster;
+use crate::crd::{PostgresCluster, Role};
 use crate::postgres;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -240,7 +240,7 @@ pub fn pod(
     o: &Owner,
     pg: &PostgresCluster,
     ordinal: u32,
-    role: &str,
+    role: Role,
     init: &str,
     extra_env: &[Value],
 ) -> Value {
@@ -348,8 +348,8 @@ pub fn pod(
 /// `-rw` (primary), `-ro` (replicas) and `-r` (any instance).
 pub fn services(o: &Owner) -> Vec<Value> {
     [
-        ("rw", Some("primary")),
-        ("ro", Some("replica")),
+        ("rw", Some(Role::Primary)),
+        ("ro", Some(Role::Replica)),
         ("r", None),
     ]
     .into_iter()
@@ -408,7 +408,7 @@ mod tests {
     fn pod_runs_the_instance_script_on_the_stock_image() {
         let pg = pg();
         let o = Owner::of(&pg, 2).unwrap();
-        let p = pod(&o, &pg, 2, "replica", "clone", &[]);
+        let p = pod(&o, &pg, 2, Role::Replica, "clone", &[]);
         assert_eq!(p["metadata"]["name"], "orders-2");
         assert_eq!(p["spec"]["containers"][0]["image"], "postgres:15.20");
         assert_eq!(p["spec"]["containers"][0]["command"][2], "run");
@@ -420,7 +420,7 @@ mod tests {
         );
         assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "u-1");
         // Same spec, other role: same hash (relabelled in place, not recreated).
-        let q = pod(&o, &pg, 2, "primary", "initdb", &[]);
+        let q = pod(&o, &pg, 2, Role::Primary, "initdb", &[]);
         assert_eq!(
             p["metadata"]["annotations"][ANN_HASH],
             q["metadata"]["annotations"][ANN_HASH]

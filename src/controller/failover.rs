@@ -77,7 +77,7 @@ pub fn choose(candidates: &[Candidate], sync: Option<&SyncRule>) -> Result<Strin
         .filter(|c| {
             c.report
                 .as_ref()
-                .is_some_and(|r| r.role == "replica" && !r.fenced)
+                .is_some_and(|r| r.role == crate::crd::Role::Replica.as_str() && !r.fenced)
         })
         .collect();
     if let Some(rule) = sync {
@@ -118,7 +118,7 @@ mod tests {
             ready: true,
             report: Some(InstanceReport {
                 contract: 1,
-                role: "replica".into(),
+                role: crate::crd::Role::Replica.to_string(),
                 ready: true,
                 received_lsn: rx.map(String::from),
                 replayed_lsn: Some(replay.into()),

@@ -135,7 +135,7 @@ impl Handle {
         for s in &self.stores {
             for pg in s.state() {
                 total += 1;
-                if pg.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Healthy") {
+                if pg.status.as_ref().and_then(|st| st.phase) == Some(crate::crd::Phase::Healthy) {
                     healthy += 1;
                 }
             }

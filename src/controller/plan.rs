@@ -4,13 +4,14 @@
 //! unit-tested with fixtures.
 
 use crate::crd::cluster::{Condition, InstanceStatus, PostgresClusterStatus, RollingUpdateStatus};
+use crate::crd::{Phase, Role};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One instance Pod as observed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodInfo {
     pub name: String,
-    pub role: Option<String>,
+    pub role: Option<Role>,
     pub ready: bool,
     /// When the Ready condition last changed (RFC 3339), for failover delays.
     pub ready_changed: Option<String>,
@@ -85,7 +86,7 @@ pub fn plan_instances(
     let labelled = obs
         .pods
         .values()
-        .find(|p| p.role.as_deref() == Some("primary") && !p.deleting)
+        .find(|p| p.role == Some(Role::Primary) && !p.deleting)
         .and_then(|p| ordinal(cluster, &p.name));
     let recorded = current_primary
         .and_then(|n| ordinal(cluster, n))
@@ -175,7 +176,7 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
             let old = prev.instances.iter().find(|i| i.name == p.name);
             InstanceStatus {
                 name: p.name.clone(),
-                role: p.role.clone().unwrap_or_else(|| "unknown".into()),
+                role: p.role.unwrap_or(Role::Unknown),
                 ready: p.ready && !p.deleting,
                 timeline: old.and_then(|o| o.timeline),
                 lsn: old.and_then(|o| o.lsn.clone()),
@@ -191,17 +192,17 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         .is_some_and(|p| instances.iter().any(|i| &i.name == p && i.ready));
     let count = instances.len() as u32;
     let phase = if inp.invalid.is_some() {
-        "Invalid"
+        Phase::Invalid
     } else if ready == 0 && prev.current_primary.is_none() {
-        "Creating"
+        Phase::Creating
     } else if count != inp.size {
-        "Scaling"
+        Phase::Scaling
     } else if inp.rolling.as_ref().is_some_and(|r| r.failure.is_none()) {
-        "Updating"
+        Phase::Updating
     } else if ready as u32 == inp.size && primary_ready {
-        "Healthy"
+        Phase::Healthy
     } else {
-        "Degraded"
+        Phase::Degraded
     };
     let versions: BTreeSet<&str> = instances
         .iter()
@@ -231,7 +232,7 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
             observed_generation: inp.generation,
         }
     };
-    let healthy = phase == "Healthy";
+    let healthy = phase == Phase::Healthy;
     let mut conditions = vec![
         cond(
             "Ready",
@@ -245,10 +246,10 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         ),
         cond(
             "Progressing",
-            matches!(phase, "Creating" | "Scaling" | "Updating"),
-            phase,
+            matches!(phase, Phase::Creating | Phase::Scaling | Phase::Updating),
+            phase.as_str(),
             match &inp.rolling {
-                Some(r) if phase == "Updating" => format!(
+                Some(r) if phase == Phase::Updating => format!(
                     "rolling update to {}: {}/{} instances updated, {}{}",
                     r.target_version,
                     r.updated,
@@ -264,9 +265,9 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         ),
         cond(
             "Degraded",
-            phase == "Degraded",
-            phase,
-            if phase == "Degraded" {
+            phase == Phase::Degraded,
+            phase.as_str(),
+            if phase == Phase::Degraded {
                 "an instance or the primary is not ready".into()
             } else {
                 String::new()
@@ -352,7 +353,7 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         ));
     }
     PostgresClusterStatus {
-        phase: Some(phase.to_string()),
+        phase: Some(phase),
         conditions,
         observed_generation: inp.generation,
         current_primary: inp.primary.clone().or(prev.current_primary.clone()),

@@ -6,8 +6,8 @@ use super::Ctx;
 use super::build::{self, ANN_HASH, LABEL_ROLE, Owner};
 use super::plan::{self, StatusInput};
 use super::validate::validate;
-use crate::crd::PostgresCluster;
 use crate::crd::cluster::{PostgresClusterStatus, ReclaimPolicy};
+use crate::crd::{PostgresCluster, Role};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -300,9 +300,9 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     }
     let role_of = |o: u32| {
         if Some(o) == ip.primary {
-            "primary"
+            Role::Primary
         } else {
-            "replica"
+            Role::Replica
         }
     };
     let cred_env = ctx
@@ -395,7 +395,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         let Some(o) = plan::ordinal(&name, &p.name) else {
             continue;
         };
-        if !ip.keep.contains(&o) || p.role.as_deref() == Some(role_of(o)) {
+        if !ip.keep.contains(&o) || p.role == Some(role_of(o)) {
             continue;
         }
         let patch = json!({"metadata": {"labels": {LABEL_ROLE: role_of(o)}}});
@@ -436,11 +436,12 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         )
         .await;
     }
-    let desired = build::pod(&owner, &pg, 1, "replica", "clone", &[])["metadata"]["annotations"]
-        [ANN_HASH]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let desired =
+        build::pod(&owner, &pg, 1, Role::Replica, "clone", &[])["metadata"]["annotations"]
+            [ANN_HASH]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
     let update = super::update::step(&pg, &ctx, &obs, &owner, &desired).await?;
     if let Some(action) = update.done {
         return Ok(action);
@@ -453,7 +454,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let mut inp = status_input(&pg, primary_name, None, pending, prev.as_ref(), &now);
     inp.rolling = update.status;
     let st = plan::status(&inp, &obs);
-    let healthy = st.phase.as_deref() == Some("Healthy");
+    let healthy = st.phase == Some(crate::crd::Phase::Healthy);
     write_status(&ctx, &pg, prev.as_ref(), st).await?;
     if let Some(d) = within.into_iter().chain(update.requeue).min() {
         return Ok(Action::requeue(d));

@@ -18,8 +18,8 @@ use super::failover::{self, Candidate, PrimaryState, SyncRule, Verdict};
 use super::plan::{Observed, ordinal};
 pub(super) use super::reconcile::event as publish;
 use super::reconcile::{Error, FIELD_MANAGER};
-use crate::crd::PostgresCluster;
 use crate::crd::cluster::FailoverRecord;
+use crate::crd::{PostgresCluster, Role};
 use crate::postgres::{InstanceReport, exec::run_verb};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -78,7 +78,7 @@ pub(super) async fn status_patch(
 }
 
 /// Sets a pod's role label (the Services follow); a gone pod is fine.
-pub(super) async fn label(ctx: &Ctx, ns: &str, pod: &str, role: &str) -> Result<(), Error> {
+pub(super) async fn label(ctx: &Ctx, ns: &str, pod: &str, role: Role) -> Result<(), Error> {
     let patch = json!({"metadata": {"labels": {LABEL_ROLE: role}}});
     match Api::<Pod>::namespaced(ctx.client.clone(), ns)
         .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
@@ -187,7 +187,7 @@ async fn decide(
     let replicas: Vec<_> = obs
         .pods
         .values()
-        .filter(|p| p.name != current && !p.deleting && p.role.as_deref() == Some("replica"))
+        .filter(|p| p.name != current && !p.deleting && p.role == Some(Role::Replica))
         .collect();
     if replicas.is_empty() {
         // Nothing to promote: bring the primary itself back (plan recreates it).
@@ -303,7 +303,7 @@ async fn resume(
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     if obs.pods.contains_key(old) {
-        label(ctx, &ns, old, "fenced").await?;
+        label(ctx, &ns, old, Role::Fenced).await?;
         if run_verb(&ctx.client, &ns, old, &["fence"], EXEC_TIMEOUT)
             .await
             .is_err()
@@ -313,7 +313,7 @@ async fn resume(
     }
     run_verb(&ctx.client, &ns, target, &["promote"], PROMOTE_TIMEOUT).await?;
     let promoted = now();
-    label(ctx, &ns, target, "primary").await?;
+    label(ctx, &ns, target, Role::Primary).await?;
     let rewired = now();
     let others: Vec<&str> = obs
         .pods

@@ -18,7 +18,7 @@ use super::plan::Observed;
 use super::pooler;
 use super::reconcile::{Error, FIELD_MANAGER};
 use super::switch::{label, publish, report, status_patch};
-use crate::crd::PostgresCluster;
+use crate::crd::{PostgresCluster, Role};
 use crate::postgres::{exec::run_verb, parse_lsn};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -156,7 +156,7 @@ pub async fn resume(
     let old_is_primary = obs
         .pods
         .get(old)
-        .is_some_and(|p| p.role.as_deref() == Some("primary"));
+        .is_some_and(|p| p.role == Some(Role::Primary));
     if old_is_primary {
         // Before pausing: the shutdown checkpoint then has little left to
         // write, which shortens the stall clients see.
@@ -171,7 +171,7 @@ pub async fn resume(
         // must receive the shutdown checkpoint. Once stopped it takes no
         // writes (it restarts as a standby), then it leaves -rw.
         let out = run_verb(&ctx.client, &ns, old, &["demote"], EXEC_TIMEOUT).await?;
-        label(ctx, &ns, old, "fenced").await?;
+        label(ctx, &ns, old, Role::Fenced).await?;
         final_lsn = serde_json::from_str::<serde_json::Value>(out.trim())
             .ok()
             .and_then(|v| v.get("lsn").and_then(|l| l.as_str()).and_then(parse_lsn));
@@ -191,14 +191,16 @@ pub async fn resume(
                 let replay = r.replayed_lsn.as_deref().and_then(parse_lsn).unwrap_or(0);
                 rx.max(replay)
             });
-            if at.is_some_and(|a| a > lsn) || r.as_ref().is_some_and(|r| r.role == "primary") {
+            if at.is_some_and(|a| a > lsn)
+                || r.as_ref().is_some_and(|r| r.role == Role::Primary.as_str())
+            {
                 break;
             }
             if Instant::now() > deadline {
                 // Do not promote a target that lacks commits: undo and say so.
                 // Back to primary: with its label restored, stopping it once
                 // more makes the run loop start it as primary again.
-                label(ctx, &ns, old, "primary").await?;
+                label(ctx, &ns, old, Role::Primary).await?;
                 let _ = run_verb(&ctx.client, &ns, old, &["fence"], EXEC_TIMEOUT).await;
                 let _ = run_verb(&ctx.client, &ns, old, &["unfence"], EXEC_TIMEOUT).await;
                 status_patch(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await?;
@@ -224,9 +226,9 @@ pub async fn resume(
         Duration::from_secs(60),
     )
     .await?;
-    label(ctx, &ns, target, "primary").await?;
+    label(ctx, &ns, target, Role::Primary).await?;
     if obs.pods.contains_key(old) {
-        label(ctx, &ns, old, "replica").await?;
+        label(ctx, &ns, old, Role::Replica).await?;
     }
     let others: Vec<&str> = obs
         .pods

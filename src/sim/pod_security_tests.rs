@@ -152,7 +152,7 @@ fn pgfleets_own_pods_pass_restricted() {
     pg.metadata.namespace = Some("shop".into());
     pg.metadata.uid = Some("u-1".into());
     let o = Owner::of(&pg, 1).unwrap();
-    let instance = pod(&o, &pg, 1, "primary", "initdb", &[]);
+    let instance = pod(&o, &pg, 1, crate::crd::Role::Primary, "initdb", &[]);
     assert_eq!(admit(Level::Restricted, "orders-1", &instance), Ok(()));
     assert_eq!(instance["spec"]["automountServiceAccountToken"], false);
     let pooler = crate::controller::pooler::pod(&o, 1);

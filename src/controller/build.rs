@@ -57,6 +57,36 @@ fn required<'a>(
     })
 }
 
+/// `metadata.name` of a child built here; every builder sets it, so its
+/// absence is a bug reported as such, not an object named "".
+pub fn child_name(obj: &Value) -> Result<String, Error> {
+    child_field(obj, "name", "metadata.name")
+}
+
+/// The content hash annotation of a child built here.
+pub fn child_hash(obj: &Value) -> Result<String, Error> {
+    obj["metadata"]["annotations"][ANN_HASH]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| missing_in(obj, "metadata.annotations[pgfleet.io/hash]"))
+}
+
+fn child_field(obj: &Value, key: &str, field: &'static str) -> Result<String, Error> {
+    obj["metadata"][key]
+        .as_str()
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| missing_in(obj, field))
+}
+
+fn missing_in(obj: &Value, field: &'static str) -> Error {
+    Error::Missing {
+        kind: "child",
+        name: obj["metadata"]["name"].as_str().unwrap_or("?").to_string(),
+        field,
+    }
+}
+
 impl Owner {
     /// The owner of `pg`'s children. Its uid goes into every owner
     /// reference: without one the children could not be garbage-collected

@@ -140,10 +140,7 @@ pub async fn reconcile(
     // Every ready instance loads the current configuration exactly once; a
     // failed reload is retried on the next round (the pod's annotation says
     // what it last loaded).
-    let cm_hash = cm["metadata"]["annotations"][ANN_HASH]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let cm_hash = super::build::child_hash(&cm)?;
     for p in obs.pods.values().filter(|p| p.ready && !p.deleting) {
         if p.config.as_deref() == Some(cm_hash.as_str()) {
             continue;

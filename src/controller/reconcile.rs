@@ -157,10 +157,7 @@ where
         + Serialize
         + std::fmt::Debug,
 {
-    let name = obj["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let name = build::child_name(obj)?;
     Api::<K>::namespaced(ctx.client.clone(), ns)
         .patch(
             &name,
@@ -176,10 +173,7 @@ where
 /// image to a running pod would restart it outside the rolling update's
 /// order. An existing pod (the index lagging behind) is left as it is.
 async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
-    let name = pod["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let name = build::child_name(pod)?;
     let obj: Pod = serde_json::from_value(pod.clone()).map_err(|e| Error::Build {
         what: format!("Pod {name}"),
         message: e.to_string(),
@@ -269,10 +263,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
     let (cm_hash, mut pending) =
         super::config::reconcile(&pg, &ctx, &obs, &owner, &ip, is_drill, repo.as_ref()).await?;
     for svc in build::services(&owner) {
-        let sname = svc["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let sname = build::child_name(&svc)?;
         if obs.services.get(&sname).map(String::as_str)
             != svc["metadata"]["annotations"][ANN_HASH].as_str()
         {
@@ -436,12 +427,7 @@ async fn apply(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error>
         )
         .await;
     }
-    let desired =
-        build::pod(&owner, &pg, 1, Role::Replica, "clone", &[])["metadata"]["annotations"]
-            [ANN_HASH]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+    let desired = build::child_hash(&build::pod(&owner, &pg, 1, Role::Replica, "clone", &[]))?;
     let update = super::update::step(&pg, &ctx, &obs, &owner, &desired).await?;
     if let Some(action) = update.done {
         return Ok(action);
@@ -504,8 +490,8 @@ async fn write_status(
         return Ok(());
     }
     let name = pg.name_any();
-    let api: Api<PostgresCluster> =
-        Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
+    let (ns, _) = build::identity(pg)?;
+    let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let mut status = serde_json::to_value(&st).map_err(|e| Error::Build {
         what: "status".into(),
         message: e.to_string(),
@@ -556,8 +542,7 @@ where
 /// Children with owner references go with the cluster (garbage collection);
 /// PVCs carry none, so the reclaim policy decides about the data here.
 async fn cleanup(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let ns = pg.namespace().unwrap_or_default();
-    let name = pg.name_any();
+    let (ns, name) = build::identity(&pg)?;
     if pg.spec.storage.reclaim_policy == ReclaimPolicy::Delete {
         let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
         let lp = ListParams::default().labels(&format!("{}={name}", build::LABEL_CLUSTER));

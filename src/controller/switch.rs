@@ -63,8 +63,8 @@ pub(super) async fn status_patch(
     status: serde_json::Value,
 ) -> Result<(), Error> {
     let name = pg.name_any();
-    let api: Api<PostgresCluster> =
-        Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
+    let (ns, _) = super::build::identity(pg)?;
+    let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let pp = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()

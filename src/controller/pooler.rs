@@ -139,6 +139,7 @@ mod tests {
             serde_json::from_value(json!({"pooler": {"enabled": true}})).unwrap(),
         );
         pg.metadata.namespace = Some("shop".into());
+        pg.metadata.uid = Some("u-1".into());
         let o = Owner::of(&pg, 1).unwrap();
         let cm = config_map(&o, &pg);
         assert!(

@@ -288,7 +288,7 @@ async fn a_restore_into_another_member_cluster_holds_the_rows_and_the_sources_pa
     pgcs.create(&PostParams::default(), &copy).await.unwrap();
     e.wait("copy Healthy in pg-b", Duration::from_secs(240), || async {
         let st = pgcs.get("copy").await.unwrap().status.unwrap_or_default();
-        st.phase.as_deref() == Some("Healthy") && st.ready_instances == 1
+        st.phase == Some(pgfleet::crd::Phase::Healthy) && st.ready_instances == 1
     })
     .await;
     // Its Secret carries the source's password, read in pg-a, which is the
@@ -342,7 +342,10 @@ async fn an_unreachable_object_store_fails_the_backup_with_the_reason_and_a_retr
     eprintln!("backup with the store down: {reason}");
     // The cluster itself is unaffected.
     sql(&rw, &pw, "INSERT INTO marks(id) VALUES (1)").await;
-    assert_eq!(e.status("b").await.phase.as_deref(), Some("Healthy"));
+    assert_eq!(
+        e.status("b").await.phase,
+        Some(pgfleet::crd::Phase::Healthy)
+    );
     let c = e.pgc().get("b").await.unwrap();
     let cond = c
         .status

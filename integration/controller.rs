@@ -58,7 +58,7 @@ async fn assert_topology(f: &TestFleet, ns: &str, name: &str, size: u32) -> Stri
         } else {
             "replica"
         };
-        assert_eq!(i.role, want_role, "role of {} in status", i.name);
+        assert_eq!(i.role.as_str(), want_role, "role of {} in status", i.name);
     }
     for (n, p) in &pods {
         assert!(is_ready(p), "pod {n} is Ready");
@@ -93,7 +93,7 @@ async fn three_instances_become_ready_with_one_primary_and_services_by_role() {
     assert_eq!(condition(&pg, "Invalid").unwrap().status, "False");
     assert_eq!(condition(&pg, "Degraded").unwrap().status, "False");
     let st = pg.status.clone().unwrap();
-    assert_eq!(st.phase.as_deref(), Some("Healthy"));
+    assert_eq!(st.phase, Some(pgfleet::crd::Phase::Healthy));
     assert_eq!(st.observed_generation, pg.metadata.generation);
     assert_eq!(st.current_version.as_deref(), Some("15.20"));
     let primary = assert_topology(&f, "shop", "orders", 3).await;
@@ -439,7 +439,7 @@ async fn invalid_spec_sets_invalid_and_leaves_running_pods_alone() {
     .await;
     let pg = wait_invalid(&api, "spec.version").await;
     let st = pg.status.clone().unwrap();
-    assert_eq!(st.phase.as_deref(), Some("Invalid"));
+    assert_eq!(st.phase, Some(pgfleet::crd::Phase::Invalid));
     assert_eq!(condition(&pg, "Invalid").unwrap().reason, "InvalidSpec");
     assert!(
         condition(&pg, "Invalid").unwrap().message.contains("9.6"),
@@ -848,7 +848,7 @@ async fn parameter_changes_are_reloaded_or_recorded_as_pending_restart() {
             let all_new = now.len() == 2 && now.values().all(|u| !before.values().any(|b| b == u));
             if st.pending_restart.is_empty()
                 && all_new
-                && st.phase.as_deref() == Some("Healthy")
+                && st.phase == Some(pgfleet::crd::Phase::Healthy)
                 && st.observed_generation == pg.metadata.generation
             {
                 Ok(now)

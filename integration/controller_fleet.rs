@@ -41,7 +41,7 @@ async fn wait_all_healthy(f: &TestFleet, member: &str, count: usize, patience: D
                     .iter()
                     .filter_map(|pg| {
                         let st = pg.status.clone().unwrap_or_default();
-                        let ok = st.phase.as_deref() == Some("Healthy")
+                        let ok = st.phase == Some(pgfleet::crd::Phase::Healthy)
                             && st.ready_instances == pg.spec.cluster_size
                             && st.observed_generation == pg.metadata.generation;
                         (!ok).then(|| {
@@ -288,7 +288,7 @@ async fn a_changed_kubeconfig_file_is_followed_by_the_controllers() {
             async move {
                 let pg = api.get("after").await.map_err(|e| e.to_string())?;
                 let st = pg.status.clone().unwrap_or_default();
-                if st.phase.as_deref() == Some("Healthy") && st.ready_instances == 2 {
+                if st.phase == Some(pgfleet::crd::Phase::Healthy) && st.ready_instances == 2 {
                     Ok(())
                 } else {
                     Err(format!("member {:?}, status {st:?}", member.state()))

@@ -402,7 +402,7 @@ async fn rolling_upgrade_through_the_pooler_fails_no_transaction() {
         || async {
             let st = e.status("roll").await;
             st.rolling_update.is_none()
-                && st.phase.as_deref() == Some("Healthy")
+                && st.phase == Some(pgfleet::crd::Phase::Healthy)
                 && st.instances.len() == 3
                 && st
                     .instances

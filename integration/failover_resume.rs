@@ -44,7 +44,7 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
     let status = || async { pgc.get("rs").await.unwrap().status.unwrap_or_default() };
     eventually_within(Duration::from_secs(180), "healthy", || async {
         let s = status().await;
-        s.phase.as_deref() == Some("Healthy") && s.ready_instances == 3
+        s.phase == Some(pgfleet::crd::Phase::Healthy) && s.ready_instances == 3
     })
     .await;
     let old = status().await.current_primary.unwrap();
@@ -98,7 +98,7 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
         "all three instances ready again",
         || async {
             let s = status().await;
-            s.phase.as_deref() == Some("Healthy") && s.ready_instances == 3
+            s.phase == Some(pgfleet::crd::Phase::Healthy) && s.ready_instances == 3
         },
     )
     .await;

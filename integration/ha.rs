@@ -308,7 +308,7 @@ async fn a_rollout_under_two_replicas_updates_one_cluster_at_a_time() {
                     let st = pg.status.clone().unwrap_or_default();
                     pg.spec.version == "15.20"
                         && (st.current_version.as_deref() != Some("15.20")
-                            || st.phase.as_deref() != Some("Healthy"))
+                            || st.phase != Some(pgfleet::crd::Phase::Healthy))
                 })
                 .count();
             most.fetch_max(in_flight, Ordering::SeqCst);
@@ -323,7 +323,7 @@ async fn a_rollout_under_two_replicas_updates_one_cluster_at_a_time() {
                     )
                     .is_some_and(|m| m.finished.is_some());
                     st.current_version.as_deref() == Some("15.20")
-                        && st.phase.as_deref() == Some("Healthy")
+                        && st.phase == Some(pgfleet::crd::Phase::Healthy)
                         && marked
                 })
                 .count();

@@ -183,7 +183,7 @@ impl Env {
         let api: Api<PostgresCluster> = Api::namespaced(self.client(member), NS);
         let pg = api.get(name).await.map_err(|e| e.to_string())?;
         let phase = pg.status.and_then(|s| s.phase);
-        if phase.as_deref() == Some("Healthy") {
+        if phase == Some(pgfleet::crd::Phase::Healthy) {
             Ok(())
         } else {
             Err(format!("{member}/{name} phase {phase:?}"))

@@ -169,7 +169,7 @@ async fn a_rollout_is_one_trace_across_the_clusters_it_touched() {
                 let pg = pgcs.get("pg0").await.map_err(|e| e.to_string())?;
                 let st = pg.status.unwrap_or_default();
                 let done = st.current_version.as_deref() == Some("15.20")
-                    && st.phase.as_deref() == Some("Healthy");
+                    && st.phase == Some(pgfleet::crd::Phase::Healthy);
                 match done {
                     true => Ok(()),
                     false => Err(format!("{:?} {:?}", st.current_version, st.phase)),
@@ -448,7 +448,7 @@ async fn metrics_carry_reconcile_and_connectivity_series_for_each_member() {
     for m in members {
         let up = format!("pgfleet_cluster_up{{cluster=\"{m}\"}} 1");
         let reconcile = format!("pgfleet_reconcile_duration_seconds_count{{cluster=\"{m}\"}}");
-        let errors = format!("pgfleet_reconcile_errors_total{{cluster=\"{m}\"}}");
+        let errors = format!("pgfleet_reconcile_errors_total{{cluster=\"{m}\",category=");
         let queue = format!("pgfleet_reconcile_queue_depth{{cluster=\"{m}\"}}");
         let state = format!("pgfleet_cluster_state{{cluster=\"{m}\",state=\"Ready\"}} 1");
         eventually(&format!("connectivity and reconcile series of {m}"), || {

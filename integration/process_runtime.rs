@@ -180,7 +180,7 @@ async fn instance_objects(
     );
     pg.metadata.namespace = Some(ns.into());
     pg.metadata.uid = Some("u-1".into());
-    let o = build::Owner::of(&pg, 0);
+    let o = build::Owner::of(&pg, 0).unwrap();
     let params = BTreeMap::from([
         ("max_connections".to_string(), "30".to_string()),
         ("shared_buffers".to_string(), "16MB".to_string()),
@@ -225,9 +225,19 @@ async fn replica_clones_and_streams_through_the_rw_service() {
     let pp = PostParams::default();
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
     let services = Api::<Service>::namespaced(client.clone(), ns);
-    pods.create(&pp, &obj(build::pod(&o, &pg, 0, "primary", "initdb", &[])))
-        .await
-        .unwrap();
+    pods.create(
+        &pp,
+        &obj(build::pod(
+            &o,
+            &pg,
+            0,
+            pgfleet::crd::Role::Primary,
+            "initdb",
+            &[],
+        )),
+    )
+    .await
+    .unwrap();
     ready_pod(&pods, "db-0", 0).await;
     let rw = cluster_ip(services.get("db-rw").await.unwrap());
     let ro = cluster_ip(services.get("db-ro").await.unwrap());
@@ -245,9 +255,19 @@ async fn replica_clones_and_streams_through_the_rw_service() {
         "CREATE TABLE t (n int); INSERT INTO t SELECT generate_series(1, 10)",
     )
     .await;
-    pods.create(&pp, &obj(build::pod(&o, &pg, 1, "replica", "clone", &[])))
-        .await
-        .unwrap();
+    pods.create(
+        &pp,
+        &obj(build::pod(
+            &o,
+            &pg,
+            1,
+            pgfleet::crd::Role::Replica,
+            "clone",
+            &[],
+        )),
+    )
+    .await
+    .unwrap();
     ready_pod(&pods, "db-1", 0).await;
     psql_eventually(
         &rw,
@@ -283,9 +303,19 @@ async fn instance_pod_serves_sql_through_its_service_and_survives_kill_9() {
     let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
     let services = Api::<Service>::namespaced(client.clone(), ns);
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    pods.create(&pp, &obj(build::pod(&o, &pg, 0, "primary", "initdb", &[])))
-        .await
-        .unwrap();
+    pods.create(
+        &pp,
+        &obj(build::pod(
+            &o,
+            &pg,
+            0,
+            pgfleet::crd::Role::Primary,
+            "initdb",
+            &[],
+        )),
+    )
+    .await
+    .unwrap();
 
     until("the PVC to bind", || async {
         let p = pvcs.get("db-0").await.ok()?;
@@ -414,9 +444,19 @@ async fn instance_pod_serves_sql_through_its_service_and_survives_kill_9() {
     );
 
     // A new pod on the same claim finds the data.
-    pods.create(&pp, &obj(build::pod(&o, &pg, 0, "primary", "initdb", &[])))
-        .await
-        .unwrap();
+    pods.create(
+        &pp,
+        &obj(build::pod(
+            &o,
+            &pg,
+            0,
+            pgfleet::crd::Role::Primary,
+            "initdb",
+            &[],
+        )),
+    )
+    .await
+    .unwrap();
     ready_pod(&pods, "db-0", 0).await;
     assert_eq!(
         psql_eventually(&rw, "s3cret", "SELECT count(*) FROM t").await,

@@ -44,7 +44,7 @@ async fn wait_updated(f: &TestFleet, name: &str, size: usize, version: &str) -> 
             let st = pg.status.clone().unwrap_or_default();
             let imgs = images(&instance_pods(&pods, name).await);
             let want = format!("postgres:{version}");
-            if st.phase.as_deref() == Some("Healthy")
+            if st.phase == Some(pgfleet::crd::Phase::Healthy)
                 && st.current_version.as_deref() == Some(version)
                 && st.rolling_update.is_none()
                 && imgs.len() == size
@@ -143,8 +143,8 @@ async fn supervised_update_waits_for_the_operators_switchover() {
         "no switchover without the operator"
     );
     assert_eq!(
-        pg.status.as_ref().unwrap().phase.as_deref(),
-        Some("Updating")
+        pg.status.as_ref().unwrap().phase,
+        Some(pgfleet::crd::Phase::Updating)
     );
     // The operator switches over; the old primary is then updated.
     f.patch(
@@ -269,7 +269,7 @@ async fn a_manager_killed_during_the_update_resumes_without_a_second_switchover(
             async move {
                 let pg = api.get("orders").await.map_err(|e| e.to_string())?;
                 let st = pg.status.clone().unwrap_or_default();
-                let ok = st.phase.as_deref() == Some("Healthy")
+                let ok = st.phase == Some(pgfleet::crd::Phase::Healthy)
                     && st.ready_instances == 3
                     && st.rolling_update.is_none()
                     && st
@@ -299,7 +299,7 @@ async fn a_manager_killed_during_the_update_resumes_without_a_second_switchover(
     loop {
         let st = api.get("orders").await.unwrap().status.unwrap_or_default();
         if st.rolling_update.is_none()
-            && st.phase.as_deref() == Some("Healthy")
+            && st.phase == Some(pgfleet::crd::Phase::Healthy)
             && st
                 .instances
                 .iter()

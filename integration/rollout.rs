@@ -186,7 +186,7 @@ async fn canary_goes_first_concurrency_holds_and_soak_is_respected() {
     for (k, pg) in all_pgcs(&f).await {
         let st = pg.status.unwrap();
         assert_eq!(st.current_version.as_deref(), Some("15.20"), "{k}");
-        assert_eq!(st.phase.as_deref(), Some("Healthy"), "{k}");
+        assert_eq!(st.phase, Some(pgfleet::crd::Phase::Healthy), "{k}");
     }
     let evs = rollout_events(&f).await;
     assert!(max_in_flight(&evs, "canary") <= 2, "{evs:#?}");
@@ -307,7 +307,7 @@ async fn a_failure_in_the_second_stage_halts_the_rollout_and_names_the_cluster()
                 };
                 pg.spec.version != want
                     || st.current_version.as_deref() != Some(want)
-                    || st.phase.as_deref() != Some("Healthy")
+                    || st.phase != Some(pgfleet::crd::Phase::Healthy)
             })
             .map(|(k, pg)| {
                 format!(
@@ -343,7 +343,7 @@ async fn rollback_returns_every_touched_cluster_to_its_previous_version() {
                 let st = pg.status.clone().unwrap_or_default();
                 pg.spec.version != "15.18"
                     || st.current_version.as_deref() != Some("15.18")
-                    || st.phase.as_deref() != Some("Healthy")
+                    || st.phase != Some(pgfleet::crd::Phase::Healthy)
             })
             .map(|(k, _)| k.clone())
             .collect();

@@ -82,7 +82,7 @@ impl Fleet {
             async move {
                 let pg = api.get(name).await.map_err(|e| e.to_string())?;
                 let st = pg.status.clone().unwrap_or_default();
-                if st.phase.as_deref() == Some("Healthy") && st.ready_instances == size {
+                if st.phase == Some(pgfleet::crd::Phase::Healthy) && st.ready_instances == size {
                     Ok(pg)
                 } else {
                     Err(format!("{st:?}"))

@@ -278,7 +278,7 @@ async fn healthy(client: &kube::Client, name: &str) {
         async move {
             let pg = api.get(name).await.map_err(|e| e.to_string())?;
             let phase = pg.status.and_then(|s| s.phase);
-            (phase.as_deref() == Some("Healthy"))
+            (phase == Some(pgfleet::crd::Phase::Healthy))
                 .then_some(())
                 .ok_or(format!("{phase:?}"))
         }

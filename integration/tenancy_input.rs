@@ -105,7 +105,7 @@ async fn hostile_parameters_and_hba_lines_are_invalid_and_running_instances_unto
         f.patch(M, "shop", "orders", patch.clone()).await;
         let pg = wait_invalid(&api, needle).await;
         let st = pg.status.clone().unwrap();
-        assert_eq!(st.phase.as_deref(), Some("Invalid"));
+        assert_eq!(st.phase, Some(pgfleet::crd::Phase::Invalid));
         let msg = &condition(&pg, "Invalid").unwrap().message;
         assert!(!msg.contains("evil") && !msg.contains("pwned"), "{msg}");
         assert_eq!(config(&client).await, files, "ConfigMap unchanged");

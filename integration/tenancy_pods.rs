@@ -34,7 +34,7 @@ async fn database_and_pooler_pods_run_in_a_restricted_namespace() {
         async move {
             let pg = pgs.get("orders").await.map_err(|e| e.to_string())?;
             let st = pg.status.unwrap_or_default();
-            match st.phase.as_deref() == Some("Healthy") && st.ready_instances == 2 {
+            match st.phase == Some(pgfleet::crd::Phase::Healthy) && st.ready_instances == 2 {
                 true => Ok(()),
                 false => Err(format!("{st:?}")),
             }

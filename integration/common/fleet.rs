@@ -152,7 +152,7 @@ impl TestFleet {
                     let ready = condition(&pg, "Ready").map(|c| c.status.clone());
                     let n = instance_pods(&pods, name).await.len();
                     let current = st.observed_generation == pg.metadata.generation;
-                    if st.phase.as_deref() == Some("Healthy")
+                    if st.phase == Some(pgfleet::crd::Phase::Healthy)
                         && ready.as_deref() == Some("True")
                         && st.ready_instances as usize == size
                         && n == size

@@ -146,7 +146,7 @@ pub async fn check(member: &Member, drill: &PostgresCluster, query: &str, now: D
     let age = (now - started).to_std().unwrap_or_default();
     let st = drill.status.clone().unwrap_or_default();
     let pod = format!("{}-1", drill.name_any());
-    let outcome: Option<Result<String, String>> = if st.phase.as_deref() == Some("Healthy") {
+    let outcome: Option<Result<String, String>> = if st.phase == Some(crate::crd::Phase::Healthy) {
         match run_verb(&member.client(), &ns, &pod, &["query", query], EXEC).await {
             Ok(_) => Some(Ok(format!(
                 "restored, accepted a connection, `{query}` succeeded"
@@ -168,7 +168,7 @@ pub async fn check(member: &Member, drill: &PostgresCluster, query: &str, now: D
         Some(Err(format!(
             "not Healthy {} after the restore started (phase {})",
             humantime::format_duration(DRILL_TIMEOUT),
-            st.phase.as_deref().unwrap_or("unknown")
+            st.phase.map_or("unknown", crate::crd::Phase::as_str)
         )))
     } else {
         None

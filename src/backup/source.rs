@@ -26,7 +26,7 @@ pub fn standby<'a>(primary: &str, instances: &[Candidate<'a>]) -> Option<&'a str
             c.status.name != primary
                 && c.serves_tls
                 && c.status.ready
-                && c.status.role == "replica"
+                && c.status.role == crate::crd::Role::Replica
                 && (p.status.timeline.is_none() || c.status.timeline == p.status.timeline)
         })
         .max_by(|a, b| {
@@ -45,7 +45,7 @@ mod tests {
     fn inst(name: &str, role: &str, ready: bool, tl: i64, lsn: &str) -> InstanceStatus {
         InstanceStatus {
             name: name.into(),
-            role: role.into(),
+            role: crate::crd::Role::from_label(role),
             ready,
             timeline: Some(tl),
             lsn: Some(lsn.into()),

@@ -216,7 +216,7 @@ where
 /// Healthy on `version` (any version when `None`) with nothing left to do.
 pub fn is_at(pg: &PostgresCluster, version: Option<&str>) -> bool {
     let st = pg.status.clone().unwrap_or_default();
-    st.phase.as_deref() == Some("Healthy")
+    st.phase == Some(crate::crd::Phase::Healthy)
         && version.is_none_or(|v| st.current_version.as_deref() == Some(v))
         && st.rolling_update.is_none()
         && st.observed_generation == pg.metadata.generation

@@ -4,7 +4,8 @@
 //! the `pgfleet-instance run` verb from the ConfigMap, not the image's
 //! entrypoint.
 
-use crate::crd::PostgresCluster;
+use super::error::Error;
+use crate::crd::{PostgresCluster, Role};
 use crate::postgres;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -29,14 +30,69 @@ pub struct Owner {
     pub shard: u32,
 }
 
+/// The namespace and name of a PostgresCluster; an object without them
+/// (never one the API server returns) is an error, not an empty string.
+pub fn identity(pg: &PostgresCluster) -> Result<(String, String), Error> {
+    let name = required(pg.metadata.name.as_ref(), "?", "metadata.name")?;
+    let ns = required(pg.metadata.namespace.as_ref(), name, "metadata.namespace")?;
+    Ok((ns.clone(), name.clone()))
+}
+
+fn required<'a>(
+    v: Option<&'a String>,
+    name: &str,
+    field: &'static str,
+) -> Result<&'a String, Error> {
+    v.filter(|v| !v.is_empty()).ok_or_else(|| Error::Missing {
+        kind: "PostgresCluster",
+        name: name.to_string(),
+        field,
+    })
+}
+
+/// `metadata.name` of a child built here; every builder sets it, so its
+/// absence is a bug reported as such, not an object named "".
+pub fn child_name(obj: &Value) -> Result<String, Error> {
+    child_field(obj, "name", "metadata.name")
+}
+
+/// The content hash annotation of a child built here.
+pub fn child_hash(obj: &Value) -> Result<String, Error> {
+    obj["metadata"]["annotations"][ANN_HASH]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| missing_in(obj, "metadata.annotations[pgfleet.io/hash]"))
+}
+
+fn child_field(obj: &Value, key: &str, field: &'static str) -> Result<String, Error> {
+    obj["metadata"][key]
+        .as_str()
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| missing_in(obj, field))
+}
+
+fn missing_in(obj: &Value, field: &'static str) -> Error {
+    Error::Missing {
+        kind: "child",
+        name: obj["metadata"]["name"].as_str().unwrap_or("?").to_string(),
+        field,
+    }
+}
+
 impl Owner {
-    pub fn of(pg: &PostgresCluster, shard: u32) -> Self {
-        Owner {
-            name: pg.metadata.name.clone().unwrap_or_default(),
-            namespace: pg.metadata.namespace.clone().unwrap_or_default(),
-            uid: pg.metadata.uid.clone().unwrap_or_default(),
+    /// The owner of `pg`'s children. Its uid goes into every owner
+    /// reference: without one the children could not be garbage-collected
+    /// with the cluster, so a missing uid is an error.
+    pub fn of(pg: &PostgresCluster, shard: u32) -> Result<Self, Error> {
+        let (namespace, name) = identity(pg)?;
+        let uid = required(pg.metadata.uid.as_ref(), &name, "metadata.uid")?.clone();
+        Ok(Owner {
+            name,
+            namespace,
+            uid,
             shard,
-        }
+        })
     }
 
     fn reference(&self) -> Value {
@@ -195,7 +251,7 @@ pub fn pod(
     o: &Owner,
     pg: &PostgresCluster,
     ordinal: u32,
-    role: &str,
+    role: Role,
     init: &str,
     extra_env: &[Value],
 ) -> Value {
@@ -315,8 +371,8 @@ fn template_hash(pod: &Value, pg: &PostgresCluster) -> String {
 /// `-rw` (primary), `-ro` (replicas) and `-r` (any instance).
 pub fn services(o: &Owner) -> Vec<Value> {
     [
-        ("rw", Some("primary")),
-        ("ro", Some("replica")),
+        ("rw", Some(Role::Primary)),
+        ("ro", Some(Role::Replica)),
         ("r", None),
     ]
     .into_iter()
@@ -374,8 +430,8 @@ mod tests {
     #[test]
     fn pod_runs_the_instance_script_on_the_stock_image() {
         let pg = pg();
-        let o = Owner::of(&pg, 2);
-        let p = pod(&o, &pg, 2, "replica", "clone", &[]);
+        let o = Owner::of(&pg, 2).unwrap();
+        let p = pod(&o, &pg, 2, Role::Replica, "clone", &[]);
         assert_eq!(p["metadata"]["name"], "orders-2");
         assert_eq!(p["spec"]["containers"][0]["image"], "postgres:15.20");
         assert_eq!(p["spec"]["containers"][0]["command"][2], "run");
@@ -387,7 +443,7 @@ mod tests {
         );
         assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "u-1");
         // Same spec, other role: same hash (relabelled in place, not recreated).
-        let q = pod(&o, &pg, 2, "primary", "initdb", &[]);
+        let q = pod(&o, &pg, 2, Role::Primary, "initdb", &[]);
         assert_eq!(
             p["metadata"]["annotations"][ANN_HASH],
             q["metadata"]["annotations"][ANN_HASH]
@@ -397,7 +453,7 @@ mod tests {
     #[test]
     fn services_select_by_role_and_pvcs_are_not_owned() {
         let pg = pg();
-        let o = Owner::of(&pg, 0);
+        let o = Owner::of(&pg, 0).unwrap();
         let s = services(&o);
         assert_eq!(s[0]["metadata"]["name"], "orders-rw");
         assert_eq!(s[0]["spec"]["selector"][LABEL_ROLE], "primary");

@@ -75,7 +75,7 @@ pub fn desired(
             // pgbackrest.conf has no quoting: a value that could start a
             // line of its own is refused, never rendered.
             if let Some(why) = crate::postgres::quote::ini_refusal(&repo.path) {
-                return Err(Error::Finalizer(format!(
+                return Err(Error::Validate(format!(
                     "pgbackrest.conf: the repository path {why}"
                 )));
             }

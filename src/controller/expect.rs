@@ -4,6 +4,7 @@
 //! older than our own last writes neither creates nor removes twice.
 
 use super::plan::{Observed, PodInfo};
+use crate::crd::Role;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ const TTL: Duration = Duration::from_secs(30);
 #[derive(Default)]
 struct Entry {
     /// instance → (role it was created with, when)
-    created: HashMap<String, (String, Instant)>,
+    created: HashMap<String, (Role, Instant)>,
     removed: HashMap<String, Instant>,
     /// instance → (template hash of the Pod we deleted to restart it, when)
     restarted: HashMap<String, (Option<String>, Instant)>,
@@ -31,11 +32,11 @@ impl Expectations {
         f(m.entry((ns.to_string(), cluster.to_string())).or_default())
     }
 
-    pub fn created(&self, ns: &str, cluster: &str, instance: &str, role: &str) {
+    pub fn created(&self, ns: &str, cluster: &str, instance: &str, role: Role) {
         self.with(ns, cluster, |e| {
             e.removed.remove(instance);
             e.created
-                .insert(instance.to_string(), (role.to_string(), Instant::now()));
+                .insert(instance.to_string(), (role, Instant::now()));
         });
     }
 
@@ -86,7 +87,7 @@ impl Expectations {
                     name.clone(),
                     PodInfo {
                         name: name.clone(),
-                        role: Some(role.clone()),
+                        role: Some(*role),
                         ..Default::default()
                     },
                 );
@@ -124,7 +125,7 @@ mod tests {
             },
         );
         obs.pvcs.insert("pg-3".into());
-        x.created("ns", "pg", "pg-2", "replica");
+        x.created("ns", "pg", "pg-2", Role::Replica);
         x.removed("ns", "pg", "pg-3");
         let seen = x.adjust("ns", "pg", obs.clone());
         assert!(seen.pods.contains_key("pg-2") && seen.pvcs.contains("pg-2"));

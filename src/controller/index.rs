@@ -113,7 +113,7 @@ impl ChildIndex {
                             .labels
                             .as_ref()
                             .and_then(|l| l.get(LABEL_ROLE))
-                            .cloned(),
+                            .map(|r| crate::crd::Role::from_label(r)),
                         ready: pod.as_ref().is_some_and(|p| p.ready),
                         ready_changed: pod.as_ref().and_then(|p| p.since.clone()),
                         waiting: pod.and_then(|p| p.waiting),

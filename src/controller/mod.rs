@@ -7,6 +7,7 @@
 
 pub mod build;
 mod config;
+pub mod error;
 pub mod expect;
 pub mod failover;
 #[cfg(test)]
@@ -26,6 +27,7 @@ mod repository;
 mod restore;
 pub mod restore_source;
 pub mod rolling_update;
+pub mod retry;
 mod secrets;
 pub mod switchover;
 pub mod validate;
@@ -37,7 +39,7 @@ use crate::platform::labels::LABEL_SHARD;
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::events::Reporter;
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -76,6 +78,8 @@ pub struct Ctx {
     pub restore_policy: crate::config::CrossNamespaceRestore,
     /// `[images]`: what `spec.image` may name (image_policy).
     pub images: Arc<crate::config::images::Images>,
+    /// Consecutive failures per PostgresCluster, for the retry policy.
+    pub failures: retry::Failures,
 }
 
 /// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
@@ -128,7 +132,7 @@ impl Handle {
         for s in &self.stores {
             for pg in s.state() {
                 total += 1;
-                if pg.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Healthy") {
+                if pg.status.as_ref().and_then(|st| st.phase) == Some(crate::crd::Phase::Healthy) {
                     healthy += 1;
                 }
             }
@@ -149,7 +153,8 @@ pub fn start(
     images: Arc<crate::config::images::Images>,
 ) -> Handle {
     let shards = shards.max(1);
-    crate::metrics::reconcile::member_started(&member.name);
+    let categories = error::Category::ALL.map(error::Category::label);
+    crate::metrics::reconcile::member_started(&member.name, &categories);
     // Stable for the member's lifetime; follows kubeconfig changes (fleet::swap).
     let client = member.client();
     let stats = Arc::new(Stats::default());
@@ -171,6 +176,7 @@ pub fn start(
         peers,
         restore_policy,
         images,
+        failures: retry::Failures::default(),
     });
     let tasks = Arc::new(Tasks::default());
     let mut senders = vec![];
@@ -252,6 +258,9 @@ fn spawn_shard(
 
 /// A reconcile inside its span (a trace of its own), timed and counted for
 /// the metrics (`crate::metrics::reconcile` says what its queue depth is).
+/// A failure is counted under its category and, unless it is a routine
+/// conflict (retried at once), recorded as a Warning Event whose reason is
+/// the category.
 async fn observed(
     pg: Arc<PostgresCluster>,
     ctx: Arc<Ctx>,
@@ -262,14 +271,24 @@ async fn observed(
     let span = crate::telemetry::spans::reconcile(&ctx.member, &ns, &name, shard);
     let timer = crate::metrics::reconcile::start(&ctx.member);
     let result = async {
-        let result = reconcile::reconcile(pg, ctx).await;
+        let result = reconcile::reconcile(pg.clone(), ctx.clone()).await;
         // At debug: one line per reconcile, carrying its trace id.
         tracing::debug!(ok = result.is_ok(), "reconciled");
         result
     }
     .instrument(span)
     .await;
-    timer.finish(result.is_ok());
+    let category = result.as_ref().err().map(reconcile::Error::category);
+    timer.finish(category.map(error::Category::label));
+    match (&result, category) {
+        (Ok(_), _) => ctx.failures.succeeded(&retry::key(&pg)),
+        (Err(_), Some(error::Category::Conflict)) | (Err(_), None) => {}
+        (Err(e), Some(c)) => {
+            // An Event's note is at most 1 KiB on a real API server.
+            let note: String = e.to_string().chars().take(1000).collect();
+            reconcile::event(&ctx, &pg, EventType::Warning, c.reason(), note).await;
+        }
+    }
     result
 }
 

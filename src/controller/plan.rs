@@ -4,13 +4,14 @@
 //! unit-tested with fixtures.
 
 use crate::crd::cluster::{Condition, InstanceStatus, PostgresClusterStatus, RollingUpdateStatus};
+use crate::crd::{Phase, Role};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One instance Pod as observed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodInfo {
     pub name: String,
-    pub role: Option<String>,
+    pub role: Option<Role>,
     pub ready: bool,
     /// When the Ready condition last changed (RFC 3339), for failover delays.
     pub ready_changed: Option<String>,
@@ -184,7 +185,7 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
     let current_version = current_version(inp, &prev, &instances);
     let conditions = conditions(inp, &prev, phase, ready);
     PostgresClusterStatus {
-        phase: Some(phase.to_string()),
+        phase: Some(phase),
         conditions,
         observed_generation: inp.generation,
         current_primary: inp.primary.clone().or(prev.current_primary.clone()),

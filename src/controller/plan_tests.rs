@@ -5,7 +5,7 @@ fn pod(name: &str, role: &str, ready: bool) -> (String, PodInfo) {
         name.to_string(),
         PodInfo {
             name: name.into(),
-            role: Some(role.into()),
+            role: Some(crate::crd::Role::from_label(role)),
             ready,
             version: Some("15.20".into()),
             ..Default::default()
@@ -85,7 +85,7 @@ fn status_reports_health_and_keeps_transition_times() {
         now: "t1".into(),
     };
     let s = status(&inp, &obs);
-    assert_eq!(s.phase.as_deref(), Some("Healthy"));
+    assert_eq!(s.phase, Some(crate::crd::Phase::Healthy));
     assert_eq!(s.ready_instances, 2);
     assert_eq!(s.current_primary.as_deref(), Some("pg-1"));
     assert_eq!(s.observed_generation, Some(3));
@@ -128,7 +128,7 @@ fn status_is_degraded_when_an_instance_is_not_ready() {
         now: "t".into(),
     };
     let s = status(&inp, &obs);
-    assert_eq!(s.phase.as_deref(), Some("Degraded"));
+    assert_eq!(s.phase, Some(crate::crd::Phase::Degraded));
     assert!(
         s.conditions
             .iter()

@@ -23,33 +23,8 @@ use std::time::Duration;
 
 pub use crate::platform::labels::{FIELD_MANAGER, FINALIZER, PAUSED};
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{step} {kind} {name}: {source}")]
-    Kube {
-        step: &'static str,
-        kind: &'static str,
-        name: String,
-        source: kube::Error,
-    },
-    #[error("finalizer: {0}")]
-    Finalizer(String),
-    #[error(transparent)]
-    Exec(#[from] postgres::exec::ExecError),
-}
-
-pub(crate) fn kerr<'a>(
-    step: &'static str,
-    kind: &'static str,
-    name: &'a str,
-) -> impl FnOnce(kube::Error) -> Error + 'a {
-    move |source| Error::Kube {
-        step,
-        kind,
-        name: name.to_string(),
-        source,
-    }
-}
+pub use super::error::Error;
+pub(crate) use super::error::kerr;
 
 pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     // The cluster's bounded worker pool, shared by its shards.
@@ -65,16 +40,16 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
         // missing; acting now could recreate what exists.
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
-    let ns = pg.namespace().unwrap_or_default();
+    let (ns, name) = build::identity(&pg)?;
     let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // Decisions about the primary must never rest on a cached status that
     // lags behind our own last write (that could undo a failover): read the
     // object fresh. One GET per reconcile buys that guarantee.
-    let pg = match api.get_opt(&pg.name_any()).await.map_err(kerr(
-        "get",
-        "PostgresCluster",
-        &pg.name_any(),
-    ))? {
+    let pg = match api
+        .get_opt(&name)
+        .await
+        .map_err(kerr("get", "PostgresCluster", &name))?
+    {
         Some(fresh) => Arc::new(fresh),
         None => return Ok(Action::await_change()),
     };
@@ -88,16 +63,37 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
     .map_err(|e| match e {
         kube::runtime::finalizer::Error::ApplyFailed(e)
         | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer(other.to_string()),
+        kube::runtime::finalizer::Error::AddFinalizer(source)
+        | kube::runtime::finalizer::Error::RemoveFinalizer(source) => {
+            Error::Finalizer(super::error::api("patch", "PostgresCluster", &name, source))
+        }
+        kube::runtime::finalizer::Error::UnnamedObject => Error::Missing {
+            kind: "PostgresCluster",
+            name: name.to_string(),
+            field: "metadata.name",
+        },
+        kube::runtime::finalizer::Error::InvalidFinalizer => Error::Build {
+            what: "finalizer".into(),
+            message: format!("{FINALIZER} is not a valid finalizer name"),
+        },
     })
 }
 
-pub fn error_policy(_pg: Arc<PostgresCluster>, err: &Error, ctx: Arc<Ctx>) -> Action {
+/// The retry policy: when a failed reconcile runs again depends on what
+/// kind of failure it was and how often it failed in a row (`retry`).
+pub fn error_policy(pg: Arc<PostgresCluster>, err: &Error, ctx: Arc<Ctx>) -> Action {
     ctx.stats
         .errors
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    tracing::warn!(cluster = %ctx.member, error = %err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+    let category = err.category();
+    let failures = ctx.failures.failed(&super::retry::key(&pg));
+    let next = super::retry::after(category, failures);
+    tracing::warn!(cluster = %ctx.member, error = %err, %category, failures, retry_in = ?next,
+        "reconcile failed");
+    match next {
+        Some(d) => Action::requeue(d),
+        None => Action::await_change(),
+    }
 }
 
 /// An Event on the PostgresCluster.
@@ -163,10 +159,7 @@ where
         + Serialize
         + std::fmt::Debug,
 {
-    let name = obj["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let name = build::child_name(obj)?;
     Api::<K>::namespaced(ctx.client.clone(), ns)
         .patch(
             &name,
@@ -181,8 +174,7 @@ where
 /// Children with owner references go with the cluster (garbage collection);
 /// PVCs carry none, so the reclaim policy decides about the data here.
 async fn cleanup(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let ns = pg.namespace().unwrap_or_default();
-    let name = pg.name_any();
+    let (ns, name) = build::identity(&pg)?;
     if pg.spec.storage.reclaim_policy == ReclaimPolicy::Delete {
         let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
         let lp = ListParams::default().labels(&format!("{}={name}", build::LABEL_CLUSTER));

@@ -99,7 +99,7 @@ async fn passphrase_secret(
         super::restore::restored_password(ctx, auth, encryption::WHICH)
             .await
             .ok_or_else(|| {
-                Error::Finalizer(
+                Error::Validate(
                     "the restore source's repository is encrypted and its passphrase Secret (<source>-backup-encryption) cannot be read".into(),
                 )
             })?
@@ -108,7 +108,7 @@ async fn passphrase_secret(
     };
     if create_secret(ctx.client.clone(), owner, &pass)
         .await
-        .map_err(Error::Finalizer)?
+        .map_err(Error::Repository)?
     {
         event(
             ctx,

@@ -61,7 +61,7 @@ impl Authorized {
         let repo = &ctx
             .backup
             .as_ref()
-            .ok_or_else(|| Error::Finalizer("backups are not configured".into()))?
+            .ok_or_else(|| Error::Validate("backups are not configured".into()))?
             .repository;
         let client = source_client(ctx, &s.member)
             .ok_or_else(|| Error::Finalizer(format!("unknown member cluster {}", s.member)))?;
@@ -73,7 +73,7 @@ impl Authorized {
             &self.from,
         )
         .await
-        .map_err(Error::Finalizer)
+        .map_err(Error::Repository)
     }
 }
 

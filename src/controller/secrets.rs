@@ -104,12 +104,11 @@ pub async fn backup_tls(
 
 /// Creates a Secret; false when one of that name exists already.
 async fn create(ctx: &Ctx, owner: &Owner, secret: Value) -> Result<bool, Error> {
-    let name = secret["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let secret: Secret = serde_json::from_value(secret)
-        .map_err(|e| Error::Finalizer(format!("building secret {name}: {e}")))?;
+    let name = build::child_name(&secret)?;
+    let secret: Secret = serde_json::from_value(secret).map_err(|e| Error::Build {
+        what: format!("Secret {name}"),
+        message: e.to_string(),
+    })?;
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()

@@ -283,7 +283,8 @@ pub struct ResourcesSpec {
 #[serde(rename_all = "camelCase")]
 pub struct PostgresClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub phase: Option<super::Phase>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -455,8 +456,9 @@ pub struct Condition {
 #[serde(rename_all = "camelCase")]
 pub struct InstanceStatus {
     pub name: String,
-    /// "primary", "replica" or "unknown".
-    pub role: String,
+    /// "primary", "replica", "fenced" or "unknown".
+    #[schemars(with = "String")]
+    pub role: super::Role,
     pub ready: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<i64>,

@@ -2,9 +2,11 @@
 
 pub mod backup;
 pub mod cluster;
+pub mod vocab;
 
 pub use backup::{PostgresBackup, PostgresBackupSpec, PostgresBackupStatus};
 pub use cluster::{PostgresCluster, PostgresClusterSpec, PostgresClusterStatus};
+pub use vocab::{Phase, Role};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -40,6 +40,14 @@ impl ClusterLabel {
     }
 }
 
+/// A member cluster and the category of a failed reconcile
+/// (`controller::error::Category`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabel {
+    pub cluster: String,
+    pub category: String,
+}
+
 /// A member cluster and one of its connection states.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
@@ -53,7 +61,7 @@ type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 pub struct Metrics {
     registry: Registry,
     pub reconcile_duration: HistogramFamily<ClusterLabel>,
-    pub reconcile_errors: Family<ClusterLabel, Counter>,
+    pub reconcile_errors: Family<ErrorLabel, Counter>,
     pub reconcile_queue: Family<ClusterLabel, Gauge>,
     pub cluster_up: Family<ClusterLabel, Gauge>,
     pub cluster_state: Family<StateLabel, Gauge>,

@@ -7,16 +7,19 @@
 //! still in the scheduler's delay queue (requeue timers, debouncing) are not
 //! in it.
 
-use super::{ClusterLabel, get};
+use super::{ClusterLabel, ErrorLabel, get};
 use std::time::Instant;
 
 /// Creates the member's reconcile series at zero, so a member with no
-/// PostgresClusters yet still shows up on dashboards and alerts.
-pub fn member_started(cluster: &str) {
+/// PostgresClusters yet still shows up on dashboards and alerts; its error
+/// series start at zero for every error category.
+pub fn member_started(cluster: &str, categories: &[&str]) {
     let m = get();
     let l = ClusterLabel::new(cluster);
     let _ = m.reconcile_duration.get_or_create(&l);
-    let _ = m.reconcile_errors.get_or_create(&l);
+    for c in categories {
+        let _ = m.reconcile_errors.get_or_create(&error_label(cluster, c));
+    }
     let _ = m.reconcile_queue.get_or_create(&l);
 }
 
@@ -40,17 +43,27 @@ pub fn start(cluster: &str) -> Timer {
 }
 
 impl Timer {
-    /// Records the outcome and the duration.
-    pub fn finish(mut self, ok: bool) {
+    /// Records the outcome (`None` for success, else the error's category)
+    /// and the duration.
+    pub fn finish(mut self, error: Option<&str>) {
         let m = get();
         m.reconcile_duration
             .get_or_create(&self.label)
             .observe(self.started.elapsed().as_secs_f64());
-        if !ok {
-            m.reconcile_errors.get_or_create(&self.label).inc();
+        if let Some(category) = error {
+            m.reconcile_errors
+                .get_or_create(&error_label(&self.label.cluster, category))
+                .inc();
         }
         m.reconcile_queue.get_or_create(&self.label).dec();
         self.done = true;
+    }
+}
+
+fn error_label(cluster: &str, category: &str) -> ErrorLabel {
+    ErrorLabel {
+        cluster: cluster.to_string(),
+        category: category.to_string(),
     }
 }
 

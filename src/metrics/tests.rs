@@ -16,12 +16,15 @@ fn reconcile_series_count_errors_and_drain_the_queue() {
         sample(&page, "pgfleet_reconcile_queue_depth{cluster=\"enc-a\"}"),
         Some("1")
     );
-    t.finish(false);
-    reconcile::start("enc-a").finish(true);
+    t.finish(Some("conflict"));
+    reconcile::start("enc-a").finish(None);
     drop(reconcile::start("enc-a")); // cancelled: leaves the queue, not timed
     let page = encode();
     assert_eq!(
-        sample(&page, "pgfleet_reconcile_errors_total{cluster=\"enc-a\"}"),
+        sample(
+            &page,
+            "pgfleet_reconcile_errors_total{cluster=\"enc-a\",category=\"conflict\"}"
+        ),
         Some("1")
     );
     assert_eq!(
@@ -126,7 +129,7 @@ fn per_postgrescluster_series_render_ages_and_go_away_with_it() {
 /// Fills every metric with a sample for the dashboard test.
 fn populate(cluster: &str) {
     cluster_state(cluster, "Ready");
-    reconcile::start(cluster).finish(false);
+    reconcile::start(cluster).finish(Some("unreachable"));
     ops::failover_completed(cluster, Some(4200));
     ops::switchover_completed(cluster, Some("2026-01-01T00:00:00Z"));
     let now = chrono::Utc::now().timestamp();

@@ -75,7 +75,7 @@ pub fn needs_attention(c: &Condition) -> bool {
 impl PgcView {
     pub fn of(member: &str, pg: &PostgresCluster) -> PgcView {
         let st = pg.status.clone().unwrap_or_default();
-        let phase = st.phase.clone().unwrap_or_else(|| "Pending".into());
+        let phase = st.phase.map_or("Pending", crate::crd::Phase::as_str);
         let backup = st.backup.as_ref();
         let last_backup = (backup.is_some() || st.last_backup.is_some()).then(|| LastBackup {
             at: backup
@@ -89,8 +89,8 @@ impl PgcView {
             member: member.to_string(),
             namespace: pg.namespace().unwrap_or_default(),
             name: pg.name_any(),
-            healthy: phase == "Healthy",
-            phase,
+            healthy: st.phase == Some(crate::crd::Phase::Healthy),
+            phase: phase.to_string(),
             primary: st.current_primary.clone(),
             version: pg.spec.version.clone(),
             current_version: st.current_version.clone(),

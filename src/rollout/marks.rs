@@ -52,7 +52,7 @@ pub fn observe(member: &str, pg: &PostgresCluster, stage: Option<usize>) -> Pgc 
         stage,
         spec_version: pg.spec.version.clone(),
         current_version: st.current_version.clone(),
-        healthy: st.phase.as_deref() == Some("Healthy"),
+        healthy: st.phase == Some(crate::crd::Phase::Healthy),
         update_failure: st.rolling_update.and_then(|r| r.failure),
         mark: read(pg.annotations()),
         instances: pg.spec.cluster_size.max(1) as u32,

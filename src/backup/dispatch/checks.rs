@@ -19,7 +19,9 @@ impl Dispatcher {
             if p.pg.labels().contains_key(DRILL_OF) {
                 continue;
             }
-            if st.phase.as_deref() != Some("Healthy") && st.phase.as_deref() != Some("Updating") {
+            if st.phase != Some(crate::crd::Phase::Healthy)
+                && st.phase != Some(crate::crd::Phase::Updating)
+            {
                 continue;
             }
             let key = p.key();

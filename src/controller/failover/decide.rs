@@ -131,7 +131,7 @@ mod tests {
             ready: true,
             report: Some(InstanceReport {
                 contract: 1,
-                role: "replica".into(),
+                role: crate::crd::Role::Replica.to_string(),
                 ready: true,
                 received_lsn: rx.map(String::from),
                 replayed_lsn: Some(replay.into()),

@@ -131,7 +131,7 @@ async fn fail_over(
     let replicas: Vec<&PodInfo> = obs
         .pods
         .values()
-        .filter(|p| p.name != current && !p.deleting && p.role.as_deref() == Some("replica"))
+        .filter(|p| p.name != current && !p.deleting && p.role == Some(Role::Replica))
         .collect();
     if replicas.is_empty() {
         // Nothing to promote: bring the primary itself back (plan recreates it).
@@ -261,7 +261,7 @@ async fn resume(
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     if obs.pods.contains_key(old) {
-        label(ctx, &ns, old, "fenced").await?;
+        label(ctx, &ns, old, Role::Fenced).await?;
         if run_verb(&ctx.client, &ns, old, &["fence"], EXEC_TIMEOUT)
             .await
             .is_err()
@@ -271,7 +271,7 @@ async fn resume(
     }
     run_verb(&ctx.client, &ns, target, &["promote"], PROMOTE_TIMEOUT).await?;
     let promoted = now();
-    label(ctx, &ns, target, "primary").await?;
+    label(ctx, &ns, target, Role::Primary).await?;
     let rewired = now();
     let others: Vec<&str> = obs
         .pods

@@ -180,7 +180,8 @@ mod tests {
             serde_json::from_value(json!({"pooler": {"enabled": true}})).unwrap(),
         );
         pg.metadata.namespace = Some("shop".into());
-        let o = Owner::of(&pg, 1);
+        pg.metadata.uid = Some("u-1".into());
+        let o = Owner::of(&pg, 1).unwrap();
         let cm = config_map(&o, &pg);
         assert!(
             cm["data"]["pgbouncer.ini"]

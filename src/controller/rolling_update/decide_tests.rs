@@ -3,7 +3,7 @@ use super::*;
 fn pod(name: &str, role: &str, hash: &str, ready: bool) -> PodInfo {
     PodInfo {
         name: name.into(),
-        role: Some(role.into()),
+        role: Some(crate::crd::Role::from_label(role)),
         ready,
         hash: Some(hash.into()),
         ..Default::default()

@@ -31,8 +31,9 @@ async fn pgfleets_own_pods_pass_a_restricted_namespace() {
     );
     pg.metadata.namespace = Some("shop".into());
     pg.metadata.uid = Some("u-1".into());
-    let o = pgfleet::controller::build::Owner::of(&pg, 1);
-    let instance = pgfleet::controller::build::pod(&o, &pg, 1, "primary", "initdb", &[]);
+    let o = pgfleet::controller::build::Owner::of(&pg, 1).unwrap();
+    let instance =
+        pgfleet::controller::build::pod(&o, &pg, 1, pgfleet::crd::Role::Primary, "initdb", &[]);
     let pooler = pgfleet::controller::pooler::pod(&o, 1);
     let pods: Api<Pod> = Api::namespaced(client, "shop");
     for mut p in [instance, pooler] {

@@ -4,7 +4,9 @@
 
 use super::Ctx;
 use super::build::LABEL_ROLE;
+use super::error::api as api_failure;
 use super::reconcile::Error;
+use crate::crd::Role;
 use crate::postgres::{InstanceReport, exec::run_verb};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -15,7 +17,7 @@ use std::time::Duration;
 const EXEC_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Sets a pod's role label (the Services follow); a gone pod is fine.
-pub(super) async fn label(ctx: &Ctx, ns: &str, pod: &str, role: &str) -> Result<(), Error> {
+pub(super) async fn label(ctx: &Ctx, ns: &str, pod: &str, role: Role) -> Result<(), Error> {
     let patch = json!({"metadata": {"labels": {LABEL_ROLE: role}}});
     match Api::<Pod>::namespaced(ctx.client.clone(), ns)
         .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
@@ -23,12 +25,7 @@ pub(super) async fn label(ctx: &Ctx, ns: &str, pod: &str, role: &str) -> Result<
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(source) => Err(Error::Kube {
-            step: "relabel",
-            kind: "Pod",
-            name: pod.to_string(),
-            source,
-        }),
+        Err(source) => Err(Error::Primary(api_failure("relabel", "Pod", pod, source))),
     }
 }
 

@@ -74,7 +74,7 @@ fn choose_primary(
     let labelled = obs
         .pods
         .values()
-        .find(|p| p.role.as_deref() == Some("primary") && !p.deleting)
+        .find(|p| p.role == Some(Role::Primary) && !p.deleting)
         .and_then(|p| ordinal(cluster, &p.name));
     let recorded = current_primary
         .and_then(|n| ordinal(cluster, n))
@@ -221,7 +221,7 @@ fn instance_statuses(
             let old = prev.instances.iter().find(|i| i.name == p.name);
             InstanceStatus {
                 name: p.name.clone(),
-                role: p.role.clone().unwrap_or_else(|| "unknown".into()),
+                role: p.role.unwrap_or(Role::Unknown),
                 ready: p.ready && !p.deleting,
                 timeline: old.and_then(|o| o.timeline),
                 lsn: old.and_then(|o| o.lsn.clone()),
@@ -238,24 +238,24 @@ fn phase(
     prev: &PostgresClusterStatus,
     instances: &[InstanceStatus],
     ready: i32,
-) -> &'static str {
+) -> Phase {
     let primary_ready = inp
         .primary
         .as_ref()
         .is_some_and(|p| instances.iter().any(|i| &i.name == p && i.ready));
     let count = instances.len() as u32;
     if inp.invalid.is_some() {
-        "Invalid"
+        Phase::Invalid
     } else if ready == 0 && prev.current_primary.is_none() {
-        "Creating"
+        Phase::Creating
     } else if count != inp.size {
-        "Scaling"
+        Phase::Scaling
     } else if inp.rolling.as_ref().is_some_and(|r| r.failure.is_none()) {
-        "Updating"
+        Phase::Updating
     } else if ready as u32 == inp.size && primary_ready {
-        "Healthy"
+        Phase::Healthy
     } else {
-        "Degraded"
+        Phase::Degraded
     }
 }
 
@@ -309,12 +309,12 @@ impl Conds<'_> {
 fn conditions(
     inp: &StatusInput,
     prev: &PostgresClusterStatus,
-    phase: &str,
+    phase: Phase,
     ready: i32,
 ) -> Vec<Condition> {
     let c = Conds { inp, prev };
     let cond = |t: &str, ok: bool, reason: &str, msg: String| c.cond(t, ok, reason, msg);
-    let healthy = phase == "Healthy";
+    let healthy = phase == Phase::Healthy;
     let mut conditions = vec![
         cond(
             "Ready",
@@ -328,15 +328,15 @@ fn conditions(
         ),
         cond(
             "Progressing",
-            matches!(phase, "Creating" | "Scaling" | "Updating"),
-            phase,
+            matches!(phase, Phase::Creating | Phase::Scaling | Phase::Updating),
+            phase.as_str(),
             progress_message(inp, phase),
         ),
         cond(
             "Degraded",
-            phase == "Degraded",
-            phase,
-            if phase == "Degraded" {
+            phase == Phase::Degraded,
+            phase.as_str(),
+            if phase == Phase::Degraded {
                 "an instance or the primary is not ready".into()
             } else {
                 String::new()
@@ -372,9 +372,9 @@ fn conditions(
     conditions
 }
 
-fn progress_message(inp: &StatusInput, phase: &str) -> String {
+fn progress_message(inp: &StatusInput, phase: Phase) -> String {
     match &inp.rolling {
-        Some(r) if phase == "Updating" => format!(
+        Some(r) if phase == Phase::Updating => format!(
             "rolling update to {}: {}/{} instances updated, {}{}",
             r.target_version,
             r.updated,

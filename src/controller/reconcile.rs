@@ -8,7 +8,6 @@ use super::Ctx;
 use super::build;
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::ReclaimPolicy;
-use crate::postgres;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;

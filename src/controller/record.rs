@@ -3,6 +3,7 @@
 //! runs, so that a manager killed in the middle resumes the same operation.
 
 use super::Ctx;
+use super::error::api as api_failure;
 use super::reconcile::{Error, FIELD_MANAGER};
 use crate::crd::PostgresCluster;
 use kube::api::{Patch, PatchParams};
@@ -24,11 +25,8 @@ pub(super) async fn status_patch(
     };
     api.patch_status(&name, &pp, &Patch::Merge(&json!({ "status": status })))
         .await
-        .map_err(|source| Error::Kube {
-            step: "record",
-            kind: "PostgresCluster",
-            name,
-            source,
+        .map_err(|source| {
+            Error::Primary(api_failure("record", "PostgresCluster", &name, source))
         })?;
     Ok(())
 }

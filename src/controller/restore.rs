@@ -64,7 +64,7 @@ impl Authorized {
             .ok_or_else(|| Error::Validate("backups are not configured".into()))?
             .repository;
         let client = source_client(ctx, &s.member)
-            .ok_or_else(|| Error::Finalizer(format!("unknown member cluster {}", s.member)))?;
+            .ok_or_else(|| Error::Validate(format!("unknown member cluster {}", s.member)))?;
         crate::pgbackrest::incarnation::source_repo(
             client,
             repo,

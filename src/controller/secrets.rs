@@ -79,8 +79,11 @@ pub async fn backup_tls(
     if obs.secrets.contains(&sname) {
         return Ok(());
     }
-    let (ca, cert, key) = crate::pgbackrest::tls::issue(&owner.name, &owner.namespace)
-        .map_err(|e| Error::Finalizer(format!("issuing the backup TLS certificate: {e}")))?;
+    let (ca, cert, key) =
+        crate::pgbackrest::tls::issue(&owner.name, &owner.namespace).map_err(|e| Error::Build {
+            what: "the backup TLS certificate".into(),
+            message: e.to_string(),
+        })?;
     if create(
         ctx,
         owner,

@@ -117,7 +117,7 @@ impl ProcessEnv {
             let st = self.status(name).await.map_err(|e| e.to_string())?;
             match &st.current_primary {
                 Some(p)
-                    if st.phase.as_deref() == Some("Healthy")
+                    if st.phase == Some(crate::crd::Phase::Healthy)
                         && st.ready_instances == size
                         && (!settled || st.switchover.is_none()) =>
                 {

@@ -17,7 +17,7 @@ use crate::controller::build::{ANN_HASH, LABEL_ROLE};
 use crate::controller::reconcile::{Error, FIELD_MANAGER, event, instance_event, kerr, ssa};
 use crate::controller::rolling_update::execute::{self as rolling_update, Outcome};
 use crate::controller::{Ctx, config, pooler};
-use crate::crd::PostgresCluster;
+use crate::crd::{PostgresCluster, Role};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -119,8 +119,10 @@ async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let obj: Pod = serde_json::from_value(pod.clone())
-        .map_err(|e| Error::Finalizer(format!("building pod {name}: {e}")))?;
+    let obj: Pod = serde_json::from_value(pod.clone()).map_err(|e| Error::Build {
+        what: format!("Pod {name}"),
+        message: e.to_string(),
+    })?;
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
@@ -135,7 +137,7 @@ async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
     }
 }
 
-async fn relabel(ctx: &Ctx, seen: &Seen, relabel: &[(String, &str)]) -> Result<(), Error> {
+async fn relabel(ctx: &Ctx, seen: &Seen, relabel: &[(String, Role)]) -> Result<(), Error> {
     for (pod, role) in relabel {
         let patch = json!({"metadata": {"labels": {LABEL_ROLE: role}}});
         Api::<Pod>::namespaced(ctx.client.clone(), &seen.ns)

@@ -9,7 +9,7 @@ use crate::controller::config::{self, Config};
 use crate::controller::plan::{self, InstancePlan};
 use crate::controller::pooler;
 use crate::controller::reconcile::Error;
-use crate::crd::PostgresCluster;
+use crate::crd::{PostgresCluster, Role};
 use serde_json::{Value, json};
 
 /// The children one round wants, in the terms the applier needs.
@@ -25,7 +25,7 @@ pub struct Desired {
     pub instances: Vec<NewInstance>,
     /// Pods whose role label is wrong: (pod, role). Exactly one pod carries
     /// the primary label; the Services follow labels.
-    pub relabel: Vec<(String, &'static str)>,
+    pub relabel: Vec<(String, Role)>,
     /// Replicas whose volume is gone: their Pod is deleted to rebuild them.
     pub rebuild: Vec<String>,
     /// Instances a scale-down removes (Pod and PVC).
@@ -37,7 +37,7 @@ pub struct Desired {
 /// An instance Pod to create, with its volume when the instance is new.
 pub struct NewInstance {
     pub name: String,
-    pub role: &'static str,
+    pub role: Role,
     /// None: the volume exists, only the Pod is missing.
     pub pvc: Option<Value>,
     pub pod: Value,
@@ -74,11 +74,11 @@ pub fn build(pg: &PostgresCluster, seen: &Seen, inputs: &Inputs) -> Result<Desir
     })
 }
 
-fn role_of(plan: &InstancePlan, o: u32) -> &'static str {
+fn role_of(plan: &InstancePlan, o: u32) -> Role {
     if Some(o) == plan.primary {
-        "primary"
+        Role::Primary
     } else {
-        "replica"
+        Role::Replica
     }
 }
 
@@ -100,7 +100,7 @@ fn instances(
                 let env = inputs
                     .restore_env
                     .clone()
-                    .ok_or_else(|| Error::Finalizer("restore source not authorized".into()))?;
+                    .ok_or_else(|| Error::Validate("restore source not authorized".into()))?;
                 ("restore", env)
             }
             _ => (*init, inputs.repo_env.clone()),
@@ -145,7 +145,7 @@ fn finish(mut pod: Value, seen: &Seen, inputs: &Inputs, config_hash: &str) -> Va
 }
 
 /// Live instance Pods the plan keeps whose role label is not their role.
-fn relabel(seen: &Seen, plan: &InstancePlan) -> Vec<(String, &'static str)> {
+fn relabel(seen: &Seen, plan: &InstancePlan) -> Vec<(String, Role)> {
     seen.obs
         .pods
         .values()
@@ -153,8 +153,7 @@ fn relabel(seen: &Seen, plan: &InstancePlan) -> Vec<(String, &'static str)> {
         .filter_map(|p| {
             let o = plan::ordinal(&seen.name, &p.name)?;
             let role = role_of(plan, o);
-            (plan.keep.contains(&o) && p.role.as_deref() != Some(role))
-                .then(|| (p.name.clone(), role))
+            (plan.keep.contains(&o) && p.role != Some(role)).then(|| (p.name.clone(), role))
         })
         .collect()
 }
@@ -162,7 +161,7 @@ fn relabel(seen: &Seen, plan: &InstancePlan) -> Vec<(String, &'static str)> {
 /// The pod template hash of the spec (role, init mode and env do not
 /// enter it).
 fn template_hash(pg: &PostgresCluster, seen: &Seen) -> String {
-    build::pod(&seen.owner, pg, 1, "replica", "clone", &[])["metadata"]["annotations"][ANN_HASH]
+    build::pod(&seen.owner, pg, 1, Role::Replica, "clone", &[])["metadata"]["annotations"][ANN_HASH]
         .as_str()
         .unwrap_or_default()
         .to_string()

@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 /// One reconcile of an existing (not deleted) PostgresCluster.
 pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let seen = observe::observe(&pg, &ctx);
+    let seen = observe::observe(&pg, &ctx)?;
     let spec = match validate::check(&pg, &ctx, &seen).await? {
         validate::Checked::Valid(spec) => spec,
         validate::Checked::Invalid(invalid) => {

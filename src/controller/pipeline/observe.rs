@@ -4,6 +4,7 @@
 use crate::controller::Ctx;
 use crate::controller::build::Owner;
 use crate::controller::plan::Observed;
+use crate::controller::reconcile::Error;
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::PostgresClusterStatus;
 use kube::ResourceExt;
@@ -22,12 +23,12 @@ pub struct Seen {
     pub is_drill: bool,
 }
 
-pub fn observe(pg: &PostgresCluster, ctx: &Ctx) -> Seen {
+pub fn observe(pg: &PostgresCluster, ctx: &Ctx) -> Result<Seen, Error> {
     let ns = pg.namespace().unwrap_or_default();
     let name = pg.name_any();
-    let owner = Owner::of(pg, crate::controller::shard_of(&ns, &name, ctx.shards));
+    let owner = Owner::of(pg, crate::controller::shard_of(&ns, &name, ctx.shards))?;
     let obs = ctx.expect.adjust(&ns, &name, ctx.index.get(&ns, &name));
-    Seen {
+    Ok(Seen {
         owner,
         prev: pg.status.clone(),
         now: crate::platform::time::now_rfc3339(),
@@ -35,5 +36,5 @@ pub fn observe(pg: &PostgresCluster, ctx: &Ctx) -> Seen {
         is_drill: pg.labels().contains_key(crate::platform::labels::DRILL_OF),
         ns,
         name,
-    }
+    })
 }

@@ -9,8 +9,8 @@ use super::validate::Invalid;
 use crate::controller::Ctx;
 use crate::controller::plan::{self, StatusInput};
 use crate::controller::reconcile::{Error, FIELD_MANAGER, event, kerr};
-use crate::crd::PostgresCluster;
 use crate::crd::cluster::PostgresClusterStatus;
+use crate::crd::{Phase, PostgresCluster};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -72,7 +72,7 @@ pub async fn finish(
     let mut inp = status_input(pg, d.primary.clone(), None, pending, prev, &seen.now);
     inp.rolling = update.status;
     let st = plan::status(&inp, &seen.obs);
-    let healthy = st.phase.as_deref() == Some("Healthy");
+    let healthy = st.phase == Some(Phase::Healthy);
     write_status(ctx, pg, prev, st).await?;
     if let Some(d) = within.into_iter().chain(update.requeue).min() {
         return Ok(Action::requeue(d));
@@ -118,8 +118,10 @@ async fn write_status(
     let name = pg.name_any();
     let api: Api<PostgresCluster> =
         Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
-    let mut status = serde_json::to_value(&st)
-        .map_err(|e| Error::Finalizer(format!("serializing status: {e}")))?;
+    let mut status = serde_json::to_value(&st).map_err(|e| Error::Build {
+        what: "status".into(),
+        message: e.to_string(),
+    })?;
     if let Some(m) = status.as_object_mut() {
         // Written by the backup dispatcher (merge patches); applying our copy
         // of them could put back a value it has just replaced.

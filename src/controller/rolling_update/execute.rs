@@ -355,11 +355,8 @@ async fn delete_pod(ctx: &Ctx, ns: &str, pod: &str) -> Result<(), Error> {
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(source) => Err(Error::Kube {
-            step: "restart",
-            kind: "Pod",
-            name: pod.to_string(),
-            source,
-        }),
+        Err(source) => Err(Error::Update(crate::controller::error::api(
+            "restart", "Pod", pod, source,
+        ))),
     }
 }

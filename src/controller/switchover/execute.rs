@@ -12,7 +12,7 @@ use crate::controller::plan::{Observed, ordinal};
 use crate::controller::pooler;
 use crate::controller::reconcile::{Error, event as publish, kerr};
 use crate::controller::record::status_patch;
-use crate::crd::PostgresCluster;
+use crate::crd::{PostgresCluster, Role};
 use crate::postgres::{exec::run_verb, parse_lsn};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -140,7 +140,7 @@ pub async fn resume(
     let old_is_primary = obs
         .pods
         .get(old)
-        .is_some_and(|p| p.role.as_deref() == Some("primary"));
+        .is_some_and(|p| p.role == Some(Role::Primary));
     if old_is_primary {
         // Before pausing: the shutdown checkpoint then has little left to
         // write, which shortens the stall clients see.
@@ -177,9 +177,9 @@ pub async fn resume(
         Duration::from_secs(60),
     )
     .await?;
-    label(ctx, &ns, target, "primary").await?;
+    label(ctx, &ns, target, Role::Primary).await?;
     if obs.pods.contains_key(old) {
-        label(ctx, &ns, old, "replica").await?;
+        label(ctx, &ns, old, Role::Replica).await?;
     }
     paused.resume().await;
     completed(pg, ctx, obs, &ns, old, target, paused_at.elapsed()).await
@@ -191,7 +191,7 @@ pub async fn resume(
 /// where its shutdown checkpoint record starts.
 async fn demote(ctx: &Ctx, ns: &str, old: &str) -> Result<Option<u64>, Error> {
     let out = run_verb(&ctx.client, ns, old, &["demote"], EXEC_TIMEOUT).await?;
-    label(ctx, ns, old, "fenced").await?;
+    label(ctx, ns, old, Role::Fenced).await?;
     Ok(serde_json::from_str::<serde_json::Value>(out.trim())
         .ok()
         .and_then(|v| v.get("lsn").and_then(|l| l.as_str()).and_then(parse_lsn)))
@@ -225,7 +225,7 @@ async fn caught_up(ctx: &Ctx, ns: &str, target: &str, lsn: u64) -> bool {
 /// The old primary goes back to being primary: with its label restored,
 /// stopping it once more makes the run loop start it as primary again.
 async fn abort(pg: &PostgresCluster, ctx: &Ctx, ns: &str, old: &str) -> Result<(), Error> {
-    label(ctx, ns, old, "primary").await?;
+    label(ctx, ns, old, Role::Primary).await?;
     let _ = run_verb(&ctx.client, ns, old, &["fence"], EXEC_TIMEOUT).await;
     let _ = run_verb(&ctx.client, ns, old, &["unfence"], EXEC_TIMEOUT).await;
     status_patch(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await

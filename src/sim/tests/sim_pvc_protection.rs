@@ -7,10 +7,10 @@
 
 mod support;
 
-use support::*;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
+use support::*;
 
 const FINALIZER: &str = "kubernetes.io/pvc-protection";
 

@@ -9,11 +9,11 @@
 
 mod support;
 
-use support::*;
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
+use support::*;
 
 fn obj<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).unwrap()

@@ -5,11 +5,11 @@
 
 use super::observe::Seen;
 use super::validate::Spec;
-use crate::pgbackrest::incarnation::RepoChoice;
-use crate::pgbackrest::repo::BackupEnv;
 use crate::controller::reconcile::Error;
 use crate::controller::{Ctx, repository, restore, secrets};
 use crate::crd::PostgresCluster;
+use crate::pgbackrest::incarnation::RepoChoice;
+use crate::pgbackrest::repo::BackupEnv;
 use serde_json::Value;
 use std::sync::Arc;
 

@@ -101,12 +101,10 @@ fn violations(item: &Value, c: &Value, out: &mut Vec<String>) {
 }
 
 /// Defaults then validates every container of a Pod; the error is kube's
-/// aggregate (one message, or `[a, b]`).
+/// aggregate (one message, or `[a, b]`). Without ranges only kube's pod
+/// defaulting applies (requests from limits), which quotas count.
 pub fn admit(ranges: &[Value], pod: &mut Value) -> Result<(), String> {
     let items = container_items(ranges);
-    if items.is_empty() {
-        return Ok(());
-    }
     let mut errs = vec![];
     for field in ["initContainers", "containers"] {
         let Some(cs) = pod

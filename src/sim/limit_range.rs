@@ -7,7 +7,7 @@
 use super::quantity;
 use serde_json::{Map, Value};
 
-fn map_at<'a>(v: &'a Value, key: &str) -> Map<String, Value> {
+fn map_at(v: &Value, key: &str) -> Map<String, Value> {
     v.get(key)
         .and_then(Value::as_object)
         .cloned()

@@ -197,6 +197,7 @@ impl Cluster {
         }
         self.check_namespace(rt, ns)?;
         let psa = self.pod_security_level(rt, ns);
+        let quota = super::quota::Admission::prepare(&self.store, rt, ns);
         let mut dry = None;
         let out = self.store.mutate(&rt.key(), ns, &name, |cur| {
             if cur.is_some() {
@@ -204,6 +205,9 @@ impl Cluster {
             }
             let mut v = obj;
             self.finish(rt, ns, &name, None, &mut v, Sub::Main, opts.strict)?;
+            if let Some(q) = &quota {
+                q.admit(&name, &mut v)?;
+            }
             admit_pod(psa, &name, &v)?;
             patch::record_update(None, &mut v, &opts.field_manager, &now_rfc3339());
             if opts.dry_run {
@@ -242,6 +246,7 @@ impl Cluster {
             self.check_namespace(rt, ns)?;
         }
         let psa = self.pod_security_level(rt, ns);
+        let quota = super::quota::Admission::prepare(&self.store, rt, ns);
         let mut dry = None;
         let out = self.store.mutate(&rt.key(), ns, name, |cur| {
             let old = cur.map(|c| &c.value);
@@ -274,6 +279,9 @@ impl Cluster {
                 .flatten();
             self.finish(rt, ns, name, old, &mut v, sub, opts.strict)?;
             if old.is_none() {
+                if let Some(q) = &quota {
+                    q.admit(name, &mut v)?;
+                }
                 admit_pod(psa, name, &v)?;
             }
             if let Some(mf) = applied_fields {
@@ -446,6 +454,9 @@ impl Cluster {
     /// deletions wake the garbage collector.
     fn after_write(&self, rt: &ResourceType, out: Option<(&Arc<StoredObject>, Option<EventType>)>) {
         let Some((obj, Some(kind))) = out else { return };
+        if rt.namespaced {
+            super::quota::refresh(&self.store, str_at(&obj.value, "/metadata/namespace"));
+        }
         if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
             let mut reg = self.registry.write().unwrap_or_else(|e| e.into_inner());
             if kind == EventType::Deleted {

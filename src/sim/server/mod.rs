@@ -15,6 +15,7 @@ mod protobuf;
 mod query;
 mod rest;
 mod spdy;
+mod subresource;
 mod watch;
 
 use super::cluster::Cluster;

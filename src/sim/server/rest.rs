@@ -1,9 +1,10 @@
 //! Resource paths: collections (list, watch, create, deletecollection),
-//! objects (get, replace, patch, delete) and the status, scale, exec and log
-//! subresources.
+//! objects (get, replace, patch, delete) and the exec and log subresources;
+//! `status` and `scale` are in `subresource.rs`.
 
 use super::{
-    Ctx, Query, bytes_response, discovery, events_view, exec, freshness, json_response, watch,
+    Ctx, Query, bytes_response, discovery, events_view, exec, freshness, json_response,
+    subresource, watch,
 };
 use crate::cluster::{DeleteOpts, Sub, WriteOpts};
 use crate::error::ApiError;
@@ -20,11 +21,11 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// Where a request points, once the path is resolved against the registry.
-struct Target {
-    rt: ResourceType,
-    ns: String,
-    name: Option<String>,
-    sub: Option<String>,
+pub(super) struct Target {
+    pub(super) rt: ResourceType,
+    pub(super) ns: String,
+    pub(super) name: Option<String>,
+    pub(super) sub: Option<String>,
 }
 
 pub async fn dispatch(
@@ -88,8 +89,8 @@ async fn serve(ctx: Ctx, target: Target, req: Request<Body>) -> Result<Response<
             _ => Err(ApiError::method_not_allowed()),
         },
         (Some(name), None) => object(ctx, &target, name, query, req).await,
-        (Some(name), Some("status")) => status(ctx, &target, name, query, req).await,
-        (Some(name), Some("scale")) => scale(ctx, &target, name, query, req).await,
+        (Some(name), Some("status")) => subresource::status(ctx, &target, name, query, req).await,
+        (Some(name), Some("scale")) => subresource::scale(ctx, &target, name, query, req).await,
         (Some(name), Some("exec")) if is_pods(&target.rt) => {
             exec::exec(ctx, &target.ns, name, &query, req).await
         }
@@ -169,7 +170,7 @@ pub fn write_opts(q: &Query, headers: Option<&axum::http::HeaderMap>) -> WriteOp
     }
 }
 
-async fn read_raw(req: Request<Body>) -> Result<(String, Bytes), ApiError> {
+pub(super) async fn read_raw(req: Request<Body>) -> Result<(String, Bytes), ApiError> {
     let ct = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -186,7 +187,7 @@ async fn read_raw(req: Request<Body>) -> Result<(String, Bytes), ApiError> {
     Ok((ct, b))
 }
 
-fn parse_body(ct: &str, b: &[u8]) -> Result<Value, ApiError> {
+pub(super) fn parse_body(ct: &str, b: &[u8]) -> Result<Value, ApiError> {
     // client-go sends built-in kinds as protobuf (`kubectl create namespace`,
     // `configmap` and the other generators do). A few kinds are decoded; the
     // rest get 415, as kube answers for a media type it cannot decode.
@@ -218,7 +219,7 @@ fn parse_body(ct: &str, b: &[u8]) -> Result<Value, ApiError> {
     Err(ApiError::bad_request("the body is not valid JSON"))
 }
 
-async fn read_body(req: Request<Body>) -> Result<Value, ApiError> {
+pub(super) async fn read_body(req: Request<Body>) -> Result<Value, ApiError> {
     let (ct, b) = read_raw(req).await?;
     parse_body(&ct, &b)
 }
@@ -481,7 +482,12 @@ fn delete_opts(q: &Query, body: Option<&Value>) -> DeleteOpts {
 }
 
 /// Applies a PATCH body of the given content type to `cur`.
-fn apply_patch(rt: &ResourceType, ct: &str, cur: &Value, p: &Value) -> Result<Value, ApiError> {
+pub(super) fn apply_patch(
+    rt: &ResourceType,
+    ct: &str,
+    cur: &Value,
+    p: &Value,
+) -> Result<Value, ApiError> {
     let mut v = cur.clone();
     match ct {
         "application/json-patch+json" => patch::json_patch(&mut v, p)
@@ -565,7 +571,7 @@ async fn object(
     }
 }
 
-async fn patch_object(
+pub(super) async fn patch_object(
     ctx: Ctx,
     t: &Target,
     name: &str,
@@ -637,146 +643,4 @@ async fn patch_object(
             apply_patch(&rt, &ct, &cur, &p)
         })?;
     Ok(object_response_for(&headers, StatusCode::OK, &o))
-}
-
-async fn status(
-    ctx: Ctx,
-    t: &Target,
-    name: &str,
-    q: Query,
-    req: Request<Body>,
-) -> Result<Response<Body>, ApiError> {
-    if !t.rt.status_subresource {
-        return Err(ApiError::new(
-            404,
-            "NotFound",
-            "the server could not find the requested resource",
-        ));
-    }
-    let headers = req.headers().clone();
-    match req.method().clone() {
-        Method::GET => Ok(object_response(
-            StatusCode::OK,
-            &ctx.cluster.get(&t.rt, &t.ns, name)?,
-        )),
-        Method::PUT => {
-            let body = read_body(req).await?;
-            let o = ctx.cluster.write(
-                &t.rt,
-                &t.ns,
-                name,
-                Sub::Status,
-                &write_opts(&q, Some(&headers)),
-                false,
-                |_| Ok(body),
-            )?;
-            Ok(object_response(StatusCode::OK, &o))
-        }
-        Method::PATCH => patch_object(ctx, t, name, Sub::Status, q, req).await,
-        _ => Err(ApiError::method_not_allowed()),
-    }
-}
-
-fn path_ptr(json_path: &str) -> String {
-    json_path.replace('.', "/")
-}
-
-fn scale_of(rt: &ResourceType, o: &Value) -> Option<Value> {
-    let sc = rt.scale.as_ref()?;
-    let mut s = json!({
-        "kind": "Scale", "apiVersion": "autoscaling/v1",
-        "metadata": {
-            "name": str_at(o, "/metadata/name"), "namespace": str_at(o, "/metadata/namespace"),
-            "uid": str_at(o, "/metadata/uid"), "resourceVersion": str_at(o, "/metadata/resourceVersion"),
-            "creationTimestamp": str_at(o, "/metadata/creationTimestamp"),
-        },
-        "spec": {"replicas": o.pointer(&path_ptr(&sc.spec_replicas_path)).cloned().unwrap_or(json!(0))},
-        "status": {"replicas": o.pointer(&path_ptr(&sc.status_replicas_path)).cloned().unwrap_or(json!(0))},
-    });
-    if let Some(sel) = sc
-        .label_selector_path
-        .as_ref()
-        .and_then(|p| o.pointer(&path_ptr(p)))
-    {
-        s["status"]["selector"] = sel.clone();
-    }
-    Some(s)
-}
-
-async fn scale(
-    ctx: Ctx,
-    t: &Target,
-    name: &str,
-    q: Query,
-    req: Request<Body>,
-) -> Result<Response<Body>, ApiError> {
-    let Some(sc) = t.rt.scale.clone() else {
-        return Err(ApiError::new(
-            404,
-            "NotFound",
-            "the server could not find the requested resource",
-        ));
-    };
-    let headers = req.headers().clone();
-    let method = req.method().clone();
-    if method == Method::GET {
-        let o = ctx.cluster.get(&t.rt, &t.ns, name)?;
-        return Ok(json_response(
-            StatusCode::OK,
-            &scale_of(&t.rt, &o.value).unwrap_or_default(),
-        ));
-    }
-    if method != Method::PUT && method != Method::PATCH {
-        return Err(ApiError::method_not_allowed());
-    }
-    let (ct, raw) = read_raw(req).await?;
-    let body = parse_body(&ct, &raw)?;
-    let rt = t.rt.clone();
-    let o = ctx.cluster.write(
-        &t.rt,
-        &t.ns,
-        name,
-        Sub::Main,
-        &write_opts(&q, Some(&headers)),
-        false,
-        |cur| {
-            let cur = cur.cloned().unwrap_or_default();
-            let scale = scale_of(&rt, &cur).unwrap_or_default();
-            let new_scale = if method == Method::PUT {
-                body.clone()
-            } else if ct == "application/merge-patch+json"
-                || ct == "application/strategic-merge-patch+json"
-            {
-                let mut s = scale.clone();
-                patch::merge_patch(&mut s, &body);
-                s
-            } else {
-                apply_patch(&rt, &ct, &scale, &body)?
-            };
-            let replicas = new_scale
-                .pointer("/spec/replicas")
-                .cloned()
-                .ok_or_else(|| ApiError::bad_request("scale: spec.replicas is required"))?;
-            let mut v = cur;
-            let ptr = path_ptr(&sc.spec_replicas_path);
-            if let Some(slot) = v.pointer_mut(&ptr) {
-                *slot = replicas;
-            } else {
-                let parts: Vec<&str> = ptr.split('/').filter(|s| !s.is_empty()).collect();
-                let mut node = &mut v;
-                for (i, p) in parts.iter().enumerate() {
-                    if i + 1 == parts.len() {
-                        node[*p] = replicas.clone();
-                    } else {
-                        node = &mut node[*p];
-                    }
-                }
-            }
-            Ok(v)
-        },
-    )?;
-    Ok(json_response(
-        StatusCode::OK,
-        &scale_of(&t.rt, &o.value).unwrap_or_default(),
-    ))
 }

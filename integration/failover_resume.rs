@@ -124,15 +124,23 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
     // One timeline: exactly one instance accepts writes, and every standby
     // streams the new primary's timeline (polled: standbys reconnect after
     // the promotion at their own pace).
+    // The Pods are listed again on every pass: a Pod the kubelet recreates
+    // (the old primary rejoining) comes back with a new IP.
     let mut last;
     let start = Instant::now();
     loop {
         let mut writable = 0;
         let mut primary_tl = None;
         let mut standby_tls = vec![];
-        for p in &list.items {
-            let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+        let mut unreachable = vec![];
+        for p in pods.list(&Default::default()).await.unwrap().items {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+                unreachable.push(format!("{name} (no IP)"));
+                continue;
+            };
             let Ok(c) = connect(&ip, 5432, &pw).await else {
+                unreachable.push(format!("{name} ({ip})"));
                 continue;
             };
             let rec: bool = c
@@ -159,7 +167,7 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
             }
         }
         last = format!(
-            "writable {writable}, primary timeline {primary_tl:?}, standbys {standby_tls:?}"
+            "writable {writable}, primary timeline {primary_tl:?}, standbys {standby_tls:?}, unreachable {unreachable:?}"
         );
         if writable == 1 && standby_tls.len() == 2 && standby_tls.iter().all(|t| *t == primary_tl) {
             break;

@@ -297,18 +297,23 @@ async fn a_restricted_namespace_refuses_a_violating_pod_like_kube() {
 
 /// Octal permission bits of a file inside a pod, via exec.
 async fn mode_in_pod(pods: &Api<Pod>, pod: &str, path: &str) -> String {
-    let params = AttachParams::default().stdout(true).stderr(false);
+    let params = AttachParams::default().stdout(true).stderr(true);
     let mut proc = pods
         .exec(pod, ["stat", "-L", "-c", "%a", path], &params)
         .await
         .unwrap();
-    let mut out = String::new();
-    proc.stdout()
-        .unwrap()
-        .read_to_string(&mut out)
-        .await
-        .unwrap();
+    let (mut out, mut err) = (String::new(), String::new());
+    let mut stdout = proc.stdout().unwrap();
+    let mut stderr = proc.stderr().unwrap();
+    let (o, e) = tokio::join!(stdout.read_to_string(&mut out), stderr.read_to_string(&mut err));
+    o.unwrap();
+    e.unwrap();
+    let status = proc.take_status().unwrap().await;
     let _ = proc.join().await;
+    assert!(
+        !out.trim().is_empty(),
+        "stat {path} in {pod} printed nothing: stderr {err:?}, status {status:?}"
+    );
     out.trim().to_string()
 }
 

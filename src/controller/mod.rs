@@ -12,6 +12,8 @@ pub mod expect;
 pub mod failover;
 #[cfg(test)]
 mod function_length;
+#[cfg(test)]
+mod golden_tests;
 mod image_policy;
 pub mod index;
 mod instance;

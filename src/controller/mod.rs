@@ -17,6 +17,7 @@ mod golden_tests;
 mod image_policy;
 pub mod index;
 mod instance;
+mod instance_pod;
 pub mod names;
 #[cfg(test)]
 mod names_props;

@@ -572,3 +572,24 @@ impl Runtime for ProcessRuntime {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_uid_comes_from_the_pod_then_its_containers() {
+        let pod = json!({"spec": {"securityContext": {"runAsUser": 999},
+            "containers": [{"name": "a", "securityContext": {"runAsUser": 1000}}]}});
+        assert_eq!(run_as_uid(&pod), Some(999));
+        let pod = json!({"spec": {"containers": [{"name": "a"},
+            {"name": "b", "securityContext": {"runAsUser": 1000}}]}});
+        assert_eq!(run_as_uid(&pod), Some(1000));
+        let pod = json!({"spec": {"securityContext": {"runAsUser": -1}, "containers": []}});
+        assert_eq!(run_as_uid(&pod), None);
+        assert_eq!(
+            run_as_uid(&json!({"spec": {"containers": [{"name": "a"}]}})),
+            None
+        );
+    }
+}

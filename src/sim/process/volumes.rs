@@ -447,6 +447,25 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn users_are_found_by_name_or_uid_in_a_passwd_file() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nbroken line\npostgres:x:101:104:PostgreSQL:/var/lib/postgresql:/bin/bash\n";
+        let by_uid = find_user(passwd, |u| u.uid == 101)
+            .expect("parse")
+            .expect("found");
+        assert_eq!((by_uid.name.as_str(), by_uid.gid), ("postgres", 104));
+        assert_eq!(by_uid.home, "/var/lib/postgresql");
+        let by_name = find_user(passwd, |u| u.name == "root")
+            .expect("parse")
+            .expect("found");
+        assert_eq!(by_name.uid, 0);
+        assert!(
+            find_user(passwd, |u| u.uid == 999)
+                .expect("parse")
+                .is_none()
+        );
+    }
+
+    #[test]
     fn downward_fields_render_like_kubelet() {
         let pod = json!({"metadata": {"name": "p", "namespace": "n",
             "labels": {"b": "2", "a": "say \"hi\""}}, "status": {"podIP": "127.10.0.2"}});

@@ -58,6 +58,7 @@ async fn sim_at(tag: &str, index: usize) -> (TestSim, Arc<ProcessRuntime>, kube:
         history: 10_000,
         admin: true,
         images: pgfleet::emulated::images::rules(),
+        run_as: Some(pgfleet::emulated::RUN_AS.into()),
     };
     let sim = TestSim::start(opts).await;
     let c = &sim.sim.clusters[index];
@@ -66,7 +67,8 @@ async fn sim_at(tag: &str, index: usize) -> (TestSim, Arc<ProcessRuntime>, kube:
     (sim, rt, client)
 }
 
-fn obj<T: serde::de::DeserializeOwned>(mut v: Value) -> T {
+fn obj<T: serde::de::DeserializeOwned>(v: impl serde::Serialize) -> T {
+    let mut v = serde_json::to_value(v).unwrap();
     // The owner (a PostgresCluster) does not exist here; the GC would
     // collect its dependents.
     if let Some(m) = v["metadata"].as_object_mut() {

@@ -36,14 +36,10 @@ async fn pgfleets_own_pods_pass_a_restricted_namespace() {
         pgfleet::controller::build::pod(&o, &pg, 1, pgfleet::crd::Role::Primary, "initdb", &[]);
     let pooler = pgfleet::controller::pooler::pod(&o, 1);
     let pods: Api<Pod> = Api::namespaced(client, "shop");
-    for mut p in [instance, pooler] {
+    for mut pod in [instance, pooler] {
         // No owner in this cluster: the garbage collector would remove them.
-        p["metadata"]
-            .as_object_mut()
-            .unwrap()
-            .remove("ownerReferences");
-        let name = p["metadata"]["name"].as_str().unwrap().to_string();
-        let pod: Pod = serde_json::from_value(p).unwrap();
+        pod.metadata.owner_references = None;
+        let name = pod.metadata.name.clone().unwrap();
         let created = pods.create(&pp, &pod).await.unwrap();
         let spec = serde_json::to_value(created.spec).unwrap_or(Value::Null);
         assert_eq!(spec["automountServiceAccountToken"], false, "{name}");

@@ -372,7 +372,9 @@ impl Dispatcher {
         record: Option<String>,
         now: DateTime<Utc>,
     ) -> anyhow::Result<()> {
-        let ns = p.pg.namespace().unwrap_or_default();
+        let Some(ns) = p.pg.namespace() else {
+            anyhow::bail!("{}: metadata.namespace is missing", p.key());
+        };
         let cluster = p.pg.name_any();
         let api: Api<PostgresBackup> = Api::namespaced(p.member.client(), &ns);
         let (name, attempts) = match (&record, slot) {
@@ -414,11 +416,11 @@ impl Dispatcher {
             }
             (None, None) => anyhow::bail!("nothing to start"),
         };
-        let primary =
-            p.pg.status
-                .as_ref()
-                .and_then(|s| s.current_primary.clone())
-                .unwrap_or_default();
+        // A backup on pod "" would fail as an unreachable instance; the
+        // record stays pending until the cluster has a primary again.
+        let Some(primary) = p.pg.status.as_ref().and_then(|s| s.current_primary.clone()) else {
+            anyhow::bail!("{}: no current primary to take the backup on", p.key());
+        };
         let Some(repo) = crate::pgbackrest::incarnation::recorded(&p.pg) else {
             anyhow::bail!("{}: its repository is not recorded yet", p.key());
         };

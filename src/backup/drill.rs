@@ -55,8 +55,11 @@ pub async fn maybe_start(
     {
         return Ok(false);
     }
-    let ns = pg.namespace().unwrap_or_default();
     let name = pg.name_any();
+    // The throwaway copy goes into the source's namespace: never into "".
+    let Some(ns) = pg.namespace() else {
+        anyhow::bail!("PostgresCluster {name}: metadata.namespace is missing");
+    };
     let st = pg.status.clone().unwrap_or_default();
     let handled = st
         .last_restore_drill

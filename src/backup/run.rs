@@ -176,24 +176,8 @@ pub async fn record_failure(
     .await;
 }
 
-/// What `pgfleet-instance backup` prints.
-#[derive(serde::Deserialize, Debug)]
-#[serde(rename_all = "camelCase")]
-struct Outcome {
-    label: String,
-    #[serde(default)]
-    started_at: Option<String>,
-    #[serde(default)]
-    stopped_at: Option<String>,
-    #[serde(default)]
-    size: Option<i64>,
-    #[serde(default)]
-    repo_size: Option<i64>,
-    #[serde(default)]
-    wal_start: Option<String>,
-    #[serde(default)]
-    wal_stop: Option<String>,
-}
+/// What `pgfleet-instance backup` prints (the contract's struct).
+type Outcome = crate::postgres::contract::Backup;
 
 pub async fn run(job: Job) {
     let client = job.member.client();

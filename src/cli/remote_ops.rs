@@ -36,7 +36,12 @@ pub async fn switchover(
     let path = pgc_path(target)?;
     let body = to.map_or_else(|| json!({}), |t| json!({"to": t}));
     let answer = client.post(&format!("{path}/switchover"), body).await?;
-    let from = answer["from"].as_str().unwrap_or_default().to_string();
+    // Completion is "the primary is no longer `from`": without it, waiting
+    // would report any primary as the outcome.
+    let from = answer["from"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("the manager's answer names no current primary"))?
+        .to_string();
     if args.output == Output::Json && wait.is_zero() {
         print_json(&answer)?;
         return Ok(0);
@@ -73,7 +78,10 @@ pub async fn backup_now(args: &ApiArgs, target: &str, wait: Duration) -> anyhow:
     let client = Client::new(args, None)?;
     let path = pgc_path(target)?;
     let answer = client.post(&format!("{path}/backup"), json!({})).await?;
-    let backup = answer["backup"].as_str().unwrap_or_default().to_string();
+    let backup = answer["backup"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("the manager's answer names no backup"))?
+        .to_string();
     match args.output {
         Output::Json => print_json(&answer)?,
         Output::Table => println!(

@@ -25,11 +25,13 @@ pub struct SimArgs {
 /// run the instance contract would leave pods that look Running but whose
 /// `pgfleet-instance` calls fail.
 fn pick_runtime(asked: Option<Runtime>) -> Runtime {
-    let kind = asked.unwrap_or_else(|| match pgfleet_sim::process::host_check::check() {
-        Ok(()) => Runtime::Process,
-        Err(why) => {
-            eprintln!("runtime: virtual (the process runtime cannot run here: {why})");
-            Runtime::Virtual
+    let kind = asked.unwrap_or_else(|| {
+        match pgfleet_sim::process::host_check::check(Some(crate::emulated::RUN_AS)) {
+            Ok(()) => Runtime::Process,
+            Err(why) => {
+                eprintln!("runtime: virtual (the process runtime cannot run here: {why})");
+                Runtime::Virtual
+            }
         }
     });
     if kind == Runtime::Host {

@@ -1,25 +1,33 @@
-//! What a PostgresCluster becomes: the child objects, built as JSON for
-//! server-side apply. Pure. The Pod spec is a real one: it runs on a real
-//! cluster with the stock `postgres:<version>` image, because its command is
-//! the `pgfleet-instance run` verb from the ConfigMap, not the image's
-//! entrypoint.
+//! What a PostgresCluster becomes: the child objects, built as k8s-openapi
+//! structs and serialized only where server-side apply sends them. Pure.
+//! The instance Pod is in [`super::instance_pod`]. Every content hash
+//! stamped here is computed over canonical JSON (sorted keys), so it is the
+//! one the JSON builders before them stamped (`golden_tests`).
 
 use super::error::Error;
 use crate::crd::{PostgresCluster, Role};
+use crate::platform::hash::content_hash_of;
+use crate::platform::objects;
 use crate::postgres;
-use serde_json::{Value, json};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolumeClaim, PersistentVolumeClaimSpec, Secret, Service, ServicePort,
+    ServiceSpec, VolumeResourceRequirements,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+use serde::Serialize;
+use serde_json::json;
 use std::collections::BTreeMap;
 
+pub use super::instance_pod::{PGDATA, container_security_context, pod, pod_security_context};
 pub use crate::platform::hash::content_hash;
 pub use crate::platform::labels::{
     ANN_CONFIG, ANN_HASH, ANN_PARAMETERS, ANN_VERSION, LABEL_CLUSTER, LABEL_INSTANCE, LABEL_KIND,
     LABEL_MANAGED_BY, LABEL_ROLE, LABEL_SHARD,
 };
-
-const DATA_MOUNT: &str = "/var/lib/postgresql/data";
-/// PGDATA inside every instance pod.
-pub const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
-const CONFIG_MOUNT: &str = "/etc/pgfleet/config";
 
 /// Identity of the owning PostgresCluster, as children need it.
 #[derive(Debug, Clone)]
@@ -52,32 +60,27 @@ fn required<'a>(
 
 /// `metadata.name` of a child built here; every builder sets it, so its
 /// absence is a bug reported as such, not an object named "".
-pub fn child_name(obj: &Value) -> Result<String, Error> {
-    child_field(obj, "name", "metadata.name")
+pub fn child_name<K: Resource>(obj: &K) -> Result<String, Error> {
+    obj.meta()
+        .name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| Error::Missing {
+            kind: "child",
+            name: "?".into(),
+            field: "metadata.name",
+        })
 }
 
 /// The content hash annotation of a child built here.
-pub fn child_hash(obj: &Value) -> Result<String, Error> {
-    obj["metadata"]["annotations"][ANN_HASH]
-        .as_str()
+pub fn child_hash<K: Resource>(obj: &K) -> Result<String, Error> {
+    hash_annotation(obj)
         .map(str::to_string)
-        .ok_or_else(|| missing_in(obj, "metadata.annotations[pgfleet.io/hash]"))
-}
-
-fn child_field(obj: &Value, key: &str, field: &'static str) -> Result<String, Error> {
-    obj["metadata"][key]
-        .as_str()
-        .filter(|v| !v.is_empty())
-        .map(str::to_string)
-        .ok_or_else(|| missing_in(obj, field))
-}
-
-fn missing_in(obj: &Value, field: &'static str) -> Error {
-    Error::Missing {
-        kind: "child",
-        name: obj["metadata"]["name"].as_str().unwrap_or("?").to_string(),
-        field,
-    }
+        .ok_or_else(|| Error::Missing {
+            kind: "child",
+            name: obj.meta().name.clone().unwrap_or_else(|| "?".into()),
+            field: "metadata.annotations[pgfleet.io/hash]",
+        })
 }
 
 impl Owner {
@@ -95,9 +98,16 @@ impl Owner {
         })
     }
 
-    fn reference(&self) -> Value {
-        json!([{"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster", "name": self.name,
-                "uid": self.uid, "controller": true, "blockOwnerDeletion": true}])
+    /// The controller reference every owned child carries.
+    pub fn reference(&self) -> Vec<OwnerReference> {
+        vec![OwnerReference {
+            api_version: "pgfleet.io/v1".into(),
+            kind: "PostgresCluster".into(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]
     }
 
     pub fn labels(&self) -> BTreeMap<String, String> {
@@ -108,14 +118,16 @@ impl Owner {
         ])
     }
 
-    fn meta(&self, name: &str, extra_labels: &[(&str, &str)], owned: bool) -> Value {
+    /// The metadata of a child: the cluster's labels plus `extra_labels`,
+    /// and the owner reference when `owned`.
+    pub fn meta(&self, name: &str, extra_labels: &[(&str, &str)], owned: bool) -> ObjectMeta {
         let mut labels = self.labels();
         for (k, v) in extra_labels {
             labels.insert((*k).to_string(), (*v).to_string());
         }
-        let mut m = json!({"name": name, "namespace": self.namespace, "labels": labels});
+        let mut m = objects::meta(name, &self.namespace, labels);
         if owned {
-            m["ownerReferences"] = self.reference();
+            m.owner_references = Some(self.reference());
         }
         m
     }
@@ -134,10 +146,19 @@ impl Owner {
 }
 
 /// Stamps the hash annotation computed over everything else.
-fn with_hash(mut obj: Value) -> Value {
-    let h = content_hash(&obj);
-    obj["metadata"]["annotations"][ANN_HASH] = json!(h);
+fn with_hash<K: Resource + Serialize>(mut obj: K) -> K {
+    let h = content_hash_of(&obj);
+    objects::annotate(obj.meta_mut(), ANN_HASH, h);
     obj
+}
+
+/// The content hash a child carries (set by every builder here).
+pub fn hash_annotation<K: Resource>(obj: &K) -> Option<&str> {
+    obj.meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_HASH))
+        .map(String::as_str)
 }
 
 pub fn image(pg: &PostgresCluster) -> String {
@@ -147,24 +168,38 @@ pub fn image(pg: &PostgresCluster) -> String {
         .unwrap_or_else(|| format!("postgres:{}", pg.spec.version))
 }
 
+fn string_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
 /// A Secret with generated credentials; created once, never rotated silently.
-pub fn secret(o: &Owner, which: &str, username: &str, password: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": o.meta(&o.secret_name(which), &[], true),
-        "type": "kubernetes.io/basic-auth",
-        "stringData": {"username": username, "password": password},
-    })
+pub fn secret(o: &Owner, which: &str, username: &str, password: &str) -> Secret {
+    Secret {
+        metadata: o.meta(&o.secret_name(which), &[], true),
+        type_: Some("kubernetes.io/basic-auth".into()),
+        string_data: Some(string_map(&[
+            ("username", username),
+            ("password", password),
+        ])),
+        ..Secret::default()
+    }
 }
 
 /// The pgBackRest TLS pair of the cluster (backup::tls).
-pub fn tls_secret(o: &Owner, name: &str, ca: &str, cert: &str, key: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": o.meta(name, &[], true),
-        "type": "kubernetes.io/tls",
-        "stringData": {"ca.crt": ca, "tls.crt": cert, "tls.key": key},
-    })
+pub fn tls_secret(o: &Owner, name: &str, ca: &str, cert: &str, key: &str) -> Secret {
+    Secret {
+        metadata: o.meta(name, &[], true),
+        type_: Some("kubernetes.io/tls".into()),
+        string_data: Some(string_map(&[
+            ("ca.crt", ca),
+            ("tls.crt", cert),
+            ("tls.key", key),
+        ])),
+        ..Secret::default()
+    }
 }
 
 /// The configuration of every instance. Its hash is also written into
@@ -175,7 +210,7 @@ pub fn config_map(
     params: &BTreeMap<String, String>,
     pg_hba: &[String],
     backrest: Option<&str>,
-) -> Value {
+) -> ConfigMap {
     let h = content_hash(
         &json!({"params": params, "hba": pg_hba, "script": postgres::INSTANCE_SCRIPT, "backrest": backrest}),
     );
@@ -183,193 +218,50 @@ pub fn config_map(
         "{}# pgfleet-config-hash: {h}\n",
         postgres::render_postgresql_conf(params)
     );
-    let mut cm = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {
-            "name": o.config_name(), "namespace": o.namespace, "labels": o.labels(),
-            "ownerReferences": o.reference(),
-            "annotations": {ANN_HASH: h, ANN_PARAMETERS: serde_json::to_string(params).unwrap_or_default()},
-        },
-        "data": {
-            "postgresql.conf": conf,
-            "pg_hba.conf": postgres::render_pg_hba(pg_hba),
-            "pgfleet-instance": postgres::INSTANCE_SCRIPT,
-        },
-    });
+    let mut metadata = o.meta(&o.config_name(), &[], true);
+    // A map of strings always serializes; the annotation is informational.
+    let rendered = serde_json::to_string(params).unwrap_or_default();
+    metadata.annotations = Some(string_map(&[(ANN_HASH, &h), (ANN_PARAMETERS, &rendered)]));
+    let mut data = string_map(&[
+        ("postgresql.conf", &conf),
+        ("pg_hba.conf", &postgres::render_pg_hba(pg_hba)),
+        ("pgfleet-instance", postgres::INSTANCE_SCRIPT),
+    ]);
     if let Some(b) = backrest {
-        cm["data"]["pgbackrest.conf"] = json!(b);
+        data.insert("pgbackrest.conf".into(), b.into());
     }
-    cm
+    ConfigMap {
+        metadata,
+        data: Some(data),
+        ..ConfigMap::default()
+    }
 }
 
-pub fn pvc(o: &Owner, pg: &PostgresCluster, ordinal: u32) -> Value {
-    let mut spec = json!({
-        "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": pg.spec.storage.size}},
-    });
-    if let Some(sc) = &pg.spec.storage.storage_class {
-        spec["storageClassName"] = json!(sc);
-    }
+pub fn pvc(o: &Owner, pg: &PostgresCluster, ordinal: u32) -> PersistentVolumeClaim {
     let name = o.instance_name(ordinal);
+    let storage = BTreeMap::from([(
+        "storage".to_string(),
+        Quantity(pg.spec.storage.size.clone()),
+    )]);
     // No owner reference: whether data outlives the cluster is the
     // reclaim policy's decision, taken by the finalizer, not the GC's.
-    with_hash(json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": o.meta(&name, &[(LABEL_INSTANCE, &name)], false),
-        "spec": spec,
-    }))
-}
-
-/// The Pod-level security context of every Pod pgfleet creates: uid/gid
-/// 999 (the `postgres` user of deploy/images/postgres and the user of
-/// deploy/images/pgbouncer), never root, the runtime's default seccomp
-/// profile. Together with [`container_security_context`] this passes Pod
-/// Security "restricted", so a platform team can enforce that level on
-/// tenant namespaces. `fs_group` gives mounted volumes (the data PVC) to
-/// that group.
-pub fn pod_security_context(fs_group: bool) -> Value {
-    let mut sc = json!({"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": true,
-                        "seccompProfile": {"type": "RuntimeDefault"}});
-    if fs_group {
-        sc["fsGroup"] = json!(999);
-    }
-    sc
-}
-
-/// The container-level half of Pod Security "restricted": no privilege
-/// escalation (setuid binaries) and no Linux capabilities at all; PostgreSQL
-/// and PgBouncer need none (they listen on ports above 1024).
-pub fn container_security_context() -> Value {
-    json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
-}
-
-/// The instance Pod. `role` goes into a label the instance reads through the
-/// downward API, so it knows whether it may run as primary.
-/// `extra_env` carries what only the caller knows: repository credentials
-/// (by Secret reference) and where to restore from.
-pub fn pod(
-    o: &Owner,
-    pg: &PostgresCluster,
-    ordinal: u32,
-    role: Role,
-    init: &str,
-    extra_env: &[Value],
-) -> Value {
-    let name = o.instance_name(ordinal);
-    let env = |n: &str, v: &str| json!({"name": n, "value": v});
-    let field =
-        |n: &str, path: &str| json!({"name": n, "valueFrom": {"fieldRef": {"fieldPath": path}}});
-    let script = format!("{CONFIG_MOUNT}/pgfleet-instance");
-    // Not ready while a restore's temporary server runs (it stops again).
-    let ready = "test ! -e /tmp/pgfleet.initializing && pg_isready -q -h /tmp -p 5432";
-    // A restore or clone copies data for as long as it takes, with no server
-    // up: the instance is alive while it says it is initializing.
-    let alive = "pg_isready -q -h /tmp -p 5432 || test -e /tmp/pgfleet.initializing";
-    let resources = resources(pg);
-    let mut obj = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": o.meta(&name, &[(LABEL_INSTANCE, &name), (LABEL_KIND, "instance")], true),
-        "spec": {
-            "hostname": name,
-            "securityContext": pod_security_context(true),
-            "automountServiceAccountToken": false,
-            "terminationGracePeriodSeconds": 30,
-            "enableServiceLinks": false,
-            "containers": [{
-                "name": "postgres",
-                "image": image(pg),
-                "securityContext": container_security_context(),
-                "command": ["/bin/sh", script, "run"],
-                "env": [
-                    env("PGDATA", PGDATA),
-                    field("POD_NAME", "metadata.name"),
-                    field("POD_NAMESPACE", "metadata.namespace"),
-                    field("POD_IP", "status.podIP"),
-                    env("PGFLEET_CLUSTER", &o.name),
-                    env("PGFLEET_INIT", init),
-                    env("PGFLEET_PRIMARY_HOST", &format!("{}-rw", o.name)),
-                    env("PGFLEET_PODINFO", "/etc/pgfleet/podinfo"),
-                    env("PGFLEET_CONFIG", CONFIG_MOUNT),
-                    env("PGFLEET_SECRETS", "/etc/pgfleet/secrets"),
-                ],
-                "ports": [{"name": "postgresql", "containerPort": 5432, "protocol": "TCP"}],
-                "readinessProbe": probe(ready, 2, 3),
-                "livenessProbe": probe(alive, 10, 6),
-                "resources": resources,
-                "volumeMounts": [
-                    {"name": "pgdata", "mountPath": DATA_MOUNT},
-                    {"name": "config", "mountPath": CONFIG_MOUNT},
-                    {"name": "podinfo", "mountPath": "/etc/pgfleet/podinfo"},
-                    {"name": "secrets", "mountPath": "/etc/pgfleet/secrets"},
-                    {"name": "tmp", "mountPath": "/tmp"},
-                ],
-            }],
-            "volumes": [
-                {"name": "pgdata", "persistentVolumeClaim": {"claimName": name}},
-                {"name": "config", "configMap": {"name": o.config_name(), "defaultMode": 0o755}},
-                {"name": "tmp", "emptyDir": {}},
-                {"name": "podinfo", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
-                {"name": "secrets", "projected": {"sources": [
-                    {"secret": {"name": o.secret_name("superuser"), "items": [{"key": "password", "path": "superuser-password"}]}},
-                    {"secret": {"name": o.secret_name("replication"), "items": [{"key": "password", "path": "replication-password"}]}},
-                ]}},
-            ],
-        },
-    });
-    if let Some(env) = obj["spec"]["containers"][0]["env"].as_array_mut() {
-        env.extend(extra_env.iter().cloned());
-    }
-    let h = template_hash(&obj, pg);
-    obj["metadata"]["labels"][LABEL_ROLE] = json!(role);
-    obj["metadata"]["annotations"] = json!({ANN_HASH: h, ANN_VERSION: pg.spec.version});
-    obj
-}
-
-/// An exec probe through the shell.
-fn probe(cmd: &str, period: i64, failures: i64) -> Value {
-    json!({"exec": {"command": ["/bin/sh", "-c", cmd]},
-           "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 5})
-}
-
-/// Requests and limits alike, from `spec.resources`.
-fn resources(pg: &PostgresCluster) -> Value {
-    let Some(r) = &pg.spec.resources else {
-        return json!({});
-    };
-    let mut req = serde_json::Map::new();
-    if let Some(c) = &r.cpu {
-        req.insert("cpu".into(), json!(c));
-    }
-    if let Some(m) = &r.memory {
-        req.insert("memory".into(), json!(m));
-    }
-    json!({"requests": req.clone(), "limits": req})
-}
-
-/// The pod template hash. It leaves out the role label (relabelled in
-/// place on failover) and the init mode (only meaningful for an empty
-/// volume). Parameters that only take effect at a restart are part of it
-/// too: a change to them makes every instance outdated, so the rolling
-/// update restarts them (left out when there are none, so the hash of
-/// existing pods does not change).
-fn template_hash(pod: &Value, pg: &PostgresCluster) -> String {
-    let container = &pod["spec"]["containers"][0];
-    let mut basis = json!({"spec": container["image"], "res": container["resources"]});
-    let restart: BTreeMap<&String, &String> = pg
-        .spec
-        .postgresql
-        .parameters
-        .iter()
-        .filter(|(k, _)| crate::postgres::needs_restart(k))
-        .collect();
-    if !restart.is_empty() {
-        basis["restart"] = json!(restart);
-    }
-    content_hash(&basis)
+    with_hash(PersistentVolumeClaim {
+        metadata: o.meta(&name, &[(LABEL_INSTANCE, &name)], false),
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(storage),
+                ..VolumeResourceRequirements::default()
+            }),
+            storage_class_name: pg.spec.storage.storage_class.clone(),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    })
 }
 
 /// `-rw` (primary), `-ro` (replicas) and `-r` (any instance).
-pub fn services(o: &Owner) -> Vec<Value> {
+pub fn services(o: &Owner) -> Vec<Service> {
     [
         ("rw", Some(Role::Primary)),
         ("ro", Some(Role::Replica)),
@@ -377,39 +269,62 @@ pub fn services(o: &Owner) -> Vec<Value> {
     ]
     .into_iter()
     .map(|(suffix, role)| {
-        let mut selector = json!({LABEL_CLUSTER: o.name, LABEL_KIND: "instance"});
+        let mut selector = string_map(&[(LABEL_CLUSTER, &o.name), (LABEL_KIND, "instance")]);
         if let Some(r) = role {
-            selector[LABEL_ROLE] = json!(r);
+            selector.insert(LABEL_ROLE.into(), r.as_str().into());
         }
-        with_hash(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": o.meta(&format!("{}-{suffix}", o.name), &[], true),
-            "spec": {"type": "ClusterIP", "selector": selector,
-                     "ports": ports(suffix)},
-        }))
+        with_hash(Service {
+            metadata: o.meta(&format!("{}-{suffix}", o.name), &[], true),
+            spec: Some(ServiceSpec {
+                type_: Some("ClusterIP".into()),
+                selector: Some(selector),
+                ports: Some(ports(suffix)),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        })
     })
     .collect()
 }
 
+/// A TCP Service port forwarding to the same container port.
+pub fn service_port(name: &str, port: i32) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port,
+        target_port: Some(IntOrString::Int(port)),
+        protocol: Some("TCP".into()),
+        ..ServicePort::default()
+    }
+}
+
 /// PostgreSQL on every Service; `-rw` also carries pgBackRest's TLS server,
 /// which a standby's backup drives the primary through (backup::tls).
-fn ports(suffix: &str) -> Value {
-    let mut ports =
-        vec![json!({"name": "postgresql", "port": 5432, "targetPort": 5432, "protocol": "TCP"})];
+fn ports(suffix: &str) -> Vec<ServicePort> {
+    let mut ports = vec![service_port("postgresql", 5432)];
     if suffix == "rw" {
-        let p = crate::pgbackrest::tls::PORT;
-        ports.push(json!({"name": "pgbackrest", "port": p, "targetPort": p, "protocol": "TCP"}));
+        ports.push(service_port(
+            "pgbackrest",
+            i32::from(crate::pgbackrest::tls::PORT),
+        ));
     }
-    json!(ports)
+    ports
 }
 
 /// At most one instance voluntarily disrupted at a time.
-pub fn pdb(o: &Owner) -> Value {
-    with_hash(json!({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": o.meta(&o.name, &[], true),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {LABEL_CLUSTER: o.name}}},
-    }))
+pub fn pdb(o: &Owner) -> PodDisruptionBudget {
+    with_hash(PodDisruptionBudget {
+        metadata: o.meta(&o.name, &[], true),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(string_map(&[(LABEL_CLUSTER, &o.name)])),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    })
 }
 
 #[cfg(test)]
@@ -431,7 +346,7 @@ mod tests {
     fn pod_runs_the_instance_script_on_the_stock_image() {
         let pg = pg();
         let o = Owner::of(&pg, 2).unwrap();
-        let p = pod(&o, &pg, 2, Role::Replica, "clone", &[]);
+        let p = serde_json::to_value(pod(&o, &pg, 2, Role::Replica, "clone", &[])).unwrap();
         assert_eq!(p["metadata"]["name"], "orders-2");
         assert_eq!(p["spec"]["containers"][0]["image"], "postgres:15.20");
         assert_eq!(p["spec"]["containers"][0]["command"][2], "run");
@@ -443,7 +358,7 @@ mod tests {
         );
         assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "u-1");
         // Same spec, other role: same hash (relabelled in place, not recreated).
-        let q = pod(&o, &pg, 2, Role::Primary, "initdb", &[]);
+        let q = serde_json::to_value(pod(&o, &pg, 2, Role::Primary, "initdb", &[])).unwrap();
         assert_eq!(
             p["metadata"]["annotations"][ANN_HASH],
             q["metadata"]["annotations"][ANN_HASH]
@@ -454,11 +369,11 @@ mod tests {
     fn services_select_by_role_and_pvcs_are_not_owned() {
         let pg = pg();
         let o = Owner::of(&pg, 0).unwrap();
-        let s = services(&o);
+        let s = serde_json::to_value(services(&o)).unwrap();
         assert_eq!(s[0]["metadata"]["name"], "orders-rw");
         assert_eq!(s[0]["spec"]["selector"][LABEL_ROLE], "primary");
         assert_eq!(s[1]["spec"]["selector"][LABEL_ROLE], "replica");
         assert!(s[2]["spec"]["selector"].get(LABEL_ROLE).is_none());
-        assert!(pvc(&o, &pg, 1)["metadata"].get("ownerReferences").is_none());
+        assert!(pvc(&o, &pg, 1).metadata.owner_references.is_none());
     }
 }

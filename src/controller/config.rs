@@ -5,7 +5,7 @@
 //! ready instance when it changed (`apply`).
 
 use super::Ctx;
-use super::build::{self, ANN_HASH, Owner};
+use super::build::{self, Owner};
 use super::plan::{InstancePlan, Observed};
 use super::reconcile::{Error, event, kerr, ssa};
 use crate::crd::PostgresCluster;
@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// The ConfigMap object.
-    pub map: Value,
+    pub map: ConfigMap,
     /// The effective parameters it carries.
     pub params: BTreeMap<String, String>,
     /// Its content hash: new Pods start with it, ready ones reload to it.
@@ -96,10 +96,7 @@ pub fn desired(
         &pg.spec.postgresql.pg_hba,
         backrest.as_deref(),
     );
-    let hash = map["metadata"]["annotations"][ANN_HASH]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let hash = build::child_hash(&map)?;
     Ok(Config { map, params, hash })
 }
 

@@ -78,10 +78,12 @@ impl ChildIndex {
         }
     }
 
-    /// Records a child from its metadata (and, for pods, readiness).
+    /// Records a child from its metadata (and, for pods, readiness). An
+    /// object without a name or namespace (never one the API server sends)
+    /// is not recorded under "": it is nobody's child.
     fn record(&self, kind: Kind, meta: &ObjectMeta, pod: Option<PodLive>) -> Option<Key> {
         let key = owner_key(meta)?;
-        let name = meta.name.clone().unwrap_or_default();
+        let name = meta.name.clone()?;
         let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
         self.edit(key.clone(), |o| match kind {
             Kind::Pod
@@ -148,7 +150,7 @@ impl ChildIndex {
 
     fn forget(&self, kind: Kind, meta: &ObjectMeta) -> Option<Key> {
         let key = owner_key(meta)?;
-        let name = meta.name.clone().unwrap_or_default();
+        let name = meta.name.clone()?;
         self.edit(key.clone(), |o| match kind {
             Kind::Pod => {
                 o.pods.remove(&name);
@@ -192,7 +194,7 @@ impl ChildIndex {
 
 fn owner_key(meta: &ObjectMeta) -> Option<Key> {
     let cluster = meta.labels.as_ref()?.get(LABEL_CLUSTER)?.clone();
-    Some((meta.namespace.clone().unwrap_or_default(), cluster))
+    Some((meta.namespace.clone()?, cluster))
 }
 
 /// The few facts of a pod's status that reconcile reads.
@@ -311,8 +313,8 @@ async fn feed<S, T>(
             Event::InitApply(o) | Event::Apply(o) => {
                 let (meta, ready) = meta_of(&o);
                 let key = index.record(kind, &meta, ready);
-                if let Some(k) = &key {
-                    let id = (k.clone(), meta.name.clone().unwrap_or_default());
+                if let (Some(k), Some(name)) = (&key, &meta.name) {
+                    let id = (k.clone(), name.clone());
                     if let Some(seen) = relist.as_mut() {
                         seen.insert(id.clone());
                     }
@@ -322,8 +324,8 @@ async fn feed<S, T>(
             }
             Event::Delete(o) => {
                 let (meta, _) = meta_of(&o);
-                if let Some(k) = owner_key(&meta) {
-                    before.remove(&(k, meta.name.clone().unwrap_or_default()));
+                if let (Some(k), Some(name)) = (owner_key(&meta), meta.name.clone()) {
+                    before.remove(&(k, name));
                 }
                 fire(index.forget(kind, &meta));
             }
@@ -380,6 +382,19 @@ mod tests {
         assert!(idx.is_empty());
         idx.record(Kind::Pvc, &meta("pg-1", "pg"), None);
         idx.forget(Kind::Pvc, &meta("pg-1", "pg"));
+        assert!(idx.is_empty());
+    }
+
+    #[test]
+    fn a_child_without_name_or_namespace_is_nobodys() {
+        let idx = ChildIndex::default();
+        let mut nameless = meta("pg-1", "pg");
+        nameless.name = None;
+        assert_eq!(idx.record(Kind::Pvc, &nameless, None), None);
+        let mut homeless = meta("pg-1", "pg");
+        homeless.namespace = None;
+        assert_eq!(idx.record(Kind::Pvc, &homeless, None), None);
+        // Not recorded as ("", "pg") or under the name "".
         assert!(idx.is_empty());
     }
 }

@@ -12,9 +12,12 @@ pub mod expect;
 pub mod failover;
 #[cfg(test)]
 mod function_length;
+#[cfg(test)]
+mod golden_tests;
 mod image_policy;
 pub mod index;
 mod instance;
+mod instance_pod;
 pub mod names;
 #[cfg(test)]
 mod names_props;

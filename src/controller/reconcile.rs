@@ -16,7 +16,6 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -145,12 +144,7 @@ async fn publish(
     }
 }
 
-pub(super) async fn ssa<K>(
-    ctx: &Ctx,
-    ns: &str,
-    kind: &'static str,
-    obj: &Value,
-) -> Result<(), Error>
+pub(super) async fn ssa<K>(ctx: &Ctx, ns: &str, kind: &'static str, obj: &K) -> Result<(), Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone

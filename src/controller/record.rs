@@ -6,8 +6,8 @@ use super::Ctx;
 use super::error::api as api_failure;
 use super::reconcile::{Error, FIELD_MANAGER};
 use crate::crd::PostgresCluster;
+use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
 use serde_json::json;
 
 /// A merge patch of the status: intent records and their progress.
@@ -16,9 +16,8 @@ pub(super) async fn status_patch(
     pg: &PostgresCluster,
     status: serde_json::Value,
 ) -> Result<(), Error> {
-    let name = pg.name_any();
-    let api: Api<PostgresCluster> =
-        Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
+    let (ns, name) = super::build::identity(pg)?;
+    let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let pp = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()

@@ -12,11 +12,12 @@ use super::restore::Authorized;
 use crate::crd::PostgresCluster;
 use crate::pgbackrest::encryption;
 use crate::pgbackrest::incarnation::{self, RepoChoice};
+use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::events::EventType;
-use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 /// The repository of this incarnation, recorded and with its passphrase
 /// Secret in place; `None` without backups.
@@ -51,8 +52,9 @@ pub async fn prepare(
                 pg,
                 pre_existing,
                 source.as_ref(),
-            );
-            incarnation::record(ctx.client.clone(), pg, &c)
+            )
+            .map_err(Error::Repository)?;
+            incarnation::record(ctx.client.clone(), &owner.namespace, &owner.name, &c)
                 .await
                 .map_err(super::reconcile::kerr(
                     "record repository of",
@@ -127,7 +129,7 @@ async fn passphrase_secret(
 
 /// What every instance Pod needs for the repository besides the
 /// object-store keys: the passphrase, by reference.
-pub fn env(choice: Option<&RepoChoice>, owner: &Owner, cred_env: &[Value]) -> Vec<Value> {
+pub fn env(choice: Option<&RepoChoice>, owner: &Owner, cred_env: &[EnvVar]) -> Vec<EnvVar> {
     let mut env = cred_env.to_vec();
     if choice.is_some_and(|c| c.encrypted) {
         env.push(encryption::env(&owner.name));
@@ -137,26 +139,25 @@ pub fn env(choice: Option<&RepoChoice>, owner: &Owner, cred_env: &[Value]) -> Ve
 
 /// The Secret object: labelled like the cluster's children (so the child
 /// index sees it) but not owned (it outlives the cluster).
-fn secret(o: &Owner, passphrase: &str) -> Value {
-    let mut labels = o.labels();
-    labels.insert(
-        crate::platform::labels::LABEL_KIND.into(),
-        encryption::WHICH.into(),
-    );
-    json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": encryption::secret_name(&o.name), "namespace": o.namespace, "labels": labels,
-                     "annotations": {"pgfleet.io/cluster-uid": o.uid}},
-        "type": "Opaque",
-        "stringData": {encryption::KEY: passphrase},
-    })
+fn secret(o: &Owner, passphrase: &str) -> Secret {
+    let kind = [(crate::platform::labels::LABEL_KIND, encryption::WHICH)];
+    let mut metadata = o.meta(&encryption::secret_name(&o.name), &kind, false);
+    crate::platform::objects::annotate(&mut metadata, "pgfleet.io/cluster-uid", o.uid.as_str());
+    Secret {
+        metadata,
+        type_: Some("Opaque".into()),
+        string_data: Some(BTreeMap::from([(
+            encryption::KEY.to_string(),
+            passphrase.to_string(),
+        )])),
+        ..Secret::default()
+    }
 }
 
 /// Creates the Secret; false when one of that name exists already (kept:
 /// it may protect backups of an earlier incarnation).
 async fn create_secret(client: kube::Client, o: &Owner, passphrase: &str) -> Result<bool, String> {
-    let s: Secret =
-        serde_json::from_value(secret(o, passphrase)).map_err(|e| format!("building: {e}"))?;
+    let s = secret(o, passphrase);
     let pp = PostParams {
         field_manager: Some(crate::platform::labels::FIELD_MANAGER.into()),
         ..Default::default()
@@ -187,7 +188,7 @@ mod tests {
             uid: "a-1".into(),
             shard: 0,
         };
-        let s = secret(&o, "p");
+        let s = serde_json::to_value(secret(&o, "p")).expect("json");
         assert!(s["metadata"].get("ownerReferences").is_none());
         assert_eq!(s["stringData"][encryption::KEY], "p");
     }

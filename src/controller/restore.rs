@@ -12,9 +12,9 @@ use super::reconcile::{Error, kerr};
 use super::restore_source::{self, BackupRef, Source, Target};
 use crate::crd::{PostgresBackup, PostgresCluster};
 use crate::platform::labels::ANN_RESTORE_ALLOWED;
+use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
 
 /// The outcome of checking a restore's source.
 #[derive(Debug)]
@@ -221,14 +221,14 @@ async fn backup_label(
 pub async fn restore_env(
     ctx: &Ctx,
     auth: &Authorized,
-    cred_env: &[Value],
-) -> Result<Vec<Value>, Error> {
+    cred_env: &[EnvVar],
+) -> Result<Vec<EnvVar>, Error> {
     let mut env = cred_env.to_vec();
     if ctx.backup.is_none() {
         return Ok(env);
     }
     let path = auth.source_repo(ctx).await?.path;
-    let var = |n: &str, v: &str| json!({"name": n, "value": v});
+    let var = crate::platform::objects::env_value;
     env.push(var("PGFLEET_RESTORE_REPO_PATH", &path));
     if let Some(label) = &auth.label {
         env.push(var("PGFLEET_RESTORE_SET", label));

@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::events::EventType;
-use serde_json::Value;
 
 /// Creates a missing credentials Secret: with the password a restore
 /// inherits from its source when the cluster has no data yet, random
@@ -106,12 +105,8 @@ pub async fn backup_tls(
 }
 
 /// Creates a Secret; false when one of that name exists already.
-async fn create(ctx: &Ctx, owner: &Owner, secret: Value) -> Result<bool, Error> {
+async fn create(ctx: &Ctx, owner: &Owner, secret: Secret) -> Result<bool, Error> {
     let name = build::child_name(&secret)?;
-    let secret: Secret = serde_json::from_value(secret).map_err(|e| Error::Build {
-        what: format!("Secret {name}"),
-        message: e.to_string(),
-    })?;
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()

@@ -46,11 +46,18 @@ pub fn virtual_runtime() -> RuntimeKind {
     })
 }
 
+/// The local user the process runtime runs pgfleet's containers as: their
+/// `runAsUser` is 999, the `postgres` user of the images, which is another
+/// uid (or none) on a machine with PostgreSQL installed from packages.
+pub const RUN_AS: &str = "postgres";
+
 /// Options for `n` emulated clusters (sim-1 … sim-n) in `dir` with pgfleet's
-/// image table, so the process runtime runs PostgreSQL and PgBouncer.
+/// image table and user, so the process runtime runs PostgreSQL and
+/// PgBouncer.
 pub fn sim_options(dir: impl Into<PathBuf>, n: usize) -> SimOptions {
     SimOptions {
         images: images::rules(),
+        run_as: Some(RUN_AS.into()),
         ..SimOptions::new(dir, n)
     }
 }

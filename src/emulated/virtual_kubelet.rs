@@ -8,7 +8,7 @@
 //! whose pod is labelled replica rejoins on the primary's timeline; the data
 //! (role, timeline) lives with the PVC, so it outlives the pod.
 
-use crate::postgres::{CONTRACT_VERSION, InstanceReport, format_lsn};
+use crate::postgres::{CONTRACT_VERSION, InstanceReport, contract, format_lsn};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use pgfleet_sim::cluster::{Cluster, Sub, WriteOpts};
@@ -21,6 +21,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::mpsc;
+
+/// A verb's reply as the JSON line the real script prints: always one of
+/// the typed contract structs of `postgres::contract`.
+fn reply<T: serde::Serialize>(r: T) -> Result<Value, String> {
+    serde_json::to_value(r).map_err(|e| e.to_string())
+}
 
 /// One emulated PostgreSQL data directory.
 #[derive(Debug, Clone)]
@@ -226,14 +232,17 @@ impl VirtualRuntime {
         }
         let mut data = Self::lock(&self.data);
         let inst = data.get_mut(&key).ok_or("no data directory")?;
-        Ok(match verb {
+        match verb {
             "promote" => {
                 if !inst.primary {
                     inst.primary = true;
                     inst.timeline += 1;
                     inst.since = Instant::now();
                 }
-                json!({"contract": CONTRACT_VERSION, "promoted": true})
+                reply(contract::Promoted {
+                    contract: CONTRACT_VERSION,
+                    promoted: true,
+                })
             }
             "demote" => {
                 let lsn = inst.lsn();
@@ -248,21 +257,35 @@ impl VirtualRuntime {
                 {
                     other.base_lsn = other.base_lsn.max(lsn + 120);
                 }
-                json!({"contract": CONTRACT_VERSION, "demoted": true, "lsn": format_lsn(lsn)})
+                reply(contract::Demoted {
+                    contract: CONTRACT_VERSION,
+                    demoted: true,
+                    lsn: Some(format_lsn(lsn)),
+                })
             }
             "fence" => {
                 inst.base_lsn = inst.lsn();
                 inst.fenced = true;
-                json!({"contract": CONTRACT_VERSION, "fenced": true})
+                reply(contract::Fenced {
+                    contract: CONTRACT_VERSION,
+                    fenced: true,
+                })
             }
             "unfence" => {
                 inst.fenced = false;
                 inst.since = Instant::now();
-                json!({"contract": CONTRACT_VERSION, "fenced": false})
+                reply(contract::Fenced {
+                    contract: CONTRACT_VERSION,
+                    fenced: false,
+                })
             }
             // Backups: a model good enough for scheduling and caps (the
             // process runtime runs the real pgBackRest).
-            "backup-init" => json!({"contract": CONTRACT_VERSION, "stanza": "db", "created": true}),
+            "backup-init" => reply(contract::StanzaReady {
+                contract: CONTRACT_VERSION,
+                stanza: "db".into(),
+                created: true,
+            }),
             "backup" => {
                 let now = chrono::Utc::now();
                 let label = format!("{}F", now.format("%Y%m%d-%H%M%S%3f"));
@@ -272,9 +295,21 @@ impl VirtualRuntime {
                     .entry(format!("{ns}/{}", inst.cluster))
                     .or_default()
                     .push(label.clone());
-                json!({"contract": CONTRACT_VERSION, "label": label, "type": "full", "startedAt": at, "stoppedAt": at,
-                       "size": 25_165_824, "repoSize": 3_145_728,
-                       "walStart": "000000010000000000000003", "walStop": "000000010000000000000003"})
+                let wal = "000000010000000000000003";
+                reply(contract::BackupTaken {
+                    contract: CONTRACT_VERSION,
+                    backup: contract::Backup {
+                        label,
+                        kind: Some("full".into()),
+                        started_at: Some(at.clone()),
+                        stopped_at: Some(at),
+                        size: Some(25_165_824),
+                        repo_size: Some(3_145_728),
+                        wal_start: Some(wal.into()),
+                        wal_stop: Some(wal.into()),
+                        ..contract::Backup::default()
+                    },
+                })
             }
             "backup-info" => {
                 let ns = key.split('/').next().unwrap_or_default();
@@ -282,18 +317,47 @@ impl VirtualRuntime {
                     .get(&format!("{ns}/{}", inst.cluster))
                     .cloned()
                     .unwrap_or_default();
-                let list: Vec<Value> = labels.iter().map(|l| json!({"label": l})).collect();
-                json!({"contract": CONTRACT_VERSION, "backups": list})
+                let backups = labels
+                    .into_iter()
+                    .map(|label| contract::Backup {
+                        label,
+                        ..contract::Backup::default()
+                    })
+                    .collect();
+                reply(contract::BackupInfo {
+                    contract: CONTRACT_VERSION,
+                    backups,
+                    archive_min: None,
+                    archive_max: None,
+                })
             }
             // No list of kept backups: the manager then keeps every record.
-            "expire" => json!({"contract": CONTRACT_VERSION}),
-            "query" => json!({"contract": CONTRACT_VERSION, "ok": true, "rows": 1}),
-            "reload" => json!({"contract": CONTRACT_VERSION, "reloaded": true}),
-            "checkpoint" => json!({"contract": CONTRACT_VERSION, "checkpoint": true}),
-            "slots" => json!({"contract": CONTRACT_VERSION, "slots": 0}),
-            "version" => json!({"contract": CONTRACT_VERSION}),
-            other => return Err(format!("unknown verb {other}")),
-        })
+            "expire" => reply(contract::Expired {
+                contract: CONTRACT_VERSION,
+                backups: None,
+            }),
+            "query" => reply(contract::QueryResult {
+                contract: CONTRACT_VERSION,
+                ok: true,
+                rows: 1,
+            }),
+            "reload" => reply(contract::Reloaded {
+                contract: CONTRACT_VERSION,
+                reloaded: true,
+            }),
+            "checkpoint" => reply(contract::Checkpointed {
+                contract: CONTRACT_VERSION,
+                checkpoint: true,
+            }),
+            "slots" => reply(contract::Slots {
+                contract: CONTRACT_VERSION,
+                slots: 0,
+            }),
+            "version" => reply(contract::Version {
+                contract: CONTRACT_VERSION,
+            }),
+            other => Err(format!("unknown verb {other}")),
+        }
     }
 
     fn bind_pvc(c: &Cluster, v: &Value) {

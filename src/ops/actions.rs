@@ -36,6 +36,11 @@ pub async fn request_switchover(
         .await
         .with_context(|| format!("reading PostgresCluster {ns}/{name}"))?;
     let st = before.status.unwrap_or_default();
+    // The controller ignores a request for a cluster without a primary
+    // (nothing to switch over from); say so instead of "from \"\"".
+    let Some(from) = st.current_primary.clone() else {
+        anyhow::bail!("{ns}/{name} has no current primary to switch over from");
+    };
     if let Some(to) = to {
         let known = st.instances.is_empty() || st.instances.iter().any(|i| i.name == to);
         anyhow::ensure!(known, "{ns}/{name} has no instance named {to:?}");
@@ -46,7 +51,7 @@ pub async fn request_switchover(
         .await
         .context("requesting the switchover")?;
     Ok(SwitchoverRequested {
-        from: st.current_primary.unwrap_or_default(),
+        from,
         to: to.map(String::from),
     })
 }

@@ -17,7 +17,7 @@
 //! the source's passwords). The Secret itself is written by the controller
 //! (`controller::repository`), which knows the cluster it belongs to.
 
-use serde_json::{Value, json};
+use k8s_openapi::api::core::v1::EnvVar;
 
 /// The Secret suffix (`<name>-backup-encryption`).
 pub const WHICH: &str = "backup-encryption";
@@ -29,9 +29,8 @@ pub fn secret_name(cluster: &str) -> String {
 }
 
 /// The container environment carrying the passphrase (by reference).
-pub fn env(cluster: &str) -> Value {
-    json!({"name": "PGBACKREST_REPO1_CIPHER_PASS",
-           "valueFrom": {"secretKeyRef": {"name": secret_name(cluster), "key": KEY}}})
+pub fn env(cluster: &str) -> EnvVar {
+    crate::platform::objects::env_secret("PGBACKREST_REPO1_CIPHER_PASS", &secret_name(cluster), KEY)
 }
 
 /// A new random passphrase (64 characters from a 62-letter alphabet).
@@ -48,7 +47,7 @@ mod tests {
 
     #[test]
     fn the_passphrase_is_referenced_not_rendered() {
-        let e = env("orders");
+        let e = serde_json::to_value(env("orders")).expect("json");
         assert_eq!(
             e["valueFrom"]["secretKeyRef"]["name"],
             "orders-backup-encryption"

@@ -54,29 +54,40 @@ pub fn recorded(pg: &PostgresCluster) -> Option<RepoChoice> {
 /// path for a cluster that ran before repositories were per incarnation
 /// (`pre_existing`); else a new per-incarnation path, encrypted unless it
 /// was restored from an unencrypted source (the restore reads the source
-/// with the cluster's own cipher settings).
+/// with the cluster's own cipher settings). A cluster without a namespace
+/// or uid is refused: the path would be shared with another incarnation
+/// (or cluster), and its backups mixed with theirs.
 pub fn choose(
     repo: &Repository,
     member: &str,
     pg: &PostgresCluster,
     pre_existing: bool,
     restored_from: Option<&RepoChoice>,
-) -> RepoChoice {
+) -> Result<RepoChoice, String> {
     if let Some(r) = recorded(pg) {
-        return r;
+        return Ok(r);
     }
-    let (ns, name) = (pg.namespace().unwrap_or_default(), pg.name_any());
+    let name = pg.name_any();
+    let ns = pg
+        .namespace()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| format!("PostgresCluster {name}: metadata.namespace is missing"))?;
     if pre_existing {
-        return RepoChoice {
+        return Ok(RepoChoice {
             path: repo_path(repo, member, &ns, &name),
             encrypted: false,
-        };
+        });
     }
-    let uid = pg.metadata.uid.clone().unwrap_or_default();
-    RepoChoice {
-        path: incarnation_path(repo, member, &ns, &name, &uid),
+    let uid = pg
+        .metadata
+        .uid
+        .as_deref()
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| format!("PostgresCluster {ns}/{name}: metadata.uid is missing"))?;
+    Ok(RepoChoice {
+        path: incarnation_path(repo, member, &ns, &name, uid),
         encrypted: restored_from.is_none_or(|s| s.encrypted),
-    }
+    })
 }
 
 /// Whether `uid` can be a Kubernetes uid (it goes into a path and a
@@ -151,19 +162,16 @@ pub async fn source_repo(
 
 /// Records the repository of an incarnation in its status (merge patch:
 /// the controller's own status writes leave `status.backup` alone).
+/// `ns`/`name` is the PostgresCluster (its validated identity).
 pub async fn record(
     client: kube::Client,
-    pg: &PostgresCluster,
+    ns: &str,
+    name: &str,
     choice: &RepoChoice,
 ) -> Result<(), kube::Error> {
-    let ns = pg.namespace().unwrap_or_default();
     let patch = json!({"status": {"backup": {"repositoryPath": choice.path, "encrypted": choice.encrypted}}});
-    Api::<PostgresCluster>::namespaced(client, &ns)
-        .patch_status(
-            &pg.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+    Api::<PostgresCluster>::namespaced(client, ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
 }
@@ -174,11 +182,9 @@ pub async fn ensure_claim(
     env: &super::repo::BackupEnv,
     namespace: &str,
 ) -> Result<(), kube::Error> {
-    let Some(obj) = env.claim(namespace) else {
+    let Some(pvc) = env.claim(namespace) else {
         return Ok(());
     };
-    let pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim =
-        serde_json::from_value(obj).map_err(kube::Error::SerdeError)?;
     match Api::namespaced(client, namespace)
         .create(&PostParams::default(), &pvc)
         .await
@@ -215,14 +221,14 @@ mod tests {
 
     #[test]
     fn each_incarnation_gets_its_own_encrypted_path_and_keeps_it() {
-        let a = choose(&repo(), "m", &pg("a-1", None), false, None);
-        let b = choose(&repo(), "m", &pg("a-2", None), false, None);
+        let a = choose(&repo(), "m", &pg("a-1", None), false, None).unwrap();
+        let b = choose(&repo(), "m", &pg("a-2", None), false, None).unwrap();
         assert_eq!(a.path, "/r/m/shop/orders/a-1");
         assert!(a.encrypted);
         assert_ne!(a.path, b.path);
-        let kept = choose(&repo(), "m", &pg("a-3", Some("/r/x")), false, None);
+        let kept = choose(&repo(), "m", &pg("a-3", Some("/r/x")), false, None).unwrap();
         assert_eq!(kept.path, "/r/x");
-        let legacy = choose(&repo(), "m", &pg("a-4", None), true, None);
+        let legacy = choose(&repo(), "m", &pg("a-4", None), true, None).unwrap();
         assert_eq!(
             legacy,
             RepoChoice {
@@ -234,7 +240,25 @@ mod tests {
             path: "/r/m/shop/old".into(),
             encrypted: false,
         };
-        assert!(!choose(&repo(), "m", &pg("a-5", None), false, Some(&plain)).encrypted);
+        assert!(
+            !choose(&repo(), "m", &pg("a-5", None), false, Some(&plain))
+                .unwrap()
+                .encrypted
+        );
+    }
+
+    #[test]
+    fn no_uid_no_incarnation_path() {
+        // Two incarnations without uids would share "<...>/orders/".
+        let mut anonymous = pg("a-6", None);
+        anonymous.metadata.uid = None;
+        let err = choose(&repo(), "m", &anonymous, false, None).unwrap_err();
+        assert!(err.contains("metadata.uid"), "{err}");
+        // A legacy cluster's path never had a uid in it.
+        assert!(choose(&repo(), "m", &anonymous, true, None).is_ok());
+        anonymous.metadata.namespace = None;
+        let err = choose(&repo(), "m", &anonymous, true, None).unwrap_err();
+        assert!(err.contains("metadata.namespace"), "{err}");
     }
 
     #[test]

@@ -5,7 +5,13 @@
 //! the object-store keys from a Kubernetes Secret.
 
 use crate::config::backups::{FilesystemRepository, Repository, Retention};
-use serde_json::{Value, json};
+use crate::platform::objects;
+use k8s_openapi::api::core::v1::{
+    EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
+    Pod, Volume, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use std::collections::BTreeMap;
 
 /// The stanza every instance uses; the path keeps clusters apart.
 pub const STANZA: &str = "db";
@@ -46,21 +52,28 @@ impl BackupEnv {
 
     /// Adds the repository volume (filesystem repositories) to an instance
     /// Pod: the PVC of its namespace, mounted at the repository path.
-    pub fn mount(&self, mut pod: Value) -> Value {
+    pub fn mount(&self, mut pod: Pod) -> Pod {
         let (Some(v), Repository::Filesystem { path }) = (&self.volume, &self.repository) else {
             return pod;
         };
         let name = "backup-repository";
-        if let Some(c) = pod.pointer_mut("/spec/containers/0")
-            && let Some(mounts) = c["volumeMounts"].as_array_mut()
+        let Some(spec) = pod.spec.as_mut() else {
+            return pod;
+        };
+        if let Some(c) = spec.containers.first_mut()
+            && let Some(mounts) = c.volume_mounts.as_mut()
         {
-            mounts.push(json!({"name": name, "mountPath": path.display().to_string()}));
+            mounts.push(objects::mount(name, &path.display().to_string(), false));
         }
-        if let Some(vols) = pod
-            .pointer_mut("/spec/volumes")
-            .and_then(Value::as_array_mut)
-        {
-            vols.push(json!({"name": name, "persistentVolumeClaim": {"claimName": v.claim}}));
+        if let Some(vols) = spec.volumes.as_mut() {
+            vols.push(Volume {
+                name: name.into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: v.claim.clone(),
+                    ..PersistentVolumeClaimVolumeSource::default()
+                }),
+                ..Volume::default()
+            });
         }
         pod
     }
@@ -68,21 +81,32 @@ impl BackupEnv {
     /// The PVC of a filesystem repository in `namespace`: ReadWriteMany,
     /// because every instance of every cluster there writes to it; not owned
     /// by any cluster, because backups outlive the cluster they are of.
-    pub fn claim(&self, namespace: &str) -> Option<Value> {
+    pub fn claim(&self, namespace: &str) -> Option<PersistentVolumeClaim> {
         let v = self.volume.as_ref()?;
-        let mut spec = json!({
-            "accessModes": ["ReadWriteMany"],
-            "resources": {"requests": {"storage": v.size}},
-        });
-        if let Some(sc) = &v.storage_class {
-            spec["storageClassName"] = json!(sc);
-        }
-        Some(json!({
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": v.claim, "namespace": namespace,
-                "labels": {"app.kubernetes.io/managed-by": "pgfleet", "pgfleet.io/kind": "backup-repository"}},
-            "spec": spec,
-        }))
+        let labels = BTreeMap::from([
+            (
+                "app.kubernetes.io/managed-by".to_string(),
+                "pgfleet".to_string(),
+            ),
+            (
+                "pgfleet.io/kind".to_string(),
+                "backup-repository".to_string(),
+            ),
+        ]);
+        let storage = BTreeMap::from([("storage".to_string(), Quantity(v.size.clone()))]);
+        Some(PersistentVolumeClaim {
+            metadata: objects::meta(&v.claim, namespace, labels),
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteMany".into()]),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(storage),
+                    ..VolumeResourceRequirements::default()
+                }),
+                storage_class_name: v.storage_class.clone(),
+                ..PersistentVolumeClaimSpec::default()
+            }),
+            ..PersistentVolumeClaim::default()
+        })
     }
 }
 
@@ -194,7 +218,7 @@ pub fn render_conf(
 
 /// Container environment for the object-store keys (nothing for a
 /// filesystem repository or when no Secret is configured).
-pub fn credential_env(repo: &Repository) -> Vec<Value> {
+pub fn credential_env(repo: &Repository) -> Vec<EnvVar> {
     let Repository::S3(s3) = repo else {
         return vec![];
     };
@@ -206,9 +230,7 @@ pub fn credential_env(repo: &Repository) -> Vec<Value> {
         ("PGBACKREST_REPO1_S3_KEY_SECRET", KEY_SECRET),
     ]
     .into_iter()
-    .map(|(env, key)| {
-        json!({"name": env, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
-    })
+    .map(|(env, key)| objects::env_secret(env, secret, key))
     .collect()
 }
 
@@ -273,7 +295,7 @@ mod tests {
             conf.contains("repo1-retention-full-type=time\nrepo1-retention-full=14\n"),
             "{conf}"
         );
-        let env = credential_env(&s3());
+        let env = serde_json::to_value(credential_env(&s3())).expect("json");
         assert_eq!(env[0]["valueFrom"]["secretKeyRef"]["name"], "backup-creds");
     }
 }

@@ -12,11 +12,12 @@
 //! else. Deleting the Secret makes a new pair; instances pick it up when they
 //! restart.
 
+use crate::platform::objects;
+use k8s_openapi::api::core::v1::{Pod, SecretVolumeSource, Volume};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use serde_json::{Value, json};
 
 /// pgBackRest's TLS server port (its default).
 pub const PORT: u16 = 8432;
@@ -85,44 +86,36 @@ fn set_validity(p: &mut CertificateParams) {
 /// `backup … --standby` can use it. Not part of the template hash: pods made
 /// before it keep running, and backups of their cluster stay on the primary
 /// until they are replaced.
-pub fn mount(mut pod: Value, cluster: &str) -> Value {
+pub fn mount(mut pod: Pod, cluster: &str) -> Pod {
     let name = "backup-tls";
-    if let Some(c) = pod.pointer_mut("/spec/containers/0") {
-        push(
-            c,
-            "env",
-            json!({"name": "PGFLEET_BACKUP_TLS", "value": MOUNT}),
-        );
-        push(
-            c,
-            "volumeMounts",
-            json!({"name": name, "mountPath": MOUNT, "readOnly": true}),
-        );
-        push(
-            c,
-            "ports",
-            json!({"name": "pgbackrest", "containerPort": PORT, "protocol": "TCP"}),
-        );
+    let Some(spec) = pod.spec.as_mut() else {
+        return pod;
+    };
+    if let Some(c) = spec.containers.first_mut() {
+        c.env
+            .get_or_insert_with(Vec::new)
+            .push(objects::env_value("PGFLEET_BACKUP_TLS", MOUNT));
+        c.volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(objects::mount(name, MOUNT, true));
+        c.ports
+            .get_or_insert_with(Vec::new)
+            .push(objects::container_port("pgbackrest", i32::from(PORT)));
     }
-    if let Some(spec) = pod.get_mut("spec") {
-        push(
-            spec,
-            "volumes",
-            json!({"name": name, "secret": {"secretName": secret_name(cluster), "defaultMode": 0o440}}),
-        );
-    }
+    spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret_name(cluster)),
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    });
     pod
 }
 
-fn push(obj: &mut Value, key: &str, item: Value) {
-    match obj.get_mut(key).and_then(Value::as_array_mut) {
-        Some(list) => list.push(item),
-        None => obj[key] = json!([item]),
-    }
-}
-
 /// Whether a Pod was built with the server (see [`mount`]).
-pub fn serves(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+pub fn serves(pod: &Pod) -> bool {
     pod.spec.as_ref().is_some_and(|s| {
         s.containers.iter().any(|c| {
             c.env
@@ -136,6 +129,7 @@ pub fn serves(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn each_cluster_gets_its_own_pair() {
@@ -151,7 +145,9 @@ mod tests {
     #[test]
     fn mounting_adds_the_volume_env_and_port() {
         let pod = json!({"spec": {"containers": [{"name": "postgres", "env": [], "volumeMounts": []}], "volumes": []}});
-        let pod = mount(pod, "orders");
+        let pod = mount(serde_json::from_value(pod).expect("pod"), "orders");
+        assert!(serves(&pod));
+        let pod = serde_json::to_value(pod).expect("json");
         assert_eq!(
             pod["spec"]["volumes"][0]["secret"]["secretName"],
             "orders-backup-tls"
@@ -161,7 +157,5 @@ mod tests {
             pod["spec"]["containers"][0]["ports"][0]["containerPort"],
             PORT
         );
-        let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod).expect("pod");
-        assert!(serves(&typed));
     }
 }

@@ -31,6 +31,17 @@ pub fn content_hash(v: &Value) -> String {
     format!("{:016x}", fnv1a64(&bytes))
 }
 
+/// [`content_hash`] of a typed object. It goes through [`Value`] first:
+/// serde_json's map is ordered by key, so the bytes hashed are the same
+/// canonical JSON whether the object was built typed or as JSON (a struct
+/// serialized straight to bytes would follow its field order instead, and
+/// every hash stamped on a running child would move). Serializing a
+/// k8s-openapi struct cannot fail (string keys only); if it ever did, the
+/// hash of `null` would only cost one extra write.
+pub fn content_hash_of<T: serde::Serialize>(obj: &T) -> String {
+    content_hash(&serde_json::to_value(obj).unwrap_or(Value::Null))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,5 +8,6 @@ pub mod clock;
 pub mod events;
 pub mod hash;
 pub mod labels;
+pub mod objects;
 pub mod task;
 pub mod time;

@@ -2,6 +2,7 @@
 //! its status contract, the configuration files it renders, and which
 //! parameters need a restart.
 
+pub mod contract;
 pub mod exec;
 pub mod hba;
 pub mod params;

@@ -109,6 +109,11 @@ pub struct SimOptions {
     /// (first match wins; pgfleet supplies its PostgreSQL and PgBouncer
     /// rules). Empty: every container must give its command.
     pub images: Vec<ImageRule>,
+    /// The local user the process runtime runs a container as when its
+    /// Pod's `securityContext.runAsUser` names no user of this machine (or
+    /// it sets none). `None`: such Pods do not start. pgfleet sets it to
+    /// `postgres`, whose uid differs from machine to machine.
+    pub run_as: Option<String>,
 }
 
 impl SimOptions {
@@ -121,6 +126,7 @@ impl SimOptions {
             history: 100_000,
             admin: true,
             images: vec![],
+            run_as: None,
         }
     }
 }
@@ -248,7 +254,11 @@ fn runtime_for(opts: &SimOptions) -> Option<Arc<dyn runtime::Runtime>> {
     match &opts.runtime {
         RuntimeKind::None => None,
         RuntimeKind::Host => Some(Arc::new(hostexec::HostRuntime)),
-        RuntimeKind::Process => Some(Arc::new(process::ProcessRuntime::new(dir, &opts.images))),
+        RuntimeKind::Process => Some(Arc::new(process::ProcessRuntime::new(
+            dir,
+            &opts.images,
+            opts.run_as.as_deref(),
+        ))),
         RuntimeKind::Custom { factory, .. } => Some(factory(dir)),
     }
 }

@@ -13,7 +13,7 @@
 
 use super::desired::{Desired, NewInstance};
 use super::observe::Seen;
-use crate::controller::build::{ANN_HASH, LABEL_ROLE};
+use crate::controller::build::{LABEL_ROLE, child_name, hash_annotation};
 use crate::controller::reconcile::{Error, FIELD_MANAGER, event, instance_event, kerr, ssa};
 use crate::controller::rolling_update::execute::{self as rolling_update, Outcome};
 use crate::controller::{Ctx, config, pooler};
@@ -24,7 +24,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// What the status step needs from the apply step.
 pub struct Applied {
@@ -44,7 +44,7 @@ pub async fn apply(
     let pending = config::apply(pg, ctx, obs, owner, &d.config).await?;
     services(pg, ctx, seen, &d.services).await?;
     pooler::apply::apply(pg, ctx, obs, owner, &d.pooler).await?;
-    if obs.pdb_hash.as_deref() != d.pdb["metadata"]["annotations"][ANN_HASH].as_str() {
+    if obs.pdb_hash.as_deref() != hash_annotation(&d.pdb) {
         ssa::<PodDisruptionBudget>(ctx, &seen.ns, "PodDisruptionBudget", &d.pdb).await?;
     }
     create_instances(pg, ctx, seen, &d.instances).await?;
@@ -59,15 +59,12 @@ async fn services(
     pg: &PostgresCluster,
     ctx: &Ctx,
     seen: &Seen,
-    services: &[Value],
+    services: &[Service],
 ) -> Result<(), Error> {
     for svc in services {
-        let sname = svc["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let sname = child_name(svc)?;
         let observed = seen.obs.services.get(&sname).map(String::as_str);
-        if observed == svc["metadata"]["annotations"][ANN_HASH].as_str() {
+        if observed == hash_annotation(svc) {
             continue;
         }
         ssa::<Service>(ctx, &seen.ns, "Service", svc).await?;
@@ -114,21 +111,14 @@ async fn create_instances(
 /// Instance pods are only ever created, never applied over: applying a new
 /// image to a running pod would restart it outside the rolling update's
 /// order. An existing pod (the index lagging behind) is left as it is.
-async fn create_pod(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), Error> {
-    let name = pod["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let obj: Pod = serde_json::from_value(pod.clone()).map_err(|e| Error::Build {
-        what: format!("Pod {name}"),
-        message: e.to_string(),
-    })?;
+async fn create_pod(ctx: &Ctx, ns: &str, obj: &Pod) -> Result<(), Error> {
+    let name = child_name(obj)?;
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
     match Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .create(&pp, &obj)
+        .create(&pp, obj)
         .await
     {
         Ok(_) => Ok(()),

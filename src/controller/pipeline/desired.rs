@@ -4,13 +4,14 @@
 
 use super::inputs::Inputs;
 use super::observe::Seen;
-use crate::controller::build::{self, ANN_HASH};
+use crate::controller::build;
 use crate::controller::config::{self, Config};
 use crate::controller::plan::{self, InstancePlan};
 use crate::controller::pooler;
 use crate::controller::reconcile::Error;
 use crate::crd::{PostgresCluster, Role};
-use serde_json::{Value, json};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 /// The children one round wants, in the terms the applier needs.
 pub struct Desired {
@@ -18,9 +19,9 @@ pub struct Desired {
     pub primary: Option<String>,
     pub config: Config,
     /// `-rw`, `-ro`, `-r`.
-    pub services: Vec<Value>,
+    pub services: Vec<Service>,
     pub pooler: pooler::Wanted,
-    pub pdb: Value,
+    pub pdb: PodDisruptionBudget,
     /// Instances to create (PVC and Pod) and Pods to recreate, in order.
     pub instances: Vec<NewInstance>,
     /// Pods whose role label is wrong: (pod, role). Exactly one pod carries
@@ -39,8 +40,8 @@ pub struct NewInstance {
     pub name: String,
     pub role: Role,
     /// None: the volume exists, only the Pod is missing.
-    pub pvc: Option<Value>,
-    pub pod: Value,
+    pub pvc: Option<PersistentVolumeClaim>,
+    pub pod: Pod,
     /// The Event announcing it: reason and note.
     pub reason: &'static str,
     pub note: String,
@@ -69,7 +70,7 @@ pub fn build(pg: &PostgresCluster, seen: &Seen, inputs: &Inputs) -> Result<Desir
         relabel: relabel(seen, &plan),
         rebuild: names(&plan.rebuild),
         remove: names(&plan.remove),
-        template_hash: template_hash(pg, seen),
+        template_hash: template_hash(pg, seen)?,
         config,
     })
 }
@@ -133,8 +134,8 @@ fn instances(
 
 /// What every new Pod gets besides its spec: the configuration it starts
 /// with, the repository volume, the pgBackRest TLS pair.
-fn finish(mut pod: Value, seen: &Seen, inputs: &Inputs, config_hash: &str) -> Value {
-    pod["metadata"]["annotations"][build::ANN_CONFIG] = json!(config_hash);
+fn finish(mut pod: Pod, seen: &Seen, inputs: &Inputs, config_hash: &str) -> Pod {
+    crate::platform::objects::annotate(&mut pod.metadata, build::ANN_CONFIG, config_hash);
     if let Some(b) = &inputs.backup {
         pod = b.mount(pod);
     }
@@ -159,10 +160,8 @@ fn relabel(seen: &Seen, plan: &InstancePlan) -> Vec<(String, Role)> {
 }
 
 /// The pod template hash of the spec (role, init mode and env do not
-/// enter it).
-fn template_hash(pg: &PostgresCluster, seen: &Seen) -> String {
-    build::pod(&seen.owner, pg, 1, Role::Replica, "clone", &[])["metadata"]["annotations"][ANN_HASH]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
+/// enter it). The builder always stamps it; its absence is a bug reported
+/// as such, not a rolling update towards "".
+fn template_hash(pg: &PostgresCluster, seen: &Seen) -> Result<String, Error> {
+    build::child_hash(&build::pod(&seen.owner, pg, 1, Role::Replica, "clone", &[]))
 }

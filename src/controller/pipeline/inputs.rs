@@ -10,7 +10,7 @@ use crate::controller::{Ctx, repository, restore, secrets};
 use crate::crd::PostgresCluster;
 use crate::pgbackrest::incarnation::RepoChoice;
 use crate::pgbackrest::repo::BackupEnv;
-use serde_json::Value;
+use k8s_openapi::api::core::v1::EnvVar;
 use std::sync::Arc;
 
 pub struct Inputs {
@@ -22,9 +22,9 @@ pub struct Inputs {
     /// which takes none).
     pub backup_tls: bool,
     /// What every instance Pod gets for the repository (by reference).
-    pub repo_env: Vec<Value>,
+    pub repo_env: Vec<EnvVar>,
     /// A first instance restoring from a backup: where from (authorized).
-    pub restore_env: Option<Vec<Value>>,
+    pub restore_env: Option<Vec<EnvVar>>,
 }
 
 pub async fn prepare(

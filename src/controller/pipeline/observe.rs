@@ -24,8 +24,7 @@ pub struct Seen {
 }
 
 pub fn observe(pg: &PostgresCluster, ctx: &Ctx) -> Result<Seen, Error> {
-    let ns = pg.namespace().unwrap_or_default();
-    let name = pg.name_any();
+    let (ns, name) = crate::controller::build::identity(pg)?;
     let owner = Owner::of(pg, crate::controller::shard_of(&ns, &name, ctx.shards))?;
     let obs = ctx.expect.adjust(&ns, &name, ctx.index.get(&ns, &name));
     Ok(Seen {

@@ -11,10 +11,10 @@ use crate::controller::plan::{self, StatusInput};
 use crate::controller::reconcile::{Error, FIELD_MANAGER, event, kerr};
 use crate::crd::cluster::PostgresClusterStatus;
 use crate::crd::{Phase, PostgresCluster};
+use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, ResourceExt};
 use serde_json::json;
 use std::time::Duration;
 
@@ -115,9 +115,8 @@ async fn write_status(
     if prev.is_some_and(|p| !plan::status_changed(p, &st)) {
         return Ok(());
     }
-    let name = pg.name_any();
-    let api: Api<PostgresCluster> =
-        Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
+    let (ns, name) = crate::controller::build::identity(pg)?;
+    let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let mut status = serde_json::to_value(&st).map_err(|e| Error::Build {
         what: "status".into(),
         message: e.to_string(),

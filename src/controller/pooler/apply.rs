@@ -5,7 +5,7 @@
 
 use super::Wanted;
 use crate::controller::Ctx;
-use crate::controller::build::{ANN_HASH, Owner};
+use crate::controller::build::{Owner, child_name, hash_annotation};
 use crate::controller::plan::Observed;
 use crate::controller::reconcile::{Error, FIELD_MANAGER, event, kerr};
 use crate::crd::PostgresCluster;
@@ -13,14 +13,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use serde_json::Value;
-
-fn name_of(obj: &Value) -> String {
-    obj["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
 
 /// Brings the pooler objects to `want`.
 pub async fn apply(
@@ -33,18 +25,16 @@ pub async fn apply(
     let ns = owner.namespace.clone();
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     if let Some(cm) = &want.config_map
-        && obs.pooler_config_hash.as_deref() != cm["metadata"]["annotations"][ANN_HASH].as_str()
+        && obs.pooler_config_hash.as_deref() != hash_annotation(cm)
     {
         Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
-            .patch(&name_of(cm), &pp, &Patch::Apply(cm))
+            .patch(&child_name(cm)?, &pp, &Patch::Apply(cm))
             .await
             .map_err(kerr("apply", "ConfigMap", &owner.name))?;
     }
     if let Some(svc) = &want.service {
-        let sname = name_of(svc);
-        if obs.services.get(&sname).map(String::as_str)
-            != svc["metadata"]["annotations"][ANN_HASH].as_str()
-        {
+        let sname = child_name(svc)?;
+        if obs.services.get(&sname).map(String::as_str) != hash_annotation(svc) {
             Api::<Service>::namespaced(ctx.client.clone(), &ns)
                 .patch(&sname, &pp, &Patch::Apply(svc))
                 .await
@@ -52,7 +42,7 @@ pub async fn apply(
         }
     }
     for pod in &want.pods {
-        let name = name_of(pod);
+        let name = child_name(pod)?;
         if obs.pooler_pods.contains_key(&name) {
             continue;
         }

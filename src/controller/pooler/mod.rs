@@ -9,10 +9,17 @@
 pub mod apply;
 pub mod pause;
 
-use super::build::{ANN_HASH, LABEL_KIND, Owner, content_hash};
+use super::build::{ANN_HASH, LABEL_KIND, Owner};
 use super::plan::Observed;
 use crate::crd::PostgresCluster;
-use serde_json::{Value, json};
+use crate::platform::hash::content_hash_of;
+use crate::platform::objects;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, KeyToPath, Pod, PodSpec,
+    Probe, SecretVolumeSource, Service, ServiceSpec, TCPSocketAction, Volume,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeMap;
 
 use crate::platform::labels::LABEL_POOLER;
 pub const PORT: u16 = 6432;
@@ -33,10 +40,10 @@ pub fn live_pods(obs: &Observed) -> Vec<String> {
 /// `count` 0 when it is disabled (existing pods are then removed).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Wanted {
-    pub config_map: Option<Value>,
-    pub service: Option<Value>,
+    pub config_map: Option<ConfigMap>,
+    pub service: Option<Service>,
     /// Pods `1..=count`, in order.
-    pub pods: Vec<Value>,
+    pub pods: Vec<Pod>,
     pub count: u32,
 }
 
@@ -85,7 +92,7 @@ pub fn admin_command(cmd: &str) -> Vec<String> {
     ]
 }
 
-pub fn config_map(o: &Owner, pg: &PostgresCluster) -> Value {
+pub fn config_map(o: &Owner, pg: &PostgresCluster) -> ConfigMap {
     let mode = match pg.spec.pooler.as_ref().map(|p| p.pool_mode) {
         Some(crate::crd::cluster::PoolMode::Session) => "session",
         _ => "transaction",
@@ -98,73 +105,116 @@ server_login_retry = 1\nquery_wait_timeout = 120\nignore_startup_parameters = ex
 pidfile = /tmp/pgbouncer/pgbouncer.pid\n",
         name = o.name
     );
-    let mut obj = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": config_name(o), "namespace": o.namespace, "labels": o.labels(),
-                     "ownerReferences": owner_ref(o)},
-        "data": {"pgbouncer.ini": ini, "start.sh": START},
-    });
-    let h = content_hash(&obj);
-    obj["metadata"]["annotations"] = json!({ANN_HASH: h});
+    let mut metadata = o.meta(&config_name(o), &[], true);
+    let data = BTreeMap::from([
+        ("pgbouncer.ini".to_string(), ini),
+        ("start.sh".to_string(), START.to_string()),
+    ]);
+    let mut obj = ConfigMap {
+        metadata: metadata.clone(),
+        data: Some(data),
+        ..ConfigMap::default()
+    };
+    objects::annotate(&mut metadata, ANN_HASH, content_hash_of(&obj));
+    obj.metadata = metadata;
     obj
 }
 
-fn owner_ref(o: &Owner) -> Value {
-    json!([{"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster", "name": o.name,
-            "uid": o.uid, "controller": true, "blockOwnerDeletion": true}])
-}
-
-pub fn pod(o: &Owner, n: u32) -> Value {
+pub fn pod(o: &Owner, n: u32) -> Pod {
     let name = pod_name(o, n);
-    let mut labels = o.labels();
-    labels.insert(LABEL_POOLER.into(), o.name.clone());
     // Not an instance: the instance Services select `pgfleet.io/kind=instance`.
-    labels.insert(LABEL_KIND.into(), "pooler".into());
-    let mut obj = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": o.namespace, "labels": labels, "ownerReferences": owner_ref(o)},
-        "spec": {
-            "securityContext": super::build::pod_security_context(false),
-            // The pooler never talks to the Kubernetes API.
-            "automountServiceAccountToken": false,
-            "enableServiceLinks": false,
-            "containers": [{
-                "name": "pgbouncer",
-                "image": DEFAULT_IMAGE,
-                "securityContext": super::build::container_security_context(),
-                "command": ["/bin/sh", "/etc/pgbouncer/start.sh"],
-                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                "ports": [{"name": "pgbouncer", "containerPort": PORT, "protocol": "TCP"}],
-                "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 2},
-                "volumeMounts": [
-                    {"name": "config", "mountPath": "/etc/pgbouncer"},
-                    {"name": "secrets", "mountPath": "/etc/pgbouncer/secrets"},
-                    {"name": "tmp", "mountPath": "/tmp"},
-                ],
-            }],
-            "volumes": [
-                {"name": "config", "configMap": {"name": config_name(o)}},
-                {"name": "tmp", "emptyDir": {}},
-                {"name": "secrets", "secret": {"secretName": o.secret_name("superuser"),
-                    "items": [{"key": "password", "path": "superuser-password"}]}},
-            ],
-        },
-    });
-    let h = content_hash(&obj["spec"]);
-    obj["metadata"]["annotations"] = json!({ANN_HASH: h});
-    obj
+    let labels = [(LABEL_POOLER, o.name.as_str()), (LABEL_KIND, "pooler")];
+    let spec = PodSpec {
+        security_context: Some(super::build::pod_security_context(false)),
+        // The pooler never talks to the Kubernetes API.
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        containers: vec![container()],
+        volumes: Some(volumes(o)),
+        ..PodSpec::default()
+    };
+    let mut metadata = o.meta(&name, &labels, true);
+    // The hash of the spec alone (as it always was).
+    objects::annotate(&mut metadata, ANN_HASH, content_hash_of(&spec));
+    Pod {
+        metadata,
+        spec: Some(spec),
+        ..Pod::default()
+    }
 }
 
-pub fn service(o: &Owner) -> Value {
-    let mut obj = json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": format!("{}-pooler", o.name), "namespace": o.namespace, "labels": o.labels(),
-                     "ownerReferences": owner_ref(o)},
-        "spec": {"type": "ClusterIP", "selector": {LABEL_POOLER: o.name},
-                 "ports": [{"name": "pgbouncer", "port": PORT, "targetPort": PORT, "protocol": "TCP"}]},
-    });
-    let h = content_hash(&obj);
-    obj["metadata"]["annotations"] = json!({ANN_HASH: h});
+fn container() -> Container {
+    Container {
+        name: "pgbouncer".into(),
+        image: Some(DEFAULT_IMAGE.into()),
+        security_context: Some(super::build::container_security_context()),
+        command: Some(vec!["/bin/sh".into(), "/etc/pgbouncer/start.sh".into()]),
+        env: Some(vec![objects::env_field("POD_IP", "status.podIP")]),
+        ports: Some(vec![objects::container_port("pgbouncer", i32::from(PORT))]),
+        readiness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(i32::from(PORT)),
+                ..TCPSocketAction::default()
+            }),
+            period_seconds: Some(2),
+            ..Probe::default()
+        }),
+        volume_mounts: Some(vec![
+            objects::mount("config", "/etc/pgbouncer", false),
+            objects::mount("secrets", "/etc/pgbouncer/secrets", false),
+            objects::mount("tmp", "/tmp", false),
+        ]),
+        ..Container::default()
+    }
+}
+
+fn volumes(o: &Owner) -> Vec<Volume> {
+    vec![
+        Volume {
+            name: "config".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_name(o),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "tmp".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+        Volume {
+            name: "secrets".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(o.secret_name("superuser")),
+                items: Some(vec![KeyToPath {
+                    key: "password".into(),
+                    path: "superuser-password".into(),
+                    ..KeyToPath::default()
+                }]),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+    ]
+}
+
+pub fn service(o: &Owner) -> Service {
+    let mut obj = Service {
+        metadata: o.meta(&format!("{}-pooler", o.name), &[], true),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(BTreeMap::from([(LABEL_POOLER.to_string(), o.name.clone())])),
+            ports: Some(vec![super::build::service_port(
+                "pgbouncer",
+                i32::from(PORT),
+            )]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+    let h = content_hash_of(&obj);
+    objects::annotate(&mut obj.metadata, ANN_HASH, h);
     obj
 }
 
@@ -172,6 +222,7 @@ pub fn service(o: &Owner) -> Value {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn pooler_points_at_rw_and_is_not_an_instance() {
@@ -182,7 +233,7 @@ mod tests {
         pg.metadata.namespace = Some("shop".into());
         pg.metadata.uid = Some("u-1".into());
         let o = Owner::of(&pg, 1).unwrap();
-        let cm = config_map(&o, &pg);
+        let cm = serde_json::to_value(config_map(&o, &pg)).unwrap();
         assert!(
             cm["data"]["pgbouncer.ini"]
                 .as_str()
@@ -195,10 +246,11 @@ mod tests {
                 .unwrap()
                 .contains("pool_mode = transaction")
         );
-        let p = pod(&o, 1);
+        let p = serde_json::to_value(pod(&o, 1)).unwrap();
         assert_eq!(p["metadata"]["name"], "orders-pooler-1");
         assert_eq!(p["metadata"]["labels"][LABEL_KIND], "pooler");
-        assert_eq!(service(&o)["spec"]["selector"][LABEL_POOLER], "orders");
+        let svc = serde_json::to_value(service(&o)).unwrap();
+        assert_eq!(svc["spec"]["selector"][LABEL_POOLER], "orders");
         assert!(admin_command("PAUSE")[2].contains("-c 'PAUSE'"));
     }
 }

@@ -90,7 +90,15 @@ pub async fn take_request(
         .map_err(kerr("clear", "PostgresCluster", &pg.name_any()))?;
         return Ok(Some(Action::await_change()));
     }
-    let target = target.unwrap_or_default();
+    // decide::refusal refuses a missing target; should that ever change, a
+    // switchover towards "" is an error, not an intent.
+    let Some(target) = target else {
+        return Err(Error::Missing {
+            kind: "PostgresCluster",
+            name: pg.name_any(),
+            field: "switchover target",
+        });
+    };
     // Intent first, then consume the request.
     let action = begin(pg, ctx, &current, &target, json!({}), "requested").await?;
     api.patch(
@@ -192,9 +200,11 @@ pub async fn resume(
 async fn demote(ctx: &Ctx, ns: &str, old: &str) -> Result<Option<u64>, Error> {
     let out = run_verb(&ctx.client, ns, old, &["demote"], EXEC_TIMEOUT).await?;
     label(ctx, ns, old, Role::Fenced).await?;
-    Ok(serde_json::from_str::<serde_json::Value>(out.trim())
-        .ok()
-        .and_then(|v| v.get("lsn").and_then(|l| l.as_str()).and_then(parse_lsn)))
+    Ok(
+        serde_json::from_str::<crate::postgres::contract::Demoted>(out.trim())
+            .ok()
+            .and_then(|d| d.lsn.as_deref().and_then(parse_lsn)),
+    )
 }
 
 /// Whether the target received past `lsn` (the old primary's shutdown

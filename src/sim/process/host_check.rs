@@ -1,12 +1,13 @@
 //! Whether this machine can run the process runtime: it starts containers
-//! as root (namespaces, then a drop to `postgres`), needs util-linux's
+//! as root (namespaces, then a drop to an unprivileged user), needs util-linux's
 //! `unshare`, `nsenter` and `setpriv`, and an installed PostgreSQL for the
 //! `postgres:*` images. `pgfleet sim` picks its default runtime from this.
 
 use std::path::Path;
 
-/// Why the process runtime cannot run here, or `Ok` when it can.
-pub fn check() -> Result<(), String> {
+/// Why the process runtime cannot run here, or `Ok` when it can;
+/// `run_as` is the local user it would fall back to (`SimOptions::run_as`).
+pub fn check(run_as: Option<&str>) -> Result<(), String> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let euid = status
         .lines()
@@ -21,8 +22,10 @@ pub fn check() -> Result<(), String> {
             return Err(format!("util-linux `{tool}` is not on PATH"));
         }
     }
-    if super::volumes::lookup_user(super::RUN_AS).is_err() {
-        return Err(format!("there is no `{}` user", super::RUN_AS));
+    if let Some(user) = run_as
+        && super::volumes::lookup_user(user).is_err()
+    {
+        return Err(format!("there is no `{user}` user"));
     }
     let installed = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()

@@ -1,6 +1,6 @@
 //! The process kubelet runtime (`pgfleet sim --runtime process`): every
-//! container is a real local process, run as the unprivileged `postgres`
-//! user in a private mount and PID namespace (see [`container`] for how),
+//! container is a real local process, run as an unprivileged local user
+//! (see [`user_for`]) in a private mount and PID namespace (see [`container`] for how),
 //! each Pod has its own loopback address, volumes are directories under the
 //! sim directory, and a Service proxy ([`proxy`]) gives every Service a
 //! working ClusterIP. Faults for chaos tests: kill -9 a container, freeze and
@@ -43,8 +43,6 @@ use volumes::{PodDirs, RunUser};
 
 /// The node every Pod of this runtime is scheduled on.
 const NODE: &str = "sim-node";
-/// The user containers run as (PostgreSQL refuses to run as root).
-const RUN_AS: &str = "postgres";
 
 pub struct ProcessRuntime {
     sim_dir: PathBuf,
@@ -53,7 +51,9 @@ pub struct ProcessRuntime {
     /// `<sim dir>/process/<cluster>`, set when started.
     dir: OnceLock<PathBuf>,
     cluster: OnceLock<Weak<Cluster>>,
-    user: Result<RunUser, String>,
+    /// `SimOptions::run_as`, looked up: who runs a Pod whose
+    /// `runAsUser` names no local user (or that sets none).
+    fallback: Result<Option<RunUser>, String>,
     pods: Mutex<HashMap<String, Arc<PodRun>>>,
     partitioned: Mutex<HashSet<String>>,
     proxy: proxy::Proxy,
@@ -85,14 +85,18 @@ fn id_of(v: &Value) -> String {
 
 impl ProcessRuntime {
     /// A runtime keeping its directories under `sim_dir/process/<cluster>`,
-    /// running images as the table `images` says.
-    pub fn new(sim_dir: &Path, images: &[images::ImageRule]) -> Self {
+    /// running images as the table `images` says, and Pods whose
+    /// `runAsUser` has no local user as the local user `run_as`.
+    pub fn new(sim_dir: &Path, images: &[images::ImageRule], run_as: Option<&str>) -> Self {
         ProcessRuntime {
             sim_dir: sim_dir.to_path_buf(),
             images: images.into(),
             dir: OnceLock::new(),
             cluster: OnceLock::new(),
-            user: volumes::lookup_user(RUN_AS).map_err(|e| format!("{e:#}")),
+            fallback: run_as
+                .map(volumes::lookup_user)
+                .transpose()
+                .map_err(|e| format!("SimOptions::run_as: {e:#}")),
             pods: Mutex::new(HashMap::new()),
             partitioned: Mutex::new(HashSet::new()),
             proxy: proxy::Proxy::default(),
@@ -129,6 +133,31 @@ impl ProcessRuntime {
                 str_at(pod, "/metadata/name")
             )),
             pvc_root: self.dir().join("pvc"),
+        }
+    }
+
+    /// Who runs `pod`'s containers. Like kubelet, the uid comes from the
+    /// Pod: `securityContext.runAsUser` of the Pod, else of its first
+    /// container that sets one. That uid's local user runs them; a uid with
+    /// no local user (images bring their own /etc/passwd, this machine has
+    /// one) or a Pod without a uid runs as `SimOptions::run_as`. Never root:
+    /// these are real processes on this machine.
+    fn user_for(&self, pod: &Value) -> Result<RunUser, String> {
+        let fallback = || match &self.fallback {
+            Ok(Some(u)) => Ok(u.clone()),
+            Ok(None) => Err("it has no local user and SimOptions::run_as is unset".to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        let user = match run_as_uid(pod) {
+            Some(uid) => match volumes::lookup_uid(uid).map_err(|e| format!("{e:#}"))? {
+                Some(u) => Ok(u),
+                None => fallback().map_err(|e| format!("runAsUser {uid}: {e}")),
+            },
+            None => fallback().map_err(|e| format!("no runAsUser: {e}")),
+        }?;
+        match user.uid {
+            0 => Err("the process runtime never runs containers as root".into()),
+            _ => Ok(user),
         }
     }
 
@@ -199,7 +228,7 @@ impl ProcessRuntime {
                 v,
                 String::new(),
                 self.pod_dirs(v),
-                self.user.clone().unwrap_or_else(|_| placeholder_user()),
+                self.user_for(v).unwrap_or_else(|_| placeholder_user()),
                 self.images.clone(),
             );
             run.stop(Duration::ZERO);
@@ -209,10 +238,10 @@ impl ProcessRuntime {
         if matches!(str_at(v, "/status/phase"), "Succeeded" | "Failed") {
             return;
         }
-        let user = match &self.user {
-            Ok(u) => u.clone(),
+        let user = match self.user_for(v) {
+            Ok(u) => u,
             Err(e) => {
-                tracing::error!(pod = %id, error = %e, "the process runtime cannot run pods");
+                tracing::error!(pod = %id, error = %e, "the process runtime cannot run this pod");
                 return;
             }
         };
@@ -354,9 +383,26 @@ fn free_pod_ip(c: &Cluster, pod: &Value) -> String {
     c.ipam.pod_ip()
 }
 
+/// `runAsUser` of the Pod's security context, else of its first container
+/// that sets one.
+fn run_as_uid(pod: &Value) -> Option<u32> {
+    let uid = |sc: Option<&Value>| {
+        sc.and_then(|s| s.get("runAsUser"))
+            .and_then(Value::as_u64)
+            .and_then(|u| u32::try_from(u).ok())
+    };
+    uid(pod.pointer("/spec/securityContext")).or_else(|| {
+        pod.pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find_map(|c| uid(c.get("securityContext")))
+    })
+}
+
 fn placeholder_user() -> RunUser {
     RunUser {
-        name: RUN_AS.into(),
+        name: "nobody".into(),
         uid: 65534,
         gid: 65534,
         home: "/".into(),
@@ -400,7 +446,7 @@ impl Runtime for ProcessRuntime {
             .set(self.sim_dir.join("process").join(&cluster.name));
         let _ = self.cluster.set(Arc::downgrade(&cluster));
         lock(&REGISTRY).push((Arc::downgrade(&cluster), Arc::downgrade(&self)));
-        if let Err(e) = &self.user {
+        if let Err(e) = &self.fallback {
             tracing::error!(error = %e, "the process runtime cannot run pods");
         }
         let weak = Arc::downgrade(&cluster);
@@ -524,5 +570,26 @@ impl Runtime for ProcessRuntime {
             let running = ct.state().pid.is_some();
             Ok(ct.log.reader(req.tail_lines, req.follow, running))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_uid_comes_from_the_pod_then_its_containers() {
+        let pod = json!({"spec": {"securityContext": {"runAsUser": 999},
+            "containers": [{"name": "a", "securityContext": {"runAsUser": 1000}}]}});
+        assert_eq!(run_as_uid(&pod), Some(999));
+        let pod = json!({"spec": {"containers": [{"name": "a"},
+            {"name": "b", "securityContext": {"runAsUser": 1000}}]}});
+        assert_eq!(run_as_uid(&pod), Some(1000));
+        let pod = json!({"spec": {"securityContext": {"runAsUser": -1}, "containers": []}});
+        assert_eq!(run_as_uid(&pod), None);
+        assert_eq!(
+            run_as_uid(&json!({"spec": {"containers": [{"name": "a"}]}})),
+            None
+        );
     }
 }

@@ -34,18 +34,39 @@ pub struct RunUser {
 /// Reads a user from /etc/passwd (no libc calls needed for this).
 pub fn lookup_user(name: &str) -> anyhow::Result<RunUser> {
     let passwd = std::fs::read_to_string("/etc/passwd").context("reading /etc/passwd")?;
+    match find_user(&passwd, |u| u.name == name)? {
+        Some(u) => Ok(u),
+        None => bail!("there is no user {name} on this machine"),
+    }
+}
+
+/// The local user with this uid (`getpwuid` through /etc/passwd), if any.
+pub fn lookup_uid(uid: u32) -> anyhow::Result<Option<RunUser>> {
+    let passwd = std::fs::read_to_string("/etc/passwd").context("reading /etc/passwd")?;
+    find_user(&passwd, |u| u.uid == uid)
+}
+
+/// The first entry of a passwd file that `pick` accepts.
+fn find_user(passwd: &str, pick: impl Fn(&RunUser) -> bool) -> anyhow::Result<Option<RunUser>> {
     for line in passwd.lines() {
         let f: Vec<&str> = line.split(':').collect();
-        if f.len() >= 6 && f[0] == name {
-            return Ok(RunUser {
-                name: name.to_string(),
-                uid: f[2].parse().context("uid in /etc/passwd")?,
-                gid: f[3].parse().context("gid in /etc/passwd")?,
-                home: f[5].to_string(),
-            });
+        if f.len() < 6 {
+            continue;
+        }
+        let (Ok(uid), Ok(gid)) = (f[2].parse(), f[3].parse()) else {
+            continue;
+        };
+        let u = RunUser {
+            name: f[0].to_string(),
+            uid,
+            gid,
+            home: f[5].to_string(),
+        };
+        if pick(&u) {
+            return Ok(Some(u));
         }
     }
-    bail!("there is no user {name} on this machine (install postgresql)")
+    Ok(None)
 }
 
 impl RunUser {
@@ -424,6 +445,25 @@ pub fn refresh(c: &Cluster, pod: &Value, dirs: &PodDirs, user: &RunUser) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn users_are_found_by_name_or_uid_in_a_passwd_file() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nbroken line\npostgres:x:101:104:PostgreSQL:/var/lib/postgresql:/bin/bash\n";
+        let by_uid = find_user(passwd, |u| u.uid == 101)
+            .expect("parse")
+            .expect("found");
+        assert_eq!((by_uid.name.as_str(), by_uid.gid), ("postgres", 104));
+        assert_eq!(by_uid.home, "/var/lib/postgresql");
+        let by_name = find_user(passwd, |u| u.name == "root")
+            .expect("parse")
+            .expect("found");
+        assert_eq!(by_name.uid, 0);
+        assert!(
+            find_user(passwd, |u| u.uid == 999)
+                .expect("parse")
+                .is_none()
+        );
+    }
 
     #[test]
     fn downward_fields_render_like_kubelet() {

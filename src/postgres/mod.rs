@@ -46,9 +46,18 @@ pub struct InstanceReport {
     pub pending_restart: bool,
     #[serde(default)]
     pub fenced: bool,
+    /// A standby's WAL receiver status (`pg_stat_wal_receiver.status`:
+    /// `streaming`, `waiting`, …); None when it has none (not connected).
+    #[serde(default)]
+    pub wal_receiver: Option<String>,
 }
 
 impl InstanceReport {
+    /// A replica whose WAL receiver streams from the primary.
+    pub fn streaming(&self) -> bool {
+        self.role == "replica" && self.wal_receiver.as_deref() == Some("streaming")
+    }
+
     pub fn parse(line: &str) -> Result<Self, String> {
         serde_json::from_str(line.trim())
             .map_err(|e| format!("pgfleet-instance status printed something unexpected: {e}"))

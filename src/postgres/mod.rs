@@ -181,6 +181,10 @@ pub fn effective_parameters(
         ("max_connections", "100"),
         ("shared_buffers", "128MB"),
         ("hot_standby_feedback", "on"),
+        // A standby whose WAL receiver failed to connect (no primary behind
+        // -rw for a moment, as in every switchover) tries again after this;
+        // the default 5 s keeps a demoted primary from streaming for 5 s.
+        ("wal_retrieve_retry_interval", "1s"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

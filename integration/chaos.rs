@@ -31,6 +31,10 @@ async fn three_seeded_rounds_of_faults_break_no_invariant() {
     let run = run_rounds(Arc::new(env), SEED, 3).await.unwrap();
     let md = report::markdown(&run);
     eprintln!("{md}");
+    // `PGFLEET_CHAOS_REPORT=docs/reliability.md` keeps the report.
+    if let Some(path) = std::env::var_os("PGFLEET_CHAOS_REPORT") {
+        std::fs::write(path, &md).unwrap();
+    }
     assert!(run.ops > 0, "the workloads recorded no operation");
     assert!(run.checked.samples > 0, "the prober took no sample");
     assert_eq!(run.violations(), 0, "violations (seed {SEED}):\n{md}");

@@ -443,3 +443,90 @@ async fn rolling_upgrade_through_the_pooler_fails_no_transaction() {
     );
     one_primary(&e, "roll").await;
 }
+
+/// A replica whose WAL receiver stops (its primary_conninfo emptied) is made
+/// visible: after the grace period the condition `ReplicasStreaming` turns
+/// False naming it, a Warning Event `ReplicaNotStreaming` is recorded and
+/// `pgfleet_replica_streaming` is 0 for it; once it streams again the
+/// condition is True and the gauge 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_not_streaming_is_a_condition_an_event_and_a_metric() {
+    let e = Env::start("fo-stream").await;
+    e.create("st", serde_json::json!({"clusterSize": 2, "version": "15"}))
+        .await;
+    let primary = e.wait_healthy("st", 2).await;
+    let (_, pw) = setup_table(&e, "st").await;
+    let replica = if primary == "st-1" { "st-2" } else { "st-1" };
+    let gauge = |v: u8| {
+        format!(
+            "pgfleet_replica_streaming{{cluster=\"pg-a\",namespace=\"{NS}\",name=\"st\",instance=\"{replica}\"}} {v}"
+        )
+    };
+    let cond = |st: &pgfleet::crd::PostgresClusterStatus| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == "ReplicasStreaming")
+            .map(|c| (c.status.clone(), c.message.clone()))
+    };
+    e.wait(
+        "the replica reported streaming",
+        Duration::from_secs(120),
+        || async {
+            cond(&e.status("st").await).is_some_and(|(s, _)| s == "True")
+                && pgfleet::metrics::encode().contains(&gauge(1))
+        },
+    )
+    .await;
+    let ip = e
+        .pods()
+        .get(replica)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .pod_ip
+        .unwrap();
+    let c = connect(&ip, 5432, &pw).await.unwrap();
+    c.batch_execute("ALTER SYSTEM SET primary_conninfo = ''")
+        .await
+        .unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    e.wait(
+        "ReplicasStreaming=False naming the replica",
+        Duration::from_secs(180),
+        || async {
+            cond(&e.status("st").await).is_some_and(|(s, m)| s == "False" && m.contains(replica))
+        },
+    )
+    .await;
+    assert!(
+        pgfleet::metrics::encode().contains(&gauge(0)),
+        "{}",
+        pgfleet::metrics::encode()
+    );
+    let evs = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(e.client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        evs.items
+            .iter()
+            .any(|ev| ev.reason.as_deref() == Some("ReplicaNotStreaming")
+                && ev.type_.as_deref() == Some("Warning")
+                && ev.note.as_deref().is_some_and(|n| n.contains(replica))),
+        "no ReplicaNotStreaming Warning Event"
+    );
+    c.batch_execute("ALTER SYSTEM RESET primary_conninfo")
+        .await
+        .unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    e.wait(
+        "ReplicasStreaming=True again",
+        Duration::from_secs(180),
+        || async {
+            cond(&e.status("st").await).is_some_and(|(s, _)| s == "True")
+                && pgfleet::metrics::encode().contains(&gauge(1))
+        },
+    )
+    .await;
+}

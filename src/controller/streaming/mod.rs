@@ -4,7 +4,8 @@
 //! without a streaming WAL receiver for longer than [`decide::GRACE`] turns
 //! the `ReplicasStreaming` condition False (naming it) and gets one Warning
 //! Event `ReplicaNotStreaming`. `pgfleet_replica_streaming` shows every
-//! sample (1 streaming, 0 not). The decision is in `decide.rs`.
+//! sample (1 streaming, 0 not). A cluster with replicas is reconciled at
+//! least every [`WATCH_EVERY`] for this. The decision is in `decide.rs`.
 
 pub mod decide;
 
@@ -26,6 +27,11 @@ pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// How often a cluster with a stuck replica is looked at again (to see it
 /// recover).
 const RECHECK: Duration = Duration::from_secs(15);
+/// How often a cluster whose replicas all stream is sampled again: nothing
+/// else wakes the reconcile when a WAL receiver stops (the pod stays
+/// Ready), so this bounds how late a stuck replica is noticed (this + the
+/// grace period). One exec per replica per minute and cluster.
+pub const WATCH_EVERY: Duration = Duration::from_secs(60);
 
 /// What a sample concluded, for the status and the requeue.
 #[derive(Debug, Clone)]
@@ -102,7 +108,7 @@ pub async fn check(pg: &PostgresCluster, ctx: &Ctx, obs: &Observed) -> Option<Ou
         let requeue = match (&verdict.look_again, verdict.not_streaming.is_empty()) {
             (Some(d), _) => Some((*d + Duration::from_millis(500)).min(RECHECK)),
             (None, false) => Some(RECHECK),
-            (None, true) => None,
+            (None, true) => Some(WATCH_EVERY),
         };
         entry.0 = Instant::now();
         entry.2 = Outcome { verdict, requeue };

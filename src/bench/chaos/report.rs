@@ -38,7 +38,9 @@ and bank transfers (total constant, no negative balance). A prober samples every
 instance's `pg_is_in_recovery()` every 250 ms and counts moments with two writable \
 instances behind `-rw`. Each round: one or two overlapping faults in its first 6 s, \
 healing at 12 s, then a wait for every cluster Healthy (a cluster not Healthy \
-within 240 s is a violation).\n\n\
+within 240 s is a violation). A freeze lasts until healing (at most 12 s): with the \
+instances' readiness probe (every 2 s, 5 s timeout, 3 failures) that is mostly \
+shorter than failure detection, so most freezes end in a thaw without failover.\n\n\
 Not injected yet: network partitions, the manager killed or partitioned (two \
 replicas), API-server faults, a whole member unreachable, rolling updates, \
 several member clusters; no `-ro` staleness or read-your-writes probes.";

@@ -366,10 +366,13 @@ mod tests {
             .port()
     }
 
+    /// Connects until the outcome is a connection (`ok`) or a refusal (a
+    /// reset from a listener closing meanwhile is neither).
     async fn connect_until(port: u16, ok: bool) -> std::io::Result<TcpStream> {
         for _ in 0..200 {
             let r = TcpStream::connect(("127.0.0.1", port)).await;
-            if r.is_ok() == ok {
+            let refused = matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused);
+            if (ok && r.is_ok()) || (!ok && refused) {
                 return r;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

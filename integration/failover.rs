@@ -238,8 +238,9 @@ async fn a_frozen_primary_is_replaced_and_rejoins_as_replica() {
 }
 
 /// Switchover through the pooler under a writing client: zero failed
-/// transactions. Without the pooler the same switchover is measured and the
-/// failures reported.
+/// transactions. Without the pooler the same switchover, requested at once,
+/// completes too (issue 20: it used to abort, its target not streaming) and
+/// its failures are reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn switchover_through_the_pooler_fails_no_transaction() {
     let e = Env::start("so").await;
@@ -284,11 +285,21 @@ async fn switchover_through_the_pooler_fails_no_transaction() {
         .and_then(|s| s.stall_ms);
     eprintln!("pooled switchover: 0 failed transactions, write stall {stall:?} ms");
 
-    // Without the pooler: same switchover, clients on -rw (once the old
-    // primary is back as a ready standby).
+    // Without the pooler: same switchover, clients on -rw, requested as soon
+    // as the old primary is a ready standby, which is before its WAL
+    // receiver streams again (it failed to connect while -rw had no
+    // endpoint and waits out wal_retrieve_retry_interval): the switchover
+    // must wait for it to stream rather than demote into a dead end.
     e.wait_healthy("so", 2).await;
+    // The new writer numbers from 1 again: start from an empty table (the
+    // first writer's rows were checked above).
+    connect(&rw, 5432, &pw)
+        .await
+        .unwrap()
+        .batch_execute("TRUNCATE marks")
+        .await
+        .unwrap();
     let w = Writer::start(rw.clone(), 5432, pw.clone());
-    wait_acked(&e, &w, 50).await;
     let before = *w.failed.lock().unwrap();
     let cur = e.status("so").await.current_primary.unwrap();
     e.pgc()
@@ -300,37 +311,21 @@ async fn switchover_through_the_pooler_fails_no_transaction() {
         )
         .await
         .unwrap();
-    // Done, or aborted safely (the target did not catch up): either way the
-    // request is consumed, exactly one primary serves -rw, and no
-    // acknowledged row is lost. The outcome is reported.
+    // The old primary of the pooled switchover streams again, so this one
+    // completes (it used to abort: issue 20). Exactly one primary serves
+    // -rw and no acknowledged row is lost.
     let start = std::time::Instant::now();
-    let outcome = loop {
+    loop {
         let st = e.status("so").await;
-        let pending = e
-            .pgc()
-            .get("so")
-            .await
-            .unwrap()
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key("pgfleet.io/switchover-to");
-        if !pending && st.switchover.is_none() {
-            if st.current_primary.as_ref().is_some_and(|p| *p != cur) {
-                break "completed";
-            }
-            if st.last_switchover.as_ref().is_some_and(|l| l.to != cur)
-                || start.elapsed() > Duration::from_secs(5)
-            {
-                break "aborted (old primary kept)";
-            }
+        if st.switchover.is_none() && st.current_primary.as_ref().is_some_and(|p| *p != cur) {
+            break;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "second switchover neither finished nor aborted: {st:#?}"
-        );
+        if start.elapsed() > Duration::from_secs(120) || aborted(&e).await {
+            dump(&e, &["so-1", "so-2"]).await;
+            panic!("second switchover did not complete: {st:#?}");
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    }
     wait_acked(&e, &w, 50).await;
     let (acked, failed) = w.stop().await;
     assert!(
@@ -341,29 +336,47 @@ async fn switchover_through_the_pooler_fails_no_transaction() {
         one_primary(&e, "so").await,
         e.status("so").await.current_primary.unwrap()
     );
-    if outcome != "completed" {
-        let evs =
-            kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(e.client.clone(), NS)
-                .list(&Default::default())
-                .await
-                .unwrap();
-        let notes: Vec<String> = evs.items.iter().filter_map(|ev| ev.note.clone()).collect();
-        eprintln!("events: {notes:#?}");
-        for pod in ["so-1", "so-2"] {
-            let lp = kube::api::LogParams {
-                tail_lines: Some(15),
-                ..Default::default()
-            };
-            eprintln!(
-                "--- {pod}\n{}",
-                e.pods().logs(pod, &lp).await.unwrap_or_default()
-            );
-        }
-    }
     eprintln!(
-        "switchover without the pooler: {outcome}, {} failed transactions",
+        "switchover without the pooler: completed, {} failed transactions",
         failed - before
     );
+}
+
+/// Whether a `SwitchoverAborted` Event was recorded.
+async fn aborted(e: &Env) -> bool {
+    kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(e.client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .any(|ev| ev.reason.as_deref() == Some("SwitchoverAborted"))
+        })
+        .unwrap_or(false)
+}
+
+/// Events and the instances' recent logs, for a failure message.
+async fn dump(e: &Env, pods: &[&str]) {
+    let evs = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(e.client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let notes: Vec<String> = evs
+        .items
+        .iter()
+        .map(|ev| format!("{:?}: {:?}", ev.reason, ev.note))
+        .collect();
+    eprintln!("events: {notes:#?}");
+    for pod in pods {
+        let lp = kube::api::LogParams {
+            tail_lines: Some(40),
+            ..Default::default()
+        };
+        eprintln!(
+            "--- {pod}\n{}",
+            e.pods().logs(pod, &lp).await.unwrap_or_default()
+        );
+    }
 }
 
 /// A rolling upgrade (version change) under a client writing through the
@@ -429,4 +442,91 @@ async fn rolling_upgrade_through_the_pooler_fails_no_transaction() {
         st.last_switchover.and_then(|s| s.stall_ms)
     );
     one_primary(&e, "roll").await;
+}
+
+/// A replica whose WAL receiver stops (its primary_conninfo emptied) is made
+/// visible: after the grace period the condition `ReplicasStreaming` turns
+/// False naming it, a Warning Event `ReplicaNotStreaming` is recorded and
+/// `pgfleet_replica_streaming` is 0 for it; once it streams again the
+/// condition is True and the gauge 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_not_streaming_is_a_condition_an_event_and_a_metric() {
+    let e = Env::start("fo-stream").await;
+    e.create("st", serde_json::json!({"clusterSize": 2, "version": "15"}))
+        .await;
+    let primary = e.wait_healthy("st", 2).await;
+    let (_, pw) = setup_table(&e, "st").await;
+    let replica = if primary == "st-1" { "st-2" } else { "st-1" };
+    let gauge = |v: u8| {
+        format!(
+            "pgfleet_replica_streaming{{cluster=\"pg-a\",namespace=\"{NS}\",name=\"st\",instance=\"{replica}\"}} {v}"
+        )
+    };
+    let cond = |st: &pgfleet::crd::PostgresClusterStatus| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == "ReplicasStreaming")
+            .map(|c| (c.status.clone(), c.message.clone()))
+    };
+    e.wait(
+        "the replica reported streaming",
+        Duration::from_secs(120),
+        || async {
+            cond(&e.status("st").await).is_some_and(|(s, _)| s == "True")
+                && pgfleet::metrics::encode().contains(&gauge(1))
+        },
+    )
+    .await;
+    let ip = e
+        .pods()
+        .get(replica)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .pod_ip
+        .unwrap();
+    let c = connect(&ip, 5432, &pw).await.unwrap();
+    c.batch_execute("ALTER SYSTEM SET primary_conninfo = ''")
+        .await
+        .unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    e.wait(
+        "ReplicasStreaming=False naming the replica",
+        Duration::from_secs(180),
+        || async {
+            cond(&e.status("st").await).is_some_and(|(s, m)| s == "False" && m.contains(replica))
+        },
+    )
+    .await;
+    assert!(
+        pgfleet::metrics::encode().contains(&gauge(0)),
+        "{}",
+        pgfleet::metrics::encode()
+    );
+    let evs = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(e.client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        evs.items
+            .iter()
+            .any(|ev| ev.reason.as_deref() == Some("ReplicaNotStreaming")
+                && ev.type_.as_deref() == Some("Warning")
+                && ev.note.as_deref().is_some_and(|n| n.contains(replica))),
+        "no ReplicaNotStreaming Warning Event"
+    );
+    c.batch_execute("ALTER SYSTEM RESET primary_conninfo")
+        .await
+        .unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    e.wait(
+        "ReplicasStreaming=True again",
+        Duration::from_secs(180),
+        || async {
+            cond(&e.status("st").await).is_some_and(|(s, _)| s == "True")
+                && pgfleet::metrics::encode().contains(&gauge(1))
+        },
+    )
+    .await;
 }

@@ -3,6 +3,7 @@
 //! mean little; none of them asserts a time.
 
 pub mod backup;
+pub mod chaos;
 pub mod emulator;
 pub mod failover;
 pub mod fleet;
@@ -20,6 +21,8 @@ pub enum BenchCommand {
     Rollout(rollout::Args),
     /// Backup throughput against bare pgBackRest, and scheduled start spread.
     Backup(backup::Args),
+    /// Randomized faults under checked workloads (real PostgreSQL); a markdown report.
+    Chaos(chaos::Args),
 }
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -29,5 +32,6 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Failover(a) => failover::run(a).await,
         BenchCommand::Rollout(a) => rollout::run(a).await,
         BenchCommand::Backup(a) => backup::run(a).await,
+        BenchCommand::Chaos(a) => chaos::run(a).await,
     }
 }

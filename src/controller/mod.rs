@@ -32,6 +32,7 @@ pub mod restore_source;
 pub mod retry;
 pub mod rolling_update;
 mod secrets;
+mod streaming;
 pub mod switchover;
 pub mod validate;
 
@@ -83,6 +84,8 @@ pub struct Ctx {
     pub images: Arc<crate::config::images::Images>,
     /// Consecutive failures per PostgresCluster, for the retry policy.
     pub failures: retry::Failures,
+    /// Replicas seen without a streaming WAL receiver (`streaming`).
+    pub streaming: streaming::Watch,
 }
 
 /// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
@@ -180,6 +183,7 @@ pub fn start(
         restore_policy,
         images,
         failures: retry::Failures::default(),
+        streaming: streaming::Watch::default(),
     });
     let tasks = Arc::new(Tasks::default());
     let mut senders = vec![];

@@ -173,6 +173,9 @@ pub struct StatusInput<'a> {
     pub now: String,
     /// A rolling update in progress (it shows as phase `Updating`).
     pub rolling: Option<RollingUpdateStatus>,
+    /// The `ReplicasStreaming` condition (status, reason, message) when the
+    /// replicas were sampled (`controller::streaming`); None: no replicas.
+    pub streaming: Option<(bool, &'static str, String)>,
 }
 
 /// Phase, conditions and instance list. Conditions keep their transition
@@ -355,6 +358,9 @@ fn conditions(
     ];
     conditions.extend(backup_condition(&c, prev));
     conditions.extend(archive_condition(&c, prev));
+    if let Some((ok, reason, msg)) = &inp.streaming {
+        conditions.push(cond("ReplicasStreaming", *ok, reason, msg.clone()));
+    }
     if let Some(f) = inp.rolling.as_ref().and_then(|r| r.failure.clone()) {
         conditions.push(cond("UpdateFailed", true, "InstanceNotStarting", f));
     }

@@ -82,6 +82,7 @@ fn status_reports_health_and_keeps_transition_times() {
         pending_restart: vec![],
         previous: None,
         rolling: None,
+        streaming: None,
         now: "t1".into(),
     };
     let s = status(&inp, &obs);
@@ -93,6 +94,7 @@ fn status_reports_health_and_keeps_transition_times() {
         &StatusInput {
             previous: Some(&s),
             rolling: None,
+            streaming: None,
             now: "t2".into(),
             ..inp
         },
@@ -125,6 +127,7 @@ fn status_is_degraded_when_an_instance_is_not_ready() {
         pending_restart: vec!["max_connections".into()],
         previous: Some(&prev),
         rolling: None,
+        streaming: None,
         now: "t".into(),
     };
     let s = status(&inp, &obs);
@@ -158,4 +161,47 @@ fn a_replica_without_its_volume_is_rebuilt_but_never_the_primary() {
     let p = plan_instances("pg", 3, Some("pg-1"), &obs);
     assert_eq!(p.create, vec![(3, "clone")]);
     assert!(p.rebuild.is_empty());
+}
+
+#[test]
+fn a_replica_not_streaming_shows_as_a_condition_naming_it() {
+    let obs = observed(
+        &[("pg-1", "primary", true), ("pg-2", "replica", true)],
+        &["pg-1", "pg-2"],
+    );
+    let inp = StatusInput {
+        cluster: "pg",
+        size: 2,
+        version: "15.20",
+        generation: Some(1),
+        primary: Some("pg-1".into()),
+        invalid: None,
+        pending_restart: vec![],
+        previous: None,
+        rolling: None,
+        streaming: Some((false, "NotStreaming", "not streaming: pg-2".into())),
+        now: "t".into(),
+    };
+    let s = status(&inp, &obs);
+    let c = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ReplicasStreaming")
+        .unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "NotStreaming")
+    );
+    assert!(c.message.contains("pg-2"));
+    // Streaming again: the condition turns True, and that is a change.
+    let again = status(
+        &StatusInput {
+            previous: Some(&s),
+            streaming: Some((true, "AllStreaming", String::new())),
+            now: "t2".into(),
+            ..inp
+        },
+        &obs,
+    );
+    assert!(status_changed(&s, &again));
 }

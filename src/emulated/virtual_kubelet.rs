@@ -204,6 +204,8 @@ impl VirtualRuntime {
             }
         } else {
             let upstream = Self::primary_of(&data, &inst.cluster, &key);
+            // Streaming while there is a primary to stream from.
+            let wal_receiver = upstream.as_ref().map(|_| "streaming".to_string());
             let timeline = upstream
                 .as_ref()
                 .map(|p| p.timeline)
@@ -215,6 +217,7 @@ impl VirtualRuntime {
                 timeline: Some(timeline),
                 received_lsn: Some(l.clone()),
                 replayed_lsn: Some(l),
+                wal_receiver,
                 ..running
             }
         })

@@ -12,6 +12,7 @@
 pub mod ops;
 pub mod pgc;
 pub mod reconcile;
+pub mod replicas;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -72,6 +73,7 @@ pub struct Metrics {
     pub rollout_pgcs: Family<RolloutStageLabel, Gauge>,
     pub rollout_state: Family<RolloutStateLabel, Gauge>,
     pub pgcs: std::sync::Arc<pgc::Store>,
+    pub replicas: std::sync::Arc<replicas::Store>,
 }
 
 /// Reconcile latencies: 5 ms … ~40 s.
@@ -100,6 +102,7 @@ impl Metrics {
             rollout_pgcs: Family::default(),
             rollout_state: Family::default(),
             pgcs: std::sync::Arc::default(),
+            replicas: std::sync::Arc::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -159,6 +162,7 @@ impl Metrics {
             m.rollout_state.clone(),
         );
         r.register_collector(Box::new(m.pgcs.clone()));
+        r.register_collector(Box::new(m.replicas.clone()));
         Metrics { registry, ..m }
     }
 }

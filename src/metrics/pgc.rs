@@ -186,4 +186,5 @@ pub fn observe<'a>(seen: impl IntoIterator<Item = (&'a str, &'a PostgresCluster)
 /// Drops every series of a deleted PostgresCluster.
 pub fn forget_postgrescluster(cluster: &str, namespace: &str, name: &str) {
     super::get().pgcs.remove(cluster, namespace, name);
+    super::get().replicas.set(cluster, namespace, name, &[]);
 }

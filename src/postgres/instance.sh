@@ -321,6 +321,7 @@ cmd_status() {
       'currentLsn', CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END,
       'receivedLsn', pg_last_wal_receive_lsn()::text,
       'replayedLsn', pg_last_wal_replay_lsn()::text,
+      'walReceiver', (SELECT status FROM pg_stat_wal_receiver),
       'version', current_setting('server_version'),
       'pendingRestart', EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart),
       'archive', (SELECT json_build_object(

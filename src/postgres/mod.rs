@@ -47,9 +47,18 @@ pub struct InstanceReport {
     pub pending_restart: bool,
     #[serde(default)]
     pub fenced: bool,
+    /// A standby's WAL receiver status (`pg_stat_wal_receiver.status`:
+    /// `streaming`, `waiting`, …); None when it has none (not connected).
+    #[serde(default)]
+    pub wal_receiver: Option<String>,
 }
 
 impl InstanceReport {
+    /// A replica whose WAL receiver streams from the primary.
+    pub fn streaming(&self) -> bool {
+        self.role == "replica" && self.wal_receiver.as_deref() == Some("streaming")
+    }
+
     pub fn parse(line: &str) -> Result<Self, String> {
         serde_json::from_str(line.trim())
             .map_err(|e| format!("pgfleet-instance status printed something unexpected: {e}"))
@@ -173,6 +182,10 @@ pub fn effective_parameters(
         ("max_connections", "100"),
         ("shared_buffers", "128MB"),
         ("hot_standby_feedback", "on"),
+        // A standby whose WAL receiver failed to connect (no primary behind
+        // -rw for a moment, as in every switchover) tries again after this;
+        // the default 5 s keeps a demoted primary from streaming for 5 s.
+        ("wal_retrieve_retry_interval", "1s"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -69,12 +69,20 @@ pub async fn finish(
         pending.clear();
     }
     let prev = seen.prev.as_ref();
+    let streaming = crate::controller::streaming::check(pg, ctx, &seen.obs).await;
     let mut inp = status_input(pg, d.primary.clone(), None, pending, prev, &seen.now);
     inp.rolling = update.status;
+    inp.streaming = streaming.as_ref().map(|s| s.verdict.condition());
     let st = plan::status(&inp, &seen.obs);
     let healthy = st.phase == Some(Phase::Healthy);
     write_status(ctx, pg, prev, st).await?;
-    if let Some(d) = within.into_iter().chain(update.requeue).min() {
+    let recheck = streaming.and_then(|s| s.requeue);
+    if let Some(d) = within
+        .into_iter()
+        .chain(update.requeue)
+        .chain(recheck)
+        .min()
+    {
         return Ok(Action::requeue(d));
     }
     Ok(if healthy {
@@ -103,6 +111,7 @@ fn status_input<'a>(
         previous,
         now: now.to_string(),
         rolling: None,
+        streaming: None,
     }
 }
 

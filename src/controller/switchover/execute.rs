@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 const EXEC_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the target may take to receive the old primary's last WAL.
 const CATCH_UP: Duration = Duration::from_secs(30);
+/// How long a switchover waits, before touching anything, for the target's
+/// WAL receiver to be streaming (see [`streaming`]).
+const STREAMING: Duration = Duration::from_secs(30);
 
 fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
@@ -149,6 +152,21 @@ pub async fn resume(
         .pods
         .get(old)
         .is_some_and(|p| p.role == Some(Role::Primary));
+    if old_is_primary && !streaming(ctx, &ns, target).await {
+        // Nothing was demoted or paused yet: the old primary simply stays.
+        status_patch(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await?;
+        publish(
+            ctx,
+            pg,
+            EventType::Warning,
+            "SwitchoverAborted",
+            format!(
+                "{target} was not streaming from {old} within {STREAMING:?}; {old} stays primary"
+            ),
+        )
+        .await;
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     if old_is_primary {
         // Before pausing: the shutdown checkpoint then has little left to
         // write, which shortens the stall clients see.
@@ -205,6 +223,31 @@ async fn demote(ctx: &Ctx, ns: &str, old: &str) -> Result<Option<u64>, Error> {
             .ok()
             .and_then(|d| d.lsn.as_deref().and_then(parse_lsn)),
     )
+}
+
+/// Whether the target's WAL receiver streams from the old primary, waiting
+/// up to [`STREAMING`]. A target that is not streaming when the old primary
+/// is demoted can never receive its last WAL: the demoted primary leaves
+/// `-rw` (the only address a standby streams from) and no other primary
+/// is there until the target is promoted, so the WAL receiver's every retry
+/// finds `-rw` without an endpoint, and the switchover can only abort after
+/// [`CATCH_UP`]. Right after a previous switchover the demoted primary is
+/// Ready (it accepts read-only connections) but still waiting out
+/// `wal_retrieve_retry_interval` after failing to connect while `-rw` had
+/// no endpoint: that is the case this wait covers (issue 20).
+async fn streaming(ctx: &Ctx, ns: &str, target: &str) -> bool {
+    let deadline = Instant::now() + STREAMING;
+    loop {
+        let r = report(ctx, ns, target).await;
+        if r.as_ref().is_some_and(|r| r.streaming()) {
+            return true;
+        }
+        if Instant::now() > deadline {
+            tracing::warn!(%target, report = ?r, "switchover target is not streaming");
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Whether the target received past `lsn` (the old primary's shutdown

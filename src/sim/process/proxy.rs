@@ -4,6 +4,8 @@
 //! splicing bytes with tokio. It follows changes: when a Pod stops being
 //! selected or ready (or is partitioned), open connections to it are closed,
 //! so clients reconnect and land on the new backend, as after a failover.
+//! A Service without a ready backend does not listen: connects are refused,
+//! as with kube-proxy's REJECT rule.
 
 use super::endpoints;
 use super::probes::PortRef;
@@ -240,38 +242,66 @@ impl SvcRun {
     }
 }
 
-/// Accepts on `ip:port` (retrying the bind while the address is taken) and
-/// hands each connection to [`forward`].
+/// Accepts on `ip:port` while the Service has a ready backend and hands each
+/// connection to [`forward`]. Without one nothing listens, so a connect is
+/// refused, as kube-proxy's REJECT rule for a Service without endpoints does
+/// (accepting and closing instead would tell a client such as a WAL
+/// receiver "server closed the connection unexpectedly", an error a real
+/// cluster never gives there).
 async fn listen(
     ip: String,
     port: SvcPort,
-    backends: watch::Receiver<Backends>,
+    mut backends: watch::Receiver<Backends>,
     rr: Arc<AtomicUsize>,
 ) {
+    loop {
+        while backends.borrow_and_update().is_empty() {
+            if backends.changed().await.is_err() {
+                return;
+            }
+        }
+        let listener = bind(&ip, port.port).await;
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let Ok((sock, _)) = accepted else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
+                    tokio::spawn(forward(
+                        sock,
+                        port.target.clone(),
+                        backends.clone(),
+                        rr.clone(),
+                    ));
+                }
+                changed = backends.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if backends.borrow().is_empty() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Binds `ip:port`, retrying while the address is taken.
+async fn bind(ip: &str, port: u16) -> TcpListener {
     let mut warned = false;
-    let listener = loop {
-        match TcpListener::bind((ip.as_str(), port.port)).await {
-            Ok(l) => break l,
+    loop {
+        match TcpListener::bind((ip, port)).await {
+            Ok(l) => return l,
             Err(e) => {
                 if !warned {
-                    tracing::warn!(%ip, port = port.port, error = %e, "service proxy cannot listen yet; retrying");
+                    tracing::warn!(%ip, port, error = %e, "service proxy cannot listen yet; retrying");
                     warned = true;
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
-    };
-    loop {
-        let Ok((sock, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        tokio::spawn(forward(
-            sock,
-            port.target.clone(),
-            backends.clone(),
-            rr.clone(),
-        ));
     }
 }
 
@@ -285,6 +315,8 @@ async fn forward(
 ) {
     let list = rx.borrow_and_update().clone();
     if list.is_empty() {
+        // The last backend left while this connection was being accepted
+        // (a race the listener closes right after).
         return;
     }
     let start = rr.fetch_add(1, Ordering::Relaxed);
@@ -318,5 +350,61 @@ async fn forward(
     tokio::select! {
         _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
         _ = left => {}
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// Connects until the outcome is a connection (`ok`) or a refusal (a
+    /// reset from a listener closing meanwhile is neither).
+    async fn connect_until(port: u16, ok: bool) -> std::io::Result<TcpStream> {
+        for _ in 0..200 {
+            let r = TcpStream::connect(("127.0.0.1", port)).await;
+            let refused = matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused);
+            if (ok && r.is_ok()) || (!ok && refused) {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        TcpStream::connect(("127.0.0.1", port)).await
+    }
+
+    #[tokio::test]
+    async fn a_service_without_backends_refuses_connections_and_listens_once_one_is_ready() {
+        let (svc_port, pod_port) = (free_port(), free_port());
+        let backend = TcpListener::bind(("127.0.0.1", pod_port)).await.unwrap();
+        let port = SvcPort {
+            name: "pg".into(),
+            port: svc_port,
+            target: PortRef::Num(pod_port),
+        };
+        let run = SvcRun::start("u", "127.0.0.1", vec![port], vec![]);
+        let e = connect_until(svc_port, false).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+        let b = Backend {
+            pod: "ns/p".into(),
+            uid: "p-1".into(),
+            ip: "127.0.0.1".into(),
+            ports: HashMap::new(),
+        };
+        run.backends.send_replace(Arc::new(vec![b]));
+        let _client = connect_until(svc_port, true).await.unwrap();
+        let accepted = tokio::time::timeout(Duration::from_secs(10), backend.accept()).await;
+        assert!(matches!(accepted, Ok(Ok(_))), "forwarded to the backend");
+        // The last backend leaves: refused again.
+        run.backends.send_replace(Arc::new(vec![]));
+        let e = connect_until(svc_port, false).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
     }
 }

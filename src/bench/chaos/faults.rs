@@ -1,0 +1,151 @@
+//! Carrying out one round of the schedule on the process runtime: inject
+//! each fault at its offset, heal at the end of the round, wait for every
+//! cluster to be Healthy again (recording how long that took), and read a
+//! cluster's final state for the checker.
+
+use super::checker::Final;
+use super::schedule::{Fault, FaultKind, ROUND};
+use super::workload::{ACCOUNTS, START_BALANCE, Target};
+use super::{CLUSTERS, RECOVERY};
+use crate::testkit::pg;
+use crate::testkit::process::ProcessEnv;
+use kube::api::{ListParams, Patch, PatchParams};
+use std::time::{Duration, Instant};
+
+/// One line of the fault timeline.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub at_ms: u64,
+    pub round: u32,
+    pub what: String,
+}
+
+/// What a round did and how the clusters came back.
+pub struct RoundOut {
+    pub timeline: Vec<Event>,
+    /// (fault kind, ms from healing to every cluster Healthy).
+    pub recoveries: Vec<(FaultKind, u64)>,
+    /// Clusters not Healthy within [`RECOVERY`] (round, cluster, last status).
+    pub unrecovered: Vec<(u32, String, String)>,
+}
+
+pub async fn round(env: &ProcessEnv, faults: &[Fault], t0: Instant) -> RoundOut {
+    let start = Instant::now();
+    let mut out = RoundOut {
+        timeline: vec![],
+        recoveries: vec![],
+        unrecovered: vec![],
+    };
+    let round = faults.first().map(|f| f.round).unwrap_or(0);
+    let mut frozen: Vec<String> = vec![];
+    for f in faults {
+        if let Some(wait) = f.at.checked_sub(start.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        let (cluster, _, _) = CLUSTERS[f.cluster % CLUSTERS.len()];
+        let what = match inject(env, cluster, f.kind, &mut frozen).await {
+            Ok(w) => w,
+            Err(e) => format!("{} on {cluster} not injected: {e:#}", f.kind),
+        };
+        out.timeline.push(Event {
+            at_ms: t0.elapsed().as_millis() as u64,
+            round,
+            what,
+        });
+    }
+    if let Some(wait) = ROUND.checked_sub(start.elapsed()) {
+        tokio::time::sleep(wait).await;
+    }
+    if let Ok(rt) = env.runtime() {
+        for pod in &frozen {
+            let _ = rt.thaw(&env.ns, pod);
+        }
+    }
+    let healed = Instant::now();
+    out.timeline.push(Event {
+        at_ms: t0.elapsed().as_millis() as u64,
+        round,
+        what: "healed".into(),
+    });
+    for (name, _, size) in CLUSTERS {
+        if let Err(e) = env.wait_healthy(name, size as i32, true, RECOVERY).await {
+            out.unrecovered
+                .push((round, name.to_string(), format!("{e}")));
+        }
+    }
+    let took = healed.elapsed().as_millis() as u64;
+    out.recoveries = faults.iter().map(|f| (f.kind, took)).collect();
+    out
+}
+
+/// Injects one fault into `cluster`; returns the timeline line.
+async fn inject(
+    env: &ProcessEnv,
+    cluster: &str,
+    kind: FaultKind,
+    frozen: &mut Vec<String>,
+) -> anyhow::Result<String> {
+    let primary = env
+        .status(cluster)
+        .await?
+        .current_primary
+        .ok_or_else(|| anyhow::anyhow!("{cluster} has no primary"))?;
+    match kind {
+        FaultKind::KillPrimary => {
+            env.force_delete_pod(&primary).await?;
+            Ok(format!("{kind}: {primary}"))
+        }
+        FaultKind::KillReplica => {
+            let lp = ListParams::default().labels(&format!(
+                "pgfleet.io/cluster={cluster},pgfleet.io/kind=instance,pgfleet.io/role=replica"
+            ));
+            let pods = env.pods().list(&lp).await?;
+            let victim = pods
+                .items
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .find(|n| *n != primary)
+                .ok_or_else(|| anyhow::anyhow!("{cluster} has no replica"))?;
+            env.force_delete_pod(&victim).await?;
+            Ok(format!("{kind}: {victim}"))
+        }
+        FaultKind::FreezePrimary => {
+            env.runtime()?.freeze(&env.ns, &primary)?;
+            frozen.push(primary.clone());
+            Ok(format!("{kind}: {primary}"))
+        }
+        FaultKind::Switchover => {
+            let req = serde_json::json!(
+                {"metadata": {"annotations": {"pgfleet.io/switchover-to": "auto"}}});
+            env.pgc()
+                .patch(cluster, &PatchParams::default(), &Patch::Merge(&req))
+                .await?;
+            Ok(format!("{kind} requested on {cluster} (primary {primary})"))
+        }
+    }
+}
+
+/// The final tables of a cluster, read through `-rw` once it is Healthy.
+pub async fn final_state(t: &Target) -> anyhow::Result<Final> {
+    let c = pg::connect(&t.host, t.port, &t.password, Duration::from_secs(10)).await?;
+    let ids = c
+        .query("SELECT id FROM chaos_ins", &[])
+        .await?
+        .iter()
+        .map(|r| r.get::<_, i64>(0))
+        .collect();
+    let balances = c
+        .query("SELECT balance FROM chaos_bank ORDER BY id", &[])
+        .await?
+        .iter()
+        .map(|r| r.get::<_, i64>(0))
+        .collect();
+    let synchronous = CLUSTERS.iter().any(|(n, sync, _)| *n == t.cluster && *sync);
+    Ok(Final {
+        cluster: t.cluster.clone(),
+        synchronous,
+        ids,
+        balances,
+        expected_total: i64::from(ACCOUNTS) * START_BALANCE,
+    })
+}

@@ -1,0 +1,112 @@
+//! The live prober: every [`EVERY`], for each cluster, asks every running
+//! instance `pg_is_in_recovery()` and notes which of the writable ones the
+//! `-rw` Service forwards to at that moment (the process runtime's proxy
+//! says). Two at once is the split brain the checker reports.
+
+use super::checker::Sample;
+use crate::testkit::pg;
+use crate::testkit::process::ProcessEnv;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const EVERY: Duration = Duration::from_millis(250);
+/// A frozen instance does not answer: it is not counted as writable.
+const ASK: Duration = Duration::from_millis(800);
+
+pub struct Prober {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Prober {
+    /// Starts sampling `clusters` (name, superuser password).
+    pub fn start(env: Arc<ProcessEnv>, clusters: Vec<(String, String)>, t0: Instant) -> Prober {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(vec![]));
+        let (s, out) = (stop.clone(), samples.clone());
+        let task = tokio::spawn(async move {
+            let mut sessions: HashMap<String, tokio_postgres::Client> = HashMap::new();
+            while !s.load(Ordering::Relaxed) {
+                for (cluster, pw) in &clusters {
+                    if let Some(sample) = probe(&env, cluster, pw, &mut sessions, t0).await
+                        && let Ok(mut o) = out.lock()
+                    {
+                        o.push(sample);
+                    }
+                }
+                tokio::time::sleep(EVERY).await;
+            }
+        });
+        Prober {
+            stop,
+            samples,
+            task,
+        }
+    }
+
+    pub async fn stop(self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        self.samples.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+/// One sample of one cluster (None when the pods could not be listed).
+async fn probe(
+    env: &ProcessEnv,
+    cluster: &str,
+    pw: &str,
+    sessions: &mut HashMap<String, tokio_postgres::Client>,
+    t0: Instant,
+) -> Option<Sample> {
+    let lp = ListParams::default().labels(&format!(
+        "pgfleet.io/cluster={cluster},pgfleet.io/kind=instance"
+    ));
+    let pods = env.pods().list(&lp).await.ok()?;
+    let runtime = env.runtime().ok()?;
+    let behind: Vec<String> = runtime.service_backends(&env.ns, &format!("{cluster}-rw"));
+    let at_ms = t0.elapsed().as_millis() as u64;
+    let mut writable = vec![];
+    for p in pods.items {
+        let (Some(name), Some(ip)) = (p.metadata.name.clone(), pod_ip(&p)) else {
+            continue;
+        };
+        let key = format!("{name}@{ip}");
+        if sessions.get(&key).is_none_or(|c| c.is_closed()) {
+            match pg::connect(&ip, 5432, pw, ASK).await {
+                Ok(c) => {
+                    sessions.insert(key.clone(), c);
+                }
+                Err(_) => continue,
+            }
+        }
+        let Some(c) = sessions.get(&key) else {
+            continue;
+        };
+        let ask = c.query_one("SELECT pg_is_in_recovery()", &[]);
+        match tokio::time::timeout(ASK, ask).await {
+            Ok(Ok(row)) => {
+                if !row.get::<_, bool>(0) && behind.contains(&format!("{}/{name}", env.ns)) {
+                    writable.push(name);
+                }
+            }
+            _ => {
+                sessions.remove(&key);
+            }
+        }
+    }
+    Some(Sample {
+        cluster: cluster.to_string(),
+        at_ms,
+        writable_behind_rw: writable,
+    })
+}
+
+fn pod_ip(p: &Pod) -> Option<String> {
+    p.status.as_ref()?.pod_ip.clone()
+}

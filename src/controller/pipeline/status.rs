@@ -71,7 +71,11 @@ pub async fn finish(
     let prev = seen.prev.as_ref();
     let mut inp = status_input(pg, d.primary.clone(), None, pending, prev, &seen.now);
     inp.rolling = update.status;
-    let st = plan::status(&inp, &seen.obs);
+    let mut st = plan::status(&inp, &seen.obs);
+    if let Some(b) = ctx.contract.of(&seen.ns, &seen.obs.pods) {
+        let before = prev.map(|p| p.conditions.as_slice()).unwrap_or_default();
+        crate::controller::blocked::carry(before, &mut st.conditions, &b, &seen.now);
+    }
     let healthy = st.phase == Some(Phase::Healthy);
     write_status(ctx, pg, prev, st).await?;
     if let Some(d) = within.into_iter().chain(update.requeue).min() {

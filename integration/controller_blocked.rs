@@ -35,6 +35,19 @@ async fn condition_true(f: &TestFleet, name: &str, type_: &str) -> String {
     .await
 }
 
+/// Waits for a Warning Event with `reason` whose note contains `text`;
+/// returns every Event about the cluster then.
+async fn named_event(f: &TestFleet, reason: &str, text: &str) -> Vec<(String, String)> {
+    let client = f.client(M);
+    eventually(&format!("an Event {reason} naming {text}"), || async {
+        let evs = events_about(&client, "shop", "orders").await;
+        evs.iter()
+            .any(|(r, n)| r == reason && n.contains(text))
+            .then_some(evs.clone())
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quota_refusal_is_named_on_the_cluster_and_clears_when_raised() {
     let f = TestFleet::start("blocked-quota", &[M]).await;
@@ -49,15 +62,10 @@ async fn a_quota_refusal_is_named_on_the_cluster_and_clears_when_raised() {
 
     let msg = condition_true(&f, "orders", "QuotaExceeded").await;
     assert!(
-        msg.contains("ResourceQuota tenant-pods refuses pods") && msg.contains("orders-1"),
+        msg.contains("ResourceQuota tenant-pods refuses pods") && msg.contains("Pod orders-2"),
         "{msg}"
     );
-    let evs = events_about(&f.client(M), "shop", "orders").await;
-    assert!(
-        evs.iter()
-            .any(|(r, n)| r == "QuotaExceeded" && n.contains("tenant-pods")),
-        "{evs:?}"
-    );
+    let evs = named_event(&f, "QuotaExceeded", "tenant-pods").await;
     assert!(
         !evs.iter().any(|(r, _)| r == "ReconcileForbidden"),
         "the named reason replaces the generic one: {evs:?}"
@@ -102,12 +110,7 @@ async fn an_image_without_the_instance_script_is_named_with_pod_and_exit_code() 
         msg.contains("pod orders-") && msg.contains("exited 127"),
         "{msg}"
     );
-    let evs = events_about(&f.client(M), "shop", "orders").await;
-    assert!(
-        evs.iter()
-            .any(|(r, n)| r == "InstanceContractMissing" && n.contains("exited 127")),
-        "{evs:?}"
-    );
+    named_event(&f, "InstanceContractMissing", "exited 127").await;
 
     sim.faults.set(FaultSpec::default());
     eventually("the condition to clear once the script answers", || async {

@@ -154,6 +154,31 @@ pub fn carry(prev: &[Condition], new: &mut Vec<Condition>, b: &Blocked, now: &st
     new.push(c);
 }
 
+/// Whether a blocking condition in `prev` is gone from `new` (it must then
+/// be removed explicitly: see [`replace_conditions`]).
+pub fn cleared(prev: &[Condition], new: &[Condition]) -> bool {
+    prev.iter().any(|c| {
+        [QUOTA_EXCEEDED, CONTRACT_MISSING].contains(&c.type_.as_str())
+            && !new.iter().any(|n| n.type_ == c.type_)
+    })
+}
+
+/// Writes `conditions` as the whole list (a merge patch replaces lists):
+/// the blocking condition was added by another write than the status
+/// step's server-side apply, and an apply that treats `conditions` as a
+/// list map keyed by `type` keeps items other writers own.
+pub async fn replace_conditions(ctx: &Ctx, pg: &PostgresCluster, conditions: &[Condition]) {
+    let (ns, name) = (pg.namespace().unwrap_or_default(), pg.name_any());
+    let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = json!({"status": {"conditions": conditions}});
+    if let Err(e) = api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        tracing::debug!(cluster = %name, error = %e, "clearing a blocked condition");
+    }
+}
+
 /// The condition and, when it is new or changed, the Warning Event. Best
 /// effort: a failure to say it is logged; the reconcile's own error is
 /// what the caller returns.

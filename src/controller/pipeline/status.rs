@@ -72,12 +72,20 @@ pub async fn finish(
     let mut inp = status_input(pg, d.primary.clone(), None, pending, prev, &seen.now);
     inp.rolling = update.status;
     let mut st = plan::status(&inp, &seen.obs);
+    let before = prev.map(|p| p.conditions.as_slice()).unwrap_or_default();
     if let Some(b) = ctx.contract.of(&seen.ns, &seen.obs.pods) {
-        let before = prev.map(|p| p.conditions.as_slice()).unwrap_or_default();
+        if !before.iter().any(|c| c.type_ == b.condition) {
+            event(ctx, pg, EventType::Warning, b.condition, b.message.clone()).await;
+        }
         crate::controller::blocked::carry(before, &mut st.conditions, &b, &seen.now);
     }
+    let cleared = crate::controller::blocked::cleared(before, &st.conditions);
     let healthy = st.phase == Some(Phase::Healthy);
+    let conditions = st.conditions.clone();
     write_status(ctx, pg, prev, st).await?;
+    if cleared {
+        crate::controller::blocked::replace_conditions(ctx, pg, &conditions).await;
+    }
     if let Some(d) = within.into_iter().chain(update.requeue).min() {
         return Ok(Action::requeue(d));
     }

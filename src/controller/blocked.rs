@@ -212,5 +212,6 @@ pub async fn surface(ctx: &Ctx, pg: &PostgresCluster, b: &Blocked) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 #[path = "blocked_tests.rs"]
 mod tests;

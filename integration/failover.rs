@@ -102,6 +102,7 @@ async fn killed_primary_fails_over_without_losing_acknowledged_writes() {
         (old.as_str(), new.as_str())
     );
     assert!(lf.detected_at.is_some() && lf.promoted_at.is_some() && lf.rewired_at.is_some());
+    failover_events_in_kubectl(&e, "ha", &old, &new).await;
     // The old primary comes back as a replica of the new timeline.
     e.wait(
         "old primary back as a ready replica",
@@ -114,6 +115,45 @@ async fn killed_primary_fails_over_without_losing_acknowledged_writes() {
     eprintln!(
         "acked {} rows, {failed} failed transactions during failover",
         acked.len()
+    );
+}
+
+/// `kubectl describe pgc` and `kubectl events --for` list the failover's
+/// Events (FailoverStarted, FailedOver) as on a real cluster.
+async fn failover_events_in_kubectl(e: &Env, cluster: &str, old: &str, new: &str) {
+    let kc = e.sim_cluster().kubeconfig.clone();
+    let kubectl = |args: Vec<String>| {
+        let out = std::process::Command::new("/usr/bin/kubectl")
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["-n", NS])
+            .args(&args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let started = format!("primary {old} lost; promoting {new}");
+    e.wait(
+        "failover Events in kubectl describe",
+        Duration::from_secs(60),
+        || async {
+            let d = kubectl(vec!["describe".into(), "pgc".into(), cluster.into()]);
+            let events = d.split("Events:").nth(1).unwrap_or_default().to_string();
+            events.contains("FailoverStarted")
+                && events.contains(&started)
+                && events.contains("FailedOver")
+                && events.contains(&format!("{new} promoted (was {old})"))
+        },
+    )
+    .await;
+    let listed = kubectl(vec![
+        "events".into(),
+        "--for".into(),
+        format!("pgc/{cluster}"),
+    ]);
+    assert!(
+        listed.contains("FailoverStarted") && listed.contains("FailedOver"),
+        "{listed}"
     );
 }
 

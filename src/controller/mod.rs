@@ -5,6 +5,7 @@
 //! and none waits for another. A kube-runtime Controller never reconciles one
 //! object twice at the same time, and an object lives in exactly one shard.
 
+pub mod blocked;
 pub mod build;
 mod config;
 pub mod error;
@@ -86,6 +87,8 @@ pub struct Ctx {
     pub failures: retry::Failures,
     /// Replicas seen without a streaming WAL receiver (`streaming`).
     pub streaming: streaming::Watch,
+    /// Instance pods that cannot run the instance script (`blocked`).
+    pub contract: instance::ContractFailures,
 }
 
 /// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
@@ -184,6 +187,7 @@ pub fn start(
         images,
         failures: retry::Failures::default(),
         streaming: streaming::Watch::default(),
+        contract: instance::ContractFailures::default(),
     });
     let tasks = Arc::new(Tasks::default());
     let mut senders = vec![];
@@ -267,7 +271,8 @@ fn spawn_shard(
 /// the metrics (`crate::metrics::reconcile` says what its queue depth is).
 /// A failure is counted under its category and, unless it is a routine
 /// conflict (retried at once), recorded as a Warning Event whose reason is
-/// the category.
+/// the category — or, for a failure a person must act on (`blocked`), as a
+/// condition and an Event naming it.
 async fn observed(
     pg: Arc<PostgresCluster>,
     ctx: Arc<Ctx>,
@@ -288,13 +293,26 @@ async fn observed(
     let category = result.as_ref().err().map(reconcile::Error::category);
     timer.finish(category.map(error::Category::label));
     match (&result, category) {
-        (Ok(_), _) => ctx.failures.succeeded(&retry::key(&pg)),
-        (Err(_), Some(error::Category::Conflict)) | (Err(_), None) => {}
-        (Err(e), Some(c)) => {
-            // An Event's note is at most 1 KiB on a real API server.
-            let note: String = e.to_string().chars().take(1000).collect();
-            reconcile::event(&ctx, &pg, EventType::Warning, c.reason(), note).await;
+        (Ok(_), _) => {
+            ctx.failures.succeeded(&retry::key(&pg));
+            // An instance whose script cannot run answers None to `report`;
+            // the round may still succeed, but the cluster must say so.
+            let pods = ctx.index.get(&ns, &name).pods;
+            if let Some(b) = ctx.contract.of(&ns, &pods) {
+                blocked::surface(&ctx, &pg, &b).await;
+            }
         }
+        (Err(_), Some(error::Category::Conflict)) | (Err(_), None) => {}
+        (Err(e), Some(c)) => match blocked::classify(e) {
+            // A quota or an image without the instance script: named, with
+            // a condition, instead of the generic category Event.
+            Some(b) => blocked::surface(&ctx, &pg, &b).await,
+            None => {
+                // An Event's note is at most 1 KiB on a real API server.
+                let note: String = e.to_string().chars().take(1000).collect();
+                reconcile::event(&ctx, &pg, EventType::Warning, c.reason(), note).await;
+            }
+        },
     }
     result
 }

@@ -400,6 +400,15 @@ impl VirtualRuntime {
                 Self::lock(&self.data).remove(&id);
             } else {
                 Self::bind_pvc(c, v);
+                if v.pointer("/metadata/deletionTimestamp").is_none() {
+                    let (ns, claim) = (
+                        str_at(v, "/metadata/namespace"),
+                        str_at(v, "/metadata/name"),
+                    );
+                    for p in pgfleet_sim::volume_wait::waiting_on(c, ns, claim) {
+                        self.on_event(c, &pods_key(), EventType::Modified, &p);
+                    }
+                }
             }
             return;
         }
@@ -440,6 +449,11 @@ impl VirtualRuntime {
                     this.on_event(&c, &pods_key(), EventType::Modified, &obj.value);
                 }
             });
+            return;
+        }
+        if starting && pgfleet_sim::volume_wait::blocked(c, v).is_some() {
+            // Held Pending by `settle_pod` until the claim is usable.
+            settle_pod(c, v, "virtual-node");
             return;
         }
         if starting {

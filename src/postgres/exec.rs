@@ -29,6 +29,9 @@ pub enum ExecError {
         pod: String,
         verb: String,
         message: String,
+        /// The command's exit code when the kubelet reported one (126/127:
+        /// the image cannot run it, see `controller::blocked`).
+        exit_code: Option<i32>,
     },
     #[error("{verb} in {pod} did not finish within {timeout:?}")]
     Timeout {
@@ -137,11 +140,13 @@ pub async fn run_command(
         };
         let failed = status.as_ref().and_then(|s| s.status.as_deref()) == Some("Failure");
         if failed {
+            let exit_code = status.as_ref().and_then(exit_code);
             let msg = status.and_then(|s| s.message).unwrap_or_default();
             return Err(ExecError::Verb {
                 pod: pod.to_string(),
                 verb: what.to_string(),
                 message: format!("{msg} {}", err.text().trim()).trim().to_string(),
+                exit_code,
             });
         }
         Ok(out.text())
@@ -153,6 +158,18 @@ pub async fn run_command(
             verb: what.to_string(),
             timeout,
         })?
+}
+
+/// The exit code a failed exec's Status carries (`details.causes` with
+/// reason `ExitCode`, as the kubelet reports it).
+fn exit_code(s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status) -> Option<i32> {
+    s.details
+        .as_ref()?
+        .causes
+        .as_ref()?
+        .iter()
+        .find(|c| c.reason.as_deref() == Some("ExitCode"))
+        .and_then(|c| c.message.as_deref()?.parse().ok())
 }
 
 #[cfg(test)]

@@ -197,25 +197,26 @@ impl Cluster {
         }
         self.check_namespace(rt, ns)?;
         let psa = self.pod_security_level(rt, ns);
-        let quota = super::quota::Admission::prepare(&self.store, rt, ns);
         let mut dry = None;
-        let out = self.store.mutate(&rt.key(), ns, &name, |cur| {
-            if cur.is_some() {
-                return Err(ApiError::already_exists(&rt.qualified(), &name));
-            }
-            let mut v = obj;
-            self.finish(rt, ns, &name, None, &mut v, Sub::Main, opts.strict)?;
-            if let Some(q) = &quota {
-                q.admit(&name, &mut v)?;
-            }
-            admit_pod(psa, &name, &v)?;
-            patch::record_update(None, &mut v, &opts.field_manager, &now_rfc3339());
-            if opts.dry_run {
-                dry = Some(v);
-                return Ok(Change::Keep);
-            }
-            Ok(Change::Put(v))
-        })?;
+        let out = self
+            .store
+            .mutate_viewing(&rt.key(), ns, &name, |cur, view| {
+                if cur.is_some() {
+                    return Err(ApiError::already_exists(&rt.qualified(), &name));
+                }
+                let mut v = obj;
+                self.finish(rt, ns, &name, None, &mut v, Sub::Main, opts.strict)?;
+                if let Some(q) = super::quota::Admission::prepare(view, rt, ns) {
+                    q.admit(&name, &mut v)?;
+                }
+                admit_pod(psa, &name, &v)?;
+                patch::record_update(None, &mut v, &opts.field_manager, &now_rfc3339());
+                if opts.dry_run {
+                    dry = Some(v);
+                    return Ok(Change::Keep);
+                }
+                Ok(Change::Put(v))
+            })?;
         self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
         dry.map(|v| {
             Arc::new(StoredObject {
@@ -246,9 +247,8 @@ impl Cluster {
             self.check_namespace(rt, ns)?;
         }
         let psa = self.pod_security_level(rt, ns);
-        let quota = super::quota::Admission::prepare(&self.store, rt, ns);
         let mut dry = None;
-        let out = self.store.mutate(&rt.key(), ns, name, |cur| {
+        let out = self.store.mutate_viewing(&rt.key(), ns, name, |cur, view| {
             let old = cur.map(|c| &c.value);
             if old.is_none() && !create_missing {
                 return Err(ApiError::not_found(&rt.qualified(), name));
@@ -279,7 +279,7 @@ impl Cluster {
                 .flatten();
             self.finish(rt, ns, name, old, &mut v, sub, opts.strict)?;
             if old.is_none() {
-                if let Some(q) = &quota {
+                if let Some(q) = super::quota::Admission::prepare(view, rt, ns) {
                     q.admit(name, &mut v)?;
                 }
                 admit_pod(psa, name, &v)?;

@@ -37,6 +37,10 @@ pub struct FaultSpec {
     /// PAUSE waiting on a long transaction, a wedged container. Every
     /// runtime.
     pub hanging_exec: Vec<String>,
+    /// `pods/exec` calls whose command line contains one of these exit 127
+    /// without running, as in an image that lacks that file (`sh: 0:
+    /// cannot open <it>: No such file`): a wrong image. Every runtime.
+    pub missing_exec: Vec<String>,
 }
 
 /// How long a `hanging_exec` session stays open after its command ran.

@@ -55,6 +55,10 @@ pub fn settle_pod(c: &Cluster, v: &Value, node: &str) {
     if str_at(v, "/status/phase") == "Running" {
         return;
     }
+    if let Some(why) = super::volume_wait::blocked(c, v) {
+        super::volume_wait::hold(c, v, &why);
+        return;
+    }
     let ip = c.ipam.pod_ip();
     let now = super::cluster::now_rfc3339();
     let statuses: Vec<Value> = v

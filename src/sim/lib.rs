@@ -37,6 +37,7 @@ pub mod server;
 pub mod store;
 pub mod table;
 pub mod tls;
+pub mod volume_wait;
 
 use anyhow::Context;
 use cluster::{Cluster, WriteOpts};

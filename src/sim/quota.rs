@@ -6,14 +6,16 @@
 //! namespace's objects. Tenants run pgfleet in namespaces with quotas; the
 //! emulator enforces them so pgfleet's handling of a refusal is tested.
 //!
-//! Usage is computed from the stored objects (read before the write lock is
-//! taken), which is what the real quota controller converges to.
+//! Usage is computed from the stored objects under the write lock of the
+//! create itself (`Store::mutate_viewing`), so concurrent creates are
+//! admitted one after the other and cannot both take the last slot — as
+//! kube-apiserver's quota admission serialises its usage updates.
 
 use super::error::ApiError;
 use super::limit_range;
 use super::quantity::{self, Milli};
 use super::resources::{ResKey, ResourceType};
-use super::store::{Change, Store, str_at};
+use super::store::{Change, Lister, Store, str_at};
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -137,9 +139,9 @@ fn hard_of(quota: &Value) -> Vec<(String, String)> {
 }
 
 /// Summed usage of one kind's objects in a namespace.
-fn used_by(store: &Store, k: &ResKey, ns: &str) -> BTreeMap<String, Milli> {
+fn used_by(store: &impl Lister, k: &ResKey, ns: &str) -> BTreeMap<String, Milli> {
     let mut total = BTreeMap::new();
-    for o in store.list(k, Some(ns), None).0 {
+    for o in store.list_in(k, ns) {
         for (r, v) in usage(k, &o.value) {
             *total.entry(r).or_insert(0) += v;
         }
@@ -147,7 +149,7 @@ fn used_by(store: &Store, k: &ResKey, ns: &str) -> BTreeMap<String, Milli> {
     total
 }
 
-/// What create admission needs, read before the store's write lock.
+/// What create admission needs, read under the store's write lock.
 pub struct Admission {
     kind: ResKey,
     quotas: Vec<Value>,
@@ -158,19 +160,18 @@ pub struct Admission {
 impl Admission {
     /// The namespace's quotas, the current usage of `rt`'s kind, and (for
     /// Pods) the LimitRanges. None when nothing constrains the write.
-    pub fn prepare(store: &Store, rt: &ResourceType, ns: &str) -> Option<Admission> {
+    pub fn prepare(store: &impl Lister, rt: &ResourceType, ns: &str) -> Option<Admission> {
         if !rt.namespaced || ns.is_empty() {
             return None;
         }
         let kind = rt.key();
         let quotas: Vec<Value> = store
-            .list(&res_key("", "resourcequotas"), Some(ns), None)
-            .0
+            .list_in(&res_key("", "resourcequotas"), ns)
             .iter()
             .map(|o| o.value.clone())
             .collect();
         let limit_ranges: Vec<Value> = if kind == res_key("", "pods") {
-            let lrs = store.list(&res_key("", "limitranges"), Some(ns), None).0;
+            let lrs = store.list_in(&res_key("", "limitranges"), ns);
             lrs.iter().map(|o| o.value.clone()).collect()
         } else {
             vec![]

@@ -101,6 +101,40 @@ struct Inner {
     dirty: bool,
 }
 
+/// Objects of one kind in one namespace: the store outside a write, or a
+/// [`View`] inside one.
+pub trait Lister {
+    fn list_in(&self, key: &ResKey, ns: &str) -> Vec<Arc<StoredObject>>;
+}
+
+/// Read access to the store from inside [`Store::mutate_viewing`] (the
+/// write lock is held, so a read through the store would deadlock).
+pub struct View<'a>(&'a Inner);
+
+impl Inner {
+    fn list_in(&self, key: &ResKey, ns: &str) -> Vec<Arc<StoredObject>> {
+        let Some(map) = self.objects.get(key) else {
+            return vec![];
+        };
+        map.range::<ObjName, _>((ns.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == ns)
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+}
+
+impl Lister for View<'_> {
+    fn list_in(&self, key: &ResKey, ns: &str) -> Vec<Arc<StoredObject>> {
+        self.0.list_in(key, ns)
+    }
+}
+
+impl Lister for Store {
+    fn list_in(&self, key: &ResKey, ns: &str) -> Vec<Arc<StoredObject>> {
+        self.read().list_in(key, ns)
+    }
+}
+
 pub struct Store {
     inner: RwLock<Inner>,
     tx: broadcast::Sender<Arc<WatchEvent>>,
@@ -201,10 +235,24 @@ impl Store {
         name: &str,
         f: impl FnOnce(Option<&Arc<StoredObject>>) -> Result<Change, E>,
     ) -> Result<Option<Outcome>, E> {
+        self.mutate_viewing(key, ns, name, |cur, _| f(cur))
+    }
+
+    /// [`Store::mutate`] whose closure also reads other objects under the
+    /// same write lock: admission that depends on what else exists (quota
+    /// usage) decides on exactly the state the write commits to, so two
+    /// concurrent creates cannot both take the last slot.
+    pub fn mutate_viewing<E>(
+        &self,
+        key: &ResKey,
+        ns: &str,
+        name: &str,
+        f: impl FnOnce(Option<&Arc<StoredObject>>, &View<'_>) -> Result<Change, E>,
+    ) -> Result<Option<Outcome>, E> {
         let mut inner = self.write();
         let id = (ns.to_string(), name.to_string());
         let current = inner.objects.get(key).and_then(|m| m.get(&id)).cloned();
-        let change = f(current.as_ref())?;
+        let change = f(current.as_ref(), &View(&inner))?;
         let (obj, kind) = match change {
             Change::Keep => return Ok(current.map(|obj| Outcome { obj, kind: None })),
             Change::Delete => {

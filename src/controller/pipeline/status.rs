@@ -73,9 +73,21 @@ pub async fn finish(
     let mut inp = status_input(pg, d.primary.clone(), None, pending, prev, &seen.now);
     inp.rolling = update.status;
     inp.streaming = streaming.as_ref().map(|s| s.verdict.condition());
-    let st = plan::status(&inp, &seen.obs);
+    let mut st = plan::status(&inp, &seen.obs);
+    let before = prev.map(|p| p.conditions.as_slice()).unwrap_or_default();
+    if let Some(b) = ctx.contract.of(&seen.ns, &seen.obs.pods) {
+        if !before.iter().any(|c| c.type_ == b.condition) {
+            event(ctx, pg, EventType::Warning, b.condition, b.message.clone()).await;
+        }
+        crate::controller::blocked::carry(before, &mut st.conditions, &b, &seen.now);
+    }
+    let cleared = crate::controller::blocked::cleared(before, &st.conditions);
     let healthy = st.phase == Some(Phase::Healthy);
+    let conditions = st.conditions.clone();
     write_status(ctx, pg, prev, st).await?;
+    if cleared {
+        crate::controller::blocked::replace_conditions(ctx, pg, &conditions).await;
+    }
     let recheck = streaming.and_then(|s| s.requeue);
     if let Some(d) = within
         .into_iter()

@@ -246,6 +246,10 @@ impl ProcessRuntime {
             }
         };
         pod::bind_to_node(c, v, NODE);
+        if let Some(why) = crate::volume_wait::blocked(c, v) {
+            crate::volume_wait::hold(c, v, &why);
+            return;
+        }
         let ip = match str_at(v, "/status/podIP") {
             "" => free_pod_ip(c, v),
             ip => {
@@ -275,6 +279,14 @@ impl ProcessRuntime {
             str_at(v, "/metadata/namespace"),
             str_at(v, "/metadata/name"),
         );
+        if kind != EventType::Deleted && v.pointer("/metadata/deletionTimestamp").is_none() {
+            // A claim usable again: Pods held for it start now.
+            for p in crate::volume_wait::waiting_on(c, ns, name) {
+                if self.pod(ns, str_at(&p, "/metadata/name")).is_none() {
+                    self.on_pod(c, EventType::Modified, &p);
+                }
+            }
+        }
         if kind == EventType::Deleted {
             let dir = self.dir().join("pvc").join(ns).join(name);
             let me = self.clone();

@@ -92,7 +92,14 @@ pub async fn exec(
     let injected = faults
         .failing_exec
         .into_iter()
-        .find(|f| line.contains(f.as_str()));
+        .find(|f| line.contains(f.as_str()))
+        .map(|f| (format!("injected failure (faults.failing_exec {f:?})\n"), 1));
+    let missing = faults
+        .missing_exec
+        .into_iter()
+        .find(|f| line.contains(f.as_str()))
+        .map(|f| (format!("sh: 0: cannot open {f}: No such file\n"), 127));
+    let injected = injected.or(missing);
     let hang = faults
         .hanging_exec
         .iter()
@@ -115,11 +122,10 @@ pub async fn exec(
     Ok(ws.on_upgrade(move |socket| async move {
         let v5 = socket.protocol().and_then(|p| p.to_str().ok()) == Some(PROTOCOLS[0]);
         session(socket, v5, want_stdin, move |stdin, stdout, stderr| {
-            if let Some(f) = injected {
+            if let Some((msg, code)) = injected {
                 return Box::pin(async move {
-                    let msg = format!("injected failure (faults.failing_exec {f:?})\n");
                     let _ = stderr.send(Bytes::from(msg)).await;
-                    ExecOutcome::Exited(1)
+                    ExecOutcome::Exited(code)
                 });
             }
             let hold = hang.then(|| stdout.clone());

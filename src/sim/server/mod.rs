@@ -12,6 +12,7 @@ mod freshness;
 mod metrics;
 mod portforward;
 mod protobuf;
+mod protobuf_kinds;
 mod query;
 mod rest;
 mod spdy;

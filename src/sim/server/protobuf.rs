@@ -4,7 +4,8 @@
 //! serviceaccount`. The body is a `k8s\0` magic, then a `runtime.Unknown`
 //! envelope (type meta, raw object bytes); the object is decoded with a small
 //! table of field numbers from `k8s.io/api`'s `generated.proto` into the JSON
-//! the store keeps. Other kinds are refused (the caller answers 415), and
+//! the store keeps (the workload, RBAC and quota tables are in
+//! `protobuf_kinds`). Other kinds are refused (the caller answers 415), and
 //! responses are always JSON, which client-go accepts.
 
 use base64::Engine;
@@ -12,10 +13,21 @@ use serde_json::{Map, Value, json};
 
 /// How one protobuf field maps to JSON.
 #[derive(Clone, Copy)]
-enum Ty {
+pub(super) enum Ty {
     Str,
+    /// A `*bool`: present means set, false included.
     Bool,
+    /// A plain `bool` (`omitempty` in JSON): gogo-protobuf always writes it,
+    /// so false means absent.
+    Flag,
+    /// A pointer integer (`*int32`, `*int64`): present means set.
     Int,
+    /// A plain integer (`omitempty` in JSON): zero means absent.
+    Num,
+    /// `intstr.IntOrString` (type = 1, intVal = 2, strVal = 3).
+    IntOrStr,
+    /// `map<string, resource.Quantity>` (a Quantity is `string = 1`).
+    MapQty,
     /// `metav1.Time` (seconds, nanos) as RFC 3339.
     Time,
     MapStr,
@@ -25,7 +37,7 @@ enum Ty {
     RepMsg(&'static Schema),
 }
 
-type Schema = [(u64, &'static str, Ty)];
+pub(super) type Schema = [(u64, &'static str, Ty)];
 
 const OWNER_REF: &Schema = &[
     (1, "kind", Ty::Str),
@@ -36,7 +48,7 @@ const OWNER_REF: &Schema = &[
     (7, "blockOwnerDeletion", Ty::Bool),
 ];
 
-const OBJECT_META: &Schema = &[
+pub(super) const OBJECT_META: &Schema = &[
     (1, "name", Ty::Str),
     (2, "generateName", Ty::Str),
     (3, "namespace", Ty::Str),
@@ -145,7 +157,7 @@ fn schema_for(api_version: &str, kind: &str) -> Option<&'static Schema> {
         ) => Some(ACCESS_REVIEW),
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => Some(RULES_REVIEW),
         ("authentication.k8s.io/v1", "SelfSubjectReview") => Some(SELF_SUBJECT_REVIEW),
-        _ => None,
+        _ => super::protobuf_kinds::schema_for(api_version, kind),
     }
 }
 
@@ -174,7 +186,7 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
     let api_version = tm["apiVersion"].as_str().unwrap_or_default().to_string();
     let kind = tm["kind"].as_str().unwrap_or_default().to_string();
     let schema = schema_for(&api_version, &kind).ok_or_else(|| {
-        format!("no protobuf decoder for {api_version} {kind} (only Namespace, ConfigMap, Secret and ServiceAccount); send JSON, e.g. with kubectl apply -f")
+        format!("no protobuf decoder for {api_version} {kind} (only the kinds kubectl create generates: Namespace, ConfigMap, Secret, ServiceAccount, Service, ResourceQuota, Deployment and RBAC roles and bindings); send JSON, e.g. with kubectl apply -f")
     })?;
     let mut obj = message(raw, schema)?;
     obj["apiVersion"] = json!(api_version);
@@ -201,12 +213,22 @@ fn message(b: &[u8], schema: &Schema) -> Result<Value, String> {
             Ty::Bool => {
                 out.insert(name.into(), json!(r.varint()? != 0));
             }
-            Ty::Int => {
-                // int64 fields are two's complement varints.
+            Ty::Flag => {
+                if r.varint()? != 0 {
+                    out.insert(name.into(), json!(true));
+                }
+            }
+            Ty::Int | Ty::Num => {
+                // int64 fields are two's complement varints; int32 ones are
+                // sign-extended to 64 bits, so the cast is right for both.
                 let n = r.varint()? as i64;
-                if n != 0 || name != "generation" {
+                let omit = matches!(ty, Ty::Num) || name == "generation";
+                if n != 0 || !omit {
                     out.insert(name.into(), json!(n));
                 }
+            }
+            Ty::IntOrStr => {
+                out.insert(name.into(), int_or_string(r.bytes()?)?);
             }
             Ty::Time => {
                 let t = time(r.bytes()?)?;
@@ -214,10 +236,11 @@ fn message(b: &[u8], schema: &Schema) -> Result<Value, String> {
                     out.insert(name.into(), json!(t));
                 }
             }
-            Ty::MapStr | Ty::MapBytes => {
+            Ty::MapStr | Ty::MapBytes | Ty::MapQty => {
                 let (k, v) = entry(r.bytes()?)?;
                 let v = match ty {
                     Ty::MapBytes => b64(&v),
+                    Ty::MapQty => quantity(&v)?,
                     _ => json!(string(&v)?),
                 };
                 let m = out.entry(name).or_insert_with(|| json!({}));
@@ -263,6 +286,34 @@ fn entry(b: &[u8]) -> Result<(String, Vec<u8>), String> {
         }
     }
     Ok((k, v))
+}
+
+/// `intstr.IntOrString` as JSON's number or string.
+fn int_or_string(b: &[u8]) -> Result<Value, String> {
+    let (mut kind, mut int, mut text) = (0u64, 0i64, String::new());
+    let mut r = Reader(b);
+    while let Some((field, wire)) = r.key()? {
+        match (field, wire) {
+            (1, 0) => kind = r.varint()?,
+            (2, 0) => int = r.varint()? as i64,
+            (3, 2) => text = string(r.bytes()?)?,
+            _ => r.skip(wire)?,
+        }
+    }
+    Ok(if kind == 1 { json!(text) } else { json!(int) })
+}
+
+/// `resource.Quantity` (its canonical string, field 1).
+fn quantity(b: &[u8]) -> Result<Value, String> {
+    let mut q = String::new();
+    let mut r = Reader(b);
+    while let Some((field, wire)) = r.key()? {
+        match (field, wire) {
+            (1, 2) => q = string(r.bytes()?)?,
+            _ => r.skip(wire)?,
+        }
+    }
+    Ok(json!(q))
 }
 
 /// `metav1.Time`; the zero time (an empty message) is absent.
@@ -357,12 +408,12 @@ mod tests {
 
     #[test]
     fn refuses_kinds_without_a_table_and_garbage() {
-        // runtime.Unknown with TypeMeta apps/v1 Deployment and an empty raw.
+        // runtime.Unknown with TypeMeta apps/v1 DaemonSet and an empty raw.
         let mut body = b"k8s\x00".to_vec();
-        let tm = [&[0x0a, 7][..], b"apps/v1", &[0x12, 10], b"Deployment"].concat();
+        let tm = [&[0x0a, 7][..], b"apps/v1", &[0x12, 9], b"DaemonSet"].concat();
         body.extend([0x0a, tm.len() as u8]);
         body.extend(tm);
-        assert!(decode(&body).unwrap_err().contains("Deployment"));
+        assert!(decode(&body).unwrap_err().contains("DaemonSet"));
         assert!(decode(b"{}").is_err());
         assert!(decode(b"k8s\x00\x0a\x05ab").is_err());
     }

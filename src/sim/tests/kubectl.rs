@@ -591,6 +591,6 @@ fn create_generators_for_namespaces_configmaps_secrets_and_serviceaccounts() {
     k.ok(&["create", "serviceaccount", "bot", "-n", "team-a"]);
     k.ok(&["get", "sa", "bot", "-n", "team-a"]);
     // Kinds without a protobuf decoder are refused with a message naming the way out.
-    let (_, err) = k.fails(&["create", "deployment", "d", "--image=x"]);
-    assert!(err.contains("Deployment") && err.contains("apply"), "{err}");
+    let (_, err) = k.fails(&["create", "job", "j", "--image=x"]);
+    assert!(err.contains("Job") && err.contains("apply"), "{err}");
 }

@@ -1,7 +1,9 @@
 //! The `kubernetes.io/pvc-protection` finalizer (issue 18 item 6): every new
 //! PersistentVolumeClaim carries it; an unused claim deleted goes at once; a
 //! claim deleted while a running pod mounts it stays `Terminating` (kubectl
-//! shows it so) until the pod is gone, then disappears. Over real HTTP with a
+//! shows it so) until the pod is gone, then disappears; a pod created on a
+//! Terminating claim is held Pending with a FailedMount Event, not started
+//! (the kubelet's volume manager). Over real HTTP with a
 //! kube client and kubectl, as against a real cluster.
 #![allow(clippy::unwrap_used)]
 
@@ -106,10 +108,47 @@ async fn a_claim_in_use_stays_terminating_until_its_pod_is_gone() {
     let err = api_err(pvcs.replace("data", &pp, &extra).await);
     assert_eq!(err.code, 422, "{err:?}");
 
-    // The pod goes: the controller releases the claim and it disappears.
-    pods.delete("db", &DeleteParams::default().grace_period(0))
-        .await
+    // A new pod on the Terminating claim is not started: Pending with
+    // ContainerCreating and a FailedMount Warning, as a real kubelet leaves it.
+    let mut late = pod_on("data");
+    late.metadata.name = Some("late".into());
+    pods.create(&pp, &late).await.unwrap();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(client.clone());
+    let note = eventually("a FailedMount event for pod late", || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find_map(|e| {
+                (e.reason.as_deref() == Some("FailedMount")
+                    && e.involved_object.name.as_deref() == Some("late"))
+                .then(|| e.message.unwrap_or_default())
+            })
+    })
+    .await;
+    assert!(
+        note.contains("can't start pod because PVC default/data is being deleted"),
+        "{note}"
+    );
+    let held = pods.get("late").await.unwrap();
+    let st = held.status.unwrap();
+    assert_eq!(st.phase.as_deref(), Some("Pending"));
+    let waiting = st.container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
         .unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
+
+    // The pods go: the controller releases the claim and it disappears.
+    for name in ["db", "late"] {
+        pods.delete(name, &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+    }
     gone(&pvcs, "data").await;
 
     // A claim never mounted is deleted at once through kubectl too.

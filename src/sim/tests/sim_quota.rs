@@ -238,3 +238,45 @@ async fn limit_range_defaults_and_bounds_containers() {
         "pods \"small\" is forbidden: minimum cpu usage per Container is 50m, but request is 10m"
     );
 }
+
+/// Usage is counted and admitted under the create's own write lock: many
+/// concurrent creates against the last slots are admitted exactly up to the
+/// quota, never past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creates_cannot_both_take_the_last_slot() {
+    let (_sim, client) = sim("quota-race").await;
+    create(
+        &client,
+        "ResourceQuota",
+        "resourcequotas",
+        json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "maps"},
+               "spec": {"hard": {"configmaps": "3"}}}),
+    )
+    .await
+    .unwrap();
+    let maps = api(&client, "ConfigMap", "configmaps");
+    for round in 0..5 {
+        let tries = (0..24).map(|i| {
+            let client = client.clone();
+            let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": format!("m{round}-{i}")}, "data": {"k": "v"}});
+            tokio::spawn(async move { create(&client, "ConfigMap", "configmaps", body).await })
+        });
+        let mut admitted = 0;
+        for r in futures::future::join_all(tries).await {
+            match r.unwrap() {
+                Ok(_) => admitted += 1,
+                refused => {
+                    let s = api_err(refused);
+                    assert_eq!(s.code, 403, "{}", s.message);
+                    assert!(s.message.contains("exceeded quota: maps"), "{}", s.message);
+                }
+            }
+        }
+        assert_eq!(admitted, 3, "round {round}: exactly the quota's three");
+        assert_eq!(maps.list(&Default::default()).await.unwrap().items.len(), 3);
+        maps.delete_collection(&DeleteParams::default(), &Default::default())
+            .await
+            .unwrap();
+    }
+}

@@ -258,6 +258,7 @@ async fn a_changed_kubeconfig_file_is_followed_by_the_controllers() {
         history: 10_000,
         admin: false,
         images: vec![],
+        nodes: Default::default(),
     })
     .await
     .unwrap();

@@ -42,6 +42,7 @@ fn sim_options(dir: &Path, runtime: RuntimeKind) -> SimOptions {
         history: 10_000,
         admin: false,
         images: pgfleet::emulated::images::rules(),
+        nodes: Default::default(),
     }
 }
 

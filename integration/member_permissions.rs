@@ -58,6 +58,7 @@ async fn a_missing_grant_is_reported_by_name_for_its_member() {
         history: 10_000,
         admin: false,
         images: Vec::new(),
+        nodes: Default::default(),
     })
     .await
     .unwrap();

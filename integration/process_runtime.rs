@@ -58,6 +58,7 @@ async fn sim_at(tag: &str, index: usize) -> (TestSim, Arc<ProcessRuntime>, kube:
         history: 10_000,
         admin: true,
         images: pgfleet::emulated::images::rules(),
+        nodes: Default::default(),
     };
     let sim = TestSim::start(opts).await;
     let c = &sim.sim.clusters[index];

@@ -31,6 +31,7 @@ fn sim_options(dir: &Path) -> SimOptions {
         history: 10_000,
         admin: false,
         images: Vec::new(),
+        nodes: Default::default(),
     }
 }
 

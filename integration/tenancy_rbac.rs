@@ -108,6 +108,7 @@ fn sim_options(dir: &Path) -> SimOptions {
         history: 10_000,
         admin: false,
         images: vec![],
+        nodes: Default::default(),
     }
 }
 

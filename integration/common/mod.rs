@@ -57,6 +57,7 @@ pub fn options(dir: &Path, persist: bool) -> SimOptions {
         history: 10_000,
         admin: true,
         images: pgfleet::emulated::images::rules(),
+        nodes: Default::default(),
     }
 }
 

@@ -24,6 +24,7 @@ pub async fn process_sim(tag: &str, index: usize) -> (TestSim, kube::Client, Pat
         history: 10_000,
         admin: true,
         images: pgfleet::emulated::images::rules(),
+        nodes: Default::default(),
     };
     let sim = TestSim::start(opts).await;
     let kubeconfig = sim.sim.clusters[index].kubeconfig.clone();

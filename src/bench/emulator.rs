@@ -335,6 +335,7 @@ async fn bench(args: &Args, dir: &std::path::Path) -> Result<()> {
         history: 200_000,
         admin: false,
         images: vec![],
+        nodes: Default::default(),
     };
     let sim = sim::start(&opts)
         .await

@@ -11,6 +11,7 @@
 pub mod admin;
 pub mod audit;
 pub mod cluster;
+pub mod disruption;
 pub mod error;
 pub mod events;
 pub mod exec_log;
@@ -21,6 +22,7 @@ pub mod ipam;
 pub mod kinds;
 pub mod limit_range;
 pub mod names;
+pub mod nodes;
 pub mod patch;
 pub mod persist;
 pub mod pod_security;
@@ -29,8 +31,10 @@ pub mod pvc_protection;
 pub mod quantity;
 pub mod quota;
 pub mod rbac;
+pub mod recorder;
 pub mod resources;
 pub mod runtime;
+pub mod scheduler;
 pub mod schema;
 pub mod selector;
 pub mod server;
@@ -109,6 +113,9 @@ pub struct SimOptions {
     /// (first match wins; pgfleet supplies its PostgreSQL and PgBouncer
     /// rules). Empty: every container must give its command.
     pub images: Vec<ImageRule>,
+    /// The nodes a fresh cluster gets (`pgfleet sim --nodes N --zones Z`);
+    /// one node, `sim-node`, by default.
+    pub nodes: nodes::NodeLayout,
 }
 
 impl SimOptions {
@@ -121,6 +128,7 @@ impl SimOptions {
             history: 100_000,
             admin: true,
             images: vec![],
+            nodes: nodes::NodeLayout::default(),
         }
     }
 }
@@ -200,7 +208,7 @@ async fn start_one(
     let (port, token) = match restored {
         Some(r) => (r.port, r.token),
         None => {
-            bootstrap(&cluster);
+            bootstrap(&cluster, &opts.nodes);
             (0, random_token())
         }
     };
@@ -215,9 +223,13 @@ async fn start_one(
         &kubeconfig,
         kubeconfig_yaml(name, addr, &token, &tls.ca_pem).as_bytes(),
     )?;
+    cluster.nodes.set_layout(opts.nodes.clone());
     if let Some(rt) = runtime_for(opts) {
         *cluster.runtime.write().unwrap_or_else(|e| e.into_inner()) = Some(rt.clone());
         rt.start(cluster.clone());
+        // Without a kubelet runtime pods are scheduled nowhere, as before.
+        scheduler::start(&cluster);
+        nodes::lifecycle::start(&cluster);
     }
     tokio::spawn(gc::run(Arc::downgrade(&cluster)));
     if opts.persist {
@@ -253,8 +265,8 @@ fn runtime_for(opts: &SimOptions) -> Option<Arc<dyn runtime::Runtime>> {
     }
 }
 
-/// The objects a fresh cluster has: the standard namespaces and one node.
-fn bootstrap(c: &Arc<Cluster>) {
+/// The objects a fresh cluster has: the standard namespaces and the nodes.
+fn bootstrap(c: &Arc<Cluster>, layout: &nodes::NodeLayout) {
     let opts = WriteOpts {
         field_manager: "kube-apiserver".into(),
         ..Default::default()
@@ -265,15 +277,8 @@ fn bootstrap(c: &Arc<Cluster>) {
             let _ = c.create(ns, "", json!({"metadata": {"name": n}}), &opts);
         }
     }
-    if let Some(node) = reg.get("", "v1", "nodes") {
-        let _ = c.create(
-            node,
-            "",
-            json!({"metadata": {"name": "sim-node", "labels": {"kubernetes.io/hostname": "sim-node"}},
-                "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
-            &opts,
-        );
-    }
+    drop(reg);
+    nodes::bootstrap(c, layout);
 }
 
 fn random_token() -> String {

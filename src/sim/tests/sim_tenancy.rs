@@ -323,6 +323,7 @@ async fn process_runtime_writes_secret_files_owner_only_under_restricted() {
         history: 1_000,
         admin: false,
         images: vec![],
+        nodes: Default::default(),
     };
     let sim = TestSim::start(opts).await;
     let client = client_from(&sim.sim.clusters[40].kubeconfig).await;

@@ -44,6 +44,7 @@ pub fn options(dir: &Path, persist: bool) -> SimOptions {
         history: 10_000,
         admin: true,
         images: vec![],
+        nodes: Default::default(),
     }
 }
 

@@ -152,18 +152,9 @@ fn in_domain<'a>(
         .filter(move |p| term.selects(p))
 }
 
+/// Upstream order: the pod's required affinity, its required
+/// anti-affinity, then existing pods' required anti-affinity against it.
 fn interpod_filter(pod: &Value, v: &NodeView, all: &[NodeView]) -> Option<String> {
-    // Existing pods whose required anti-affinity rejects this pod in their domain.
-    for o in all.iter().filter(|o| !o.pods.is_empty()) {
-        for existing in &o.pods {
-            let rejects = terms::pod_terms(existing, "podAntiAffinity", true)
-                .iter()
-                .any(|t| t.selects(pod) && same_domain(o.node, v.node, &t.topology_key));
-            if rejects {
-                return Some("node(s) didn't satisfy existing pods anti-affinity rules".into());
-            }
-        }
-    }
     let affinity = terms::pod_terms(pod, "podAffinity", true);
     if !affinity.is_empty() {
         let satisfied = affinity
@@ -183,6 +174,16 @@ fn interpod_filter(pod: &Value, v: &NodeView, all: &[NodeView]) -> Option<String
     let anti = terms::pod_terms(pod, "podAntiAffinity", true);
     if anti.iter().any(|t| in_domain(t, v, all).next().is_some()) {
         return Some("node(s) didn't match pod anti-affinity rules".into());
+    }
+    for o in all.iter().filter(|o| !o.pods.is_empty()) {
+        for existing in &o.pods {
+            let rejects = terms::pod_terms(existing, "podAntiAffinity", true)
+                .iter()
+                .any(|t| t.selects(pod) && same_domain(o.node, v.node, &t.topology_key));
+            if rejects {
+                return Some("node(s) didn't satisfy existing pods anti-affinity rules".into());
+            }
+        }
     }
     None
 }

@@ -163,8 +163,19 @@ fn spread_constraint_refuses_skew_and_missing_label() {
         .remove(HOSTNAME);
     let spec = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": HOSTNAME,
         "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "pg"}}}]});
-    let d = place(&pod("x", spec), &nodes, &[bound(pod("o", json!({})), "n2")]);
-    assert!(matches!(d, Decision::Unschedulable(m) if m.contains("(missing required label)")));
+    let others = [bound(pod("o", json!({})), "n2")];
+    // n1 lacks the key; n2 is the only domain, so its skew is fine.
+    assert_eq!(
+        place(&pod("x", spec.clone()), &nodes, &others),
+        Decision::Bind("n2".into())
+    );
+    nodes[1]["spec"]["unschedulable"] = json!(true);
+    let d = place(&pod("x", spec), &nodes, &others);
+    assert!(
+        matches!(&d, Decision::Unschedulable(m) if m.contains(
+        "1 node(s) didn't match pod topology spread constraints (missing required label)")),
+        "{d:?}"
+    );
 }
 
 #[test]

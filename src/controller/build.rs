@@ -319,6 +319,7 @@ pub fn pod(
     if let Some(env) = obj["spec"]["containers"][0]["env"].as_array_mut() {
         env.extend(extra_env.iter().cloned());
     }
+    super::placement::instance(&mut obj, o, pg);
     let h = template_hash(&obj, pg);
     obj["metadata"]["labels"][LABEL_ROLE] = json!(role);
     obj["metadata"]["annotations"] = json!({ANN_HASH: h, ANN_VERSION: pg.spec.version});
@@ -364,6 +365,10 @@ fn template_hash(pod: &Value, pg: &PostgresCluster) -> String {
         .collect();
     if !restart.is_empty() {
         basis["restart"] = json!(restart);
+    }
+    // Stated placement only: see controller/placement.rs (upgrade rule).
+    if let Some(p) = super::placement::hash_basis(pg) {
+        basis["placement"] = p;
     }
     content_hash(&basis)
 }

@@ -49,7 +49,13 @@ pub fn wanted(o: &Owner, pg: &PostgresCluster) -> Wanted {
     Wanted {
         config_map: Some(config_map(o, pg)),
         service: Some(service(o)),
-        pods: (1..=count).map(|n| pod(o, n)).collect(),
+        pods: (1..=count)
+            .map(|n| {
+                let mut p = pod(o, n);
+                super::placement::pooler(&mut p, o, pg);
+                p
+            })
+            .collect(),
         count,
     }
 }

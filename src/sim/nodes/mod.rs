@@ -223,7 +223,7 @@ impl NodeState {
 /// kills their processes; their objects stay); the node turns NotReady
 /// after [`NodeLayout::monitor_grace`]. Restarting brings its pods back.
 pub fn set_ready(c: &Arc<Cluster>, node: &str, ready: bool) -> Result<(), String> {
-    if ready == !c.nodes.is_down(node) {
+    if ready != c.nodes.is_down(node) {
         return Ok(());
     }
     if ready || c.store.get(&nodes_key(), "", node).is_some() {

@@ -167,7 +167,7 @@ fn interpod_filter(pod: &Value, v: &NodeView, all: &[NodeView]) -> Option<String
                 .all(|p| !t.selects(p))
         });
         let selects_itself = affinity.iter().all(|t| t.selects(pod));
-        if !satisfied && !(none_anywhere && selects_itself) {
+        if !(satisfied || (none_anywhere && selects_itself)) {
             return Some("node(s) didn't match pod affinity rules".into());
         }
     }

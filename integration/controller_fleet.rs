@@ -259,6 +259,7 @@ async fn a_changed_kubeconfig_file_is_followed_by_the_controllers() {
         admin: false,
         images: vec![],
         run_as: None,
+        nodes: Default::default(),
     })
     .await
     .unwrap();

@@ -43,6 +43,7 @@ fn sim_options(dir: &Path, runtime: RuntimeKind) -> SimOptions {
         admin: false,
         images: pgfleet::emulated::images::rules(),
         run_as: Some(pgfleet::emulated::RUN_AS.into()),
+        nodes: Default::default(),
     }
 }
 

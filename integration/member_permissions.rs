@@ -59,6 +59,7 @@ async fn a_missing_grant_is_reported_by_name_for_its_member() {
         admin: false,
         images: Vec::new(),
         run_as: None,
+        nodes: Default::default(),
     })
     .await
     .unwrap();

@@ -59,6 +59,7 @@ async fn sim_at(tag: &str, index: usize) -> (TestSim, Arc<ProcessRuntime>, kube:
         admin: true,
         images: pgfleet::emulated::images::rules(),
         run_as: Some(pgfleet::emulated::RUN_AS.into()),
+        nodes: Default::default(),
     };
     let sim = TestSim::start(opts).await;
     let c = &sim.sim.clusters[index];

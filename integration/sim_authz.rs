@@ -32,6 +32,7 @@ fn sim_options(dir: &Path) -> SimOptions {
         admin: false,
         images: Vec::new(),
         run_as: None,
+        nodes: Default::default(),
     }
 }
 

@@ -109,6 +109,7 @@ fn sim_options(dir: &Path) -> SimOptions {
         admin: false,
         images: vec![],
         run_as: None,
+        nodes: Default::default(),
     }
 }
 

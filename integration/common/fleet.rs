@@ -50,9 +50,19 @@ impl TestFleet {
     /// Starts a manager over fresh embedded clusters named `members` and
     /// waits until every member serves the PostgresCluster kind.
     pub async fn start(tag: &str, members: &[&str]) -> TestFleet {
+        Self::start_with(tag, members, "").await
+    }
+
+    /// Like [`TestFleet::start`], with `embedded_extra` added to
+    /// `[manager.embedded]` (e.g. `nodes = 3`).
+    pub async fn start_with(tag: &str, members: &[&str], embedded_extra: &str) -> TestFleet {
         init_tracing();
         let dir = temp_dir(tag);
-        let toml = settings_toml(&dir, members);
+        let toml = settings_toml(&dir, members).replacen(
+            "[manager.embedded]\n",
+            &format!("[manager.embedded]\n{embedded_extra}"),
+            1,
+        );
         let mgr = kit::start_manager(&toml, PATIENCE)
             .await
             .unwrap_or_else(|e| panic!("{e}"));

@@ -58,6 +58,7 @@ pub fn options(dir: &Path, persist: bool) -> SimOptions {
         admin: true,
         images: pgfleet::emulated::images::rules(),
         run_as: Some(pgfleet::emulated::RUN_AS.into()),
+        nodes: Default::default(),
     }
 }
 

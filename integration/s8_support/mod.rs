@@ -25,6 +25,7 @@ pub async fn process_sim(tag: &str, index: usize) -> (TestSim, kube::Client, Pat
         admin: true,
         images: pgfleet::emulated::images::rules(),
         run_as: Some(pgfleet::emulated::RUN_AS.into()),
+        nodes: Default::default(),
     };
     let sim = TestSim::start(opts).await;
     let kubeconfig = sim.sim.clusters[index].kubeconfig.clone();

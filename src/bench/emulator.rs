@@ -336,6 +336,7 @@ async fn bench(args: &Args, dir: &std::path::Path) -> Result<()> {
         admin: false,
         images: vec![],
         run_as: None,
+        nodes: Default::default(),
     };
     let sim = sim::start(&opts)
         .await

@@ -19,6 +19,14 @@ pub struct SimArgs {
     /// Do not persist state in DIR.
     #[arg(long)]
     pub ephemeral: bool,
+    /// Nodes per cluster (sim-node-1 … sim-node-N; one node is `sim-node`).
+    /// Applies to clusters created fresh, not to state kept in DIR.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: usize,
+    /// Zones the nodes are spread over round-robin (zone-a, zone-b, …),
+    /// as `topology.kubernetes.io/zone` labels.
+    #[arg(long, default_value_t = 1)]
+    pub zones: usize,
 }
 
 /// The runtime asked for, or the safest useful one: a runtime that cannot
@@ -50,6 +58,8 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     let mut opts = crate::emulated::sim_options(&args.dir, args.clusters);
     opts.runtime = runtime.kind();
     opts.persist = !args.ephemeral;
+    opts.nodes = pgfleet_sim::nodes::NodeLayout::new(args.nodes, args.zones)
+        .map_err(|e| anyhow::anyhow!("--nodes/--zones: {e}"))?;
     let sim = pgfleet_sim::start(&opts).await?;
     println!("runtime {runtime:?}");
     for c in &sim.clusters {

@@ -228,12 +228,18 @@ impl Manager {
 #[serde(default)]
 pub struct Embedded {
     pub runtime: Checked<EmbeddedRuntime>,
+    /// Nodes per embedded cluster (fresh clusters only), 1..=64.
+    pub nodes: usize,
+    /// Zones those nodes are spread over, 1..=nodes (at most 26).
+    pub zones: usize,
 }
 
 impl Default for Embedded {
     fn default() -> Self {
         Self {
             runtime: Checked::new("virtual"),
+            nodes: 1,
+            zones: 1,
         }
     }
 }

@@ -172,6 +172,9 @@ impl Checker {
         }
         self.api_edge(&base, m);
         self.checked(at(&at(&base, "embedded"), "runtime"), &m.embedded.runtime);
+        if let Err(e) = pgfleet_sim::nodes::NodeLayout::new(m.embedded.nodes, m.embedded.zones) {
+            self.err(at(&at(&base, "embedded"), "nodes"), e);
+        }
         self.leases(&base, m);
     }
 

@@ -90,18 +90,20 @@ pub fn pod(
         (ANN_HASH.to_string(), h),
         (ANN_VERSION.to_string(), pg.spec.version.clone()),
     ]));
+    let mut spec = PodSpec {
+        hostname: Some(name.clone()),
+        security_context: Some(pod_security_context(true)),
+        automount_service_account_token: Some(false),
+        termination_grace_period_seconds: Some(30),
+        enable_service_links: Some(false),
+        containers: vec![container],
+        volumes: Some(volumes(o, &name)),
+        ..PodSpec::default()
+    };
+    super::placement::instance(&mut spec, o, pg);
     Pod {
         metadata,
-        spec: Some(PodSpec {
-            hostname: Some(name.clone()),
-            security_context: Some(pod_security_context(true)),
-            automount_service_account_token: Some(false),
-            termination_grace_period_seconds: Some(30),
-            enable_service_links: Some(false),
-            containers: vec![container],
-            volumes: Some(volumes(o, &name)),
-            ..PodSpec::default()
-        }),
+        spec: Some(spec),
         ..Pod::default()
     }
 }
@@ -263,6 +265,10 @@ fn template_hash(container: &Container, pg: &PostgresCluster) -> String {
         .collect();
     if !restart.is_empty() {
         basis["restart"] = json!(restart);
+    }
+    // Stated placement only: see controller/placement.rs (upgrade rule).
+    if let Some(p) = super::placement::hash_basis(pg) {
+        basis["placement"] = p;
     }
     content_hash(&basis)
 }

@@ -23,6 +23,7 @@ pub mod names;
 #[cfg(test)]
 mod names_props;
 mod pipeline;
+pub mod placement;
 pub mod plan;
 pub mod pooler;
 pub mod reconcile;

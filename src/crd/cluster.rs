@@ -95,6 +95,19 @@ pub struct PostgresClusterSpec {
     /// primary is updated.
     #[serde(default)]
     pub primary_update_strategy: PrimaryUpdateStrategy,
+    // Placement (issue 14): see crd/placement.rs and docs/placement.md.
+    /// Where instances run: anti-affinity (on by default), node selection,
+    /// tolerations and extra pod (anti-)affinity. Absent: the defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<super::placement::AffinitySpec>,
+    /// Topology spread constraints for the instance pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub topology_spread_constraints: Vec<super::placement::TopologySpreadConstraint>,
+    /// The PriorityClass of the instance (and pooler) pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub priority_class_name: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, JsonSchema)]

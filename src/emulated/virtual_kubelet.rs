@@ -424,6 +424,11 @@ impl VirtualRuntime {
             Self::lock(&self.pods).remove(&pod_id);
             return;
         }
+        // The scheduler binds first; a node whose kubelet is down runs nothing.
+        let node = str_at(v, "/spec/nodeName");
+        if node.is_empty() || c.nodes.is_down(node) {
+            return;
+        }
         let image = str_at(v, "/spec/containers/0/image");
         if v.pointer("/metadata/deletionTimestamp").is_none()
             && c.faults.get().failing_images.iter().any(|i| i == image)
@@ -481,6 +486,29 @@ impl VirtualRuntime {
 }
 
 impl Runtime for VirtualRuntime {
+    /// A node's kubelet stopped: its instances stop (their WAL stops
+    /// advancing); when it comes back, its pods are looked at again.
+    fn node_changed(&self, c: &Arc<Cluster>, node: &str) {
+        let pods = pgfleet_sim::nodes::pods_on(c, node);
+        if c.nodes.is_down(node) {
+            let mut running = Self::lock(&self.pods);
+            for p in &pods {
+                running.remove(&format!(
+                    "{}/{}",
+                    str_at(p, "/metadata/namespace"),
+                    str_at(p, "/metadata/name")
+                ));
+            }
+            return;
+        }
+        for p in pods {
+            if p.pointer("/metadata/deletionTimestamp").is_none() {
+                self.start_instance(&p);
+            }
+            settle_pod(c, &p, node);
+        }
+    }
+
     fn start(self: Arc<Self>, cluster: Arc<Cluster>) {
         let weak = Arc::downgrade(&cluster);
         let (_, mut rx) = cluster.store.subscribe();

@@ -45,6 +45,9 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
             EmbeddedRuntime::Virtual => crate::emulated::virtual_runtime(),
             EmbeddedRuntime::Process => pgfleet_sim::RuntimeKind::Process,
         };
+        let e = &settings.manager.embedded;
+        opts.nodes = pgfleet_sim::nodes::NodeLayout::new(e.nodes, e.zones)
+            .map_err(|why| anyhow::anyhow!("[manager.embedded] nodes/zones: {why}"))?;
         Some(pgfleet_sim::start(&opts).await?)
     };
     let kubeconfigs: BTreeMap<String, std::path::PathBuf> = sim

@@ -11,6 +11,9 @@
 //! - `POST /clusters/{name}/pods/{namespace}/{pod}/{fault}` — with the process
 //!   runtime: `kill` (kill -9 every container, or `?container=NAME`),
 //!   `freeze`, `thaw`, `partition`, `heal`
+//! - `POST /clusters/{name}/nodes/{node}/{fault}` — `not-ready` (the node's
+//!   kubelet stops: its pods stop, the node turns NotReady and is tainted)
+//!   and `ready` (it comes back); see [`crate::nodes`]
 
 use super::SimCluster;
 use super::cluster::Cluster;
@@ -42,6 +45,7 @@ pub async fn serve(clusters: &[SimCluster]) -> anyhow::Result<SocketAddr> {
             "/clusters/{name}/pods/{namespace}/{pod}/{fault}",
             post(pod_fault),
         )
+        .route("/clusters/{name}/nodes/{node}/{fault}", post(node_fault))
         .with_state(map);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
@@ -173,4 +177,21 @@ async fn pod_fault(
     };
     res.map(|_| StatusCode::NO_CONTENT)
         .map_err(|e| (StatusCode::NOT_FOUND, format!("{e:#}")))
+}
+
+/// Node faults (every runtime); 404 for an unknown node or fault.
+async fn node_fault(
+    State(map): State<Clusters>,
+    Path((name, node, fault)): Path<(String, String, String)>,
+    h: HeaderMap,
+) -> Result<StatusCode, (StatusCode, String)> {
+    let c = authorized(&map, &name, &h).map_err(|s| (s, String::new()))?;
+    let ready = match fault.as_str() {
+        "not-ready" => false,
+        "ready" => true,
+        other => return Err((StatusCode::NOT_FOUND, format!("unknown node fault {other}"))),
+    };
+    super::nodes::set_ready(&c, &node, ready)
+        .map(|_| StatusCode::NO_CONTENT)
+        .map_err(|e| (StatusCode::NOT_FOUND, e))
 }

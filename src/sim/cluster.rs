@@ -59,6 +59,8 @@ pub struct Cluster {
     /// The CA that signs the server certificate; service-account token
     /// Secrets carry it as `ca.crt`, as on a real cluster.
     pub ca_pem: std::sync::OnceLock<String>,
+    /// Node state the API does not hold (kubelets that are down).
+    pub nodes: super::nodes::NodeState,
 }
 
 pub fn now_rfc3339() -> String {
@@ -91,6 +93,7 @@ impl Cluster {
             audit: Default::default(),
             execs: Default::default(),
             ca_pem: Default::default(),
+            nodes: Default::default(),
         })
     }
 

@@ -23,9 +23,15 @@ fn pods() -> ResKey {
     }
 }
 
-/// Marks a pod as scheduled, running and ready; deletes it when it is being
-/// deleted (termination is instant here).
-pub fn settle_pod(c: &Cluster, v: &Value, node: &str) {
+/// Marks a pod the scheduler bound as running and ready; deletes it when it
+/// is being deleted (termination is instant here). Pods not bound yet, or
+/// on a node whose kubelet is down, are left alone (`_node` is kept for
+/// callers; the scheduler picks the node now).
+pub fn settle_pod(c: &Cluster, v: &Value, _node: &str) {
+    let node = str_at(v, "/spec/nodeName");
+    if node.is_empty() || c.nodes.is_down(node) {
+        return;
+    }
     let Some(rt) = c.type_of(&pods()) else { return };
     let ns = str_at(v, "/metadata/namespace").to_string();
     let name = str_at(v, "/metadata/name").to_string();
@@ -45,21 +51,26 @@ pub fn settle_pod(c: &Cluster, v: &Value, node: &str) {
         field_manager: "kubelet".into(),
         ..Default::default()
     };
-    if str_at(v, "/spec/nodeName").is_empty() {
-        let _ = c.write(&rt, &ns, &name, Sub::Main, &opts, false, |cur| {
-            let mut v = cur.cloned().unwrap_or_default();
-            v["spec"]["nodeName"] = json!(node);
-            Ok(v)
+    // Running and Ready: nothing to report. (Ready=False on a Running pod
+    // is the node controller's mark while the kubelet was down.)
+    let ready = v
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| str_at(c, "/type") == "Ready" && str_at(c, "/status") == "True")
         });
-    }
-    if str_at(v, "/status/phase") == "Running" {
+    if str_at(v, "/status/phase") == "Running" && ready {
         return;
     }
     if let Some(why) = super::volume_wait::blocked(c, v) {
         super::volume_wait::hold(c, v, &why);
         return;
     }
-    let ip = c.ipam.pod_ip();
+    let ip = match str_at(v, "/status/podIP") {
+        "" => c.ipam.pod_ip(),
+        known => known.to_string(),
+    };
     let now = super::cluster::now_rfc3339();
     let statuses: Vec<Value> = v
         .pointer("/spec/containers")
@@ -90,6 +101,9 @@ pub fn settle_pod(c: &Cluster, v: &Value, node: &str) {
 /// Leaves a pod Pending the way a kubelet does when its image cannot be
 /// pulled (written once; later events for the pod change nothing).
 pub fn hold_image_pull(c: &Cluster, v: &Value) {
+    if str_at(v, "/spec/nodeName").is_empty() {
+        return;
+    }
     if str_at(v, "/status/phase") == "Pending"
         && v.pointer("/status/containerStatuses/0/state/waiting")
             .is_some()
@@ -141,6 +155,16 @@ impl Runtime for HostRuntime {
                 }
             }
         });
+    }
+
+    /// A kubelet that comes back finishes what happened meanwhile (pods
+    /// deleted while it was down go now).
+    fn node_changed(&self, c: &Arc<Cluster>, node: &str) {
+        if !c.nodes.is_down(node) {
+            for p in crate::nodes::pods_on(c, node) {
+                settle_pod(c, &p, node);
+            }
+        }
     }
 
     fn exec(&self, req: ExecRequest) -> BoxFuture<'static, ExecOutcome> {

@@ -11,6 +11,7 @@
 pub mod admin;
 pub mod audit;
 pub mod cluster;
+pub mod disruption;
 pub mod error;
 pub mod events;
 pub mod exec_log;
@@ -21,6 +22,7 @@ pub mod ipam;
 pub mod kinds;
 pub mod limit_range;
 pub mod names;
+pub mod nodes;
 pub mod patch;
 pub mod persist;
 pub mod pod_security;
@@ -29,8 +31,10 @@ pub mod pvc_protection;
 pub mod quantity;
 pub mod quota;
 pub mod rbac;
+pub mod recorder;
 pub mod resources;
 pub mod runtime;
+pub mod scheduler;
 pub mod schema;
 pub mod selector;
 pub mod server;
@@ -115,6 +119,9 @@ pub struct SimOptions {
     /// it sets none). `None`: such Pods do not start. pgfleet sets it to
     /// `postgres`, whose uid differs from machine to machine.
     pub run_as: Option<String>,
+    /// The nodes a fresh cluster gets (`pgfleet sim --nodes N --zones Z`);
+    /// one node, `sim-node`, by default.
+    pub nodes: nodes::NodeLayout,
 }
 
 impl SimOptions {
@@ -128,6 +135,7 @@ impl SimOptions {
             admin: true,
             images: vec![],
             run_as: None,
+            nodes: nodes::NodeLayout::default(),
         }
     }
 }
@@ -207,7 +215,7 @@ async fn start_one(
     let (port, token) = match restored {
         Some(r) => (r.port, r.token),
         None => {
-            bootstrap(&cluster);
+            bootstrap(&cluster, &opts.nodes);
             (0, random_token())
         }
     };
@@ -222,9 +230,13 @@ async fn start_one(
         &kubeconfig,
         kubeconfig_yaml(name, addr, &token, &tls.ca_pem).as_bytes(),
     )?;
+    cluster.nodes.set_layout(opts.nodes.clone());
     if let Some(rt) = runtime_for(opts) {
         *cluster.runtime.write().unwrap_or_else(|e| e.into_inner()) = Some(rt.clone());
         rt.start(cluster.clone());
+        // Without a kubelet runtime pods are scheduled nowhere, as before.
+        scheduler::start(&cluster);
+        nodes::lifecycle::start(&cluster);
     }
     tokio::spawn(gc::run(Arc::downgrade(&cluster)));
     if opts.persist {
@@ -264,8 +276,8 @@ fn runtime_for(opts: &SimOptions) -> Option<Arc<dyn runtime::Runtime>> {
     }
 }
 
-/// The objects a fresh cluster has: the standard namespaces and one node.
-fn bootstrap(c: &Arc<Cluster>) {
+/// The objects a fresh cluster has: the standard namespaces and the nodes.
+fn bootstrap(c: &Arc<Cluster>, layout: &nodes::NodeLayout) {
     let opts = WriteOpts {
         field_manager: "kube-apiserver".into(),
         ..Default::default()
@@ -276,15 +288,8 @@ fn bootstrap(c: &Arc<Cluster>) {
             let _ = c.create(ns, "", json!({"metadata": {"name": n}}), &opts);
         }
     }
-    if let Some(node) = reg.get("", "v1", "nodes") {
-        let _ = c.create(
-            node,
-            "",
-            json!({"metadata": {"name": "sim-node", "labels": {"kubernetes.io/hostname": "sim-node"}},
-                "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
-            &opts,
-        );
-    }
+    drop(reg);
+    nodes::bootstrap(c, layout);
 }
 
 fn random_token() -> String {

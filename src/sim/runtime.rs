@@ -66,6 +66,10 @@ pub trait Runtime: Send + Sync {
     fn logs(&self, req: LogRequest) -> BoxFuture<'static, Result<mpsc::Receiver<Bytes>, String>>;
     /// Resource usage of the running containers; `None` for runtimes that
     /// run no processes (the metrics API then reports zeros).
+    /// The kubelet of `node` stopped or came back
+    /// ([`crate::nodes::NodeState::is_down`]): a runtime that runs processes
+    /// kills the node's pods, or starts them again.
+    fn node_changed(&self, _cluster: &Arc<Cluster>, _node: &str) {}
     fn usage(&self) -> BoxFuture<'static, Option<UsageReport>> {
         Box::pin(async { None })
     }

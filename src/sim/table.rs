@@ -109,6 +109,27 @@ pub fn columns_for_builtin(plural: &str) -> Vec<Column> {
             return vec![last, ty, reason, obj, msg, name_col(1)];
         }
         "leases" => vec![s("Holder", ".spec.holderIdentity"), age()],
+        "nodes" => vec![
+            s("Status", "#node-status"),
+            s("Roles", "#node-roles"),
+            age(),
+            s("Version", ".status.nodeInfo.kubeletVersion"),
+            col("Internal-IP", "string", "#node-internal-ip", 1),
+            col("External-IP", "string", "#node-external-ip", 1),
+            col("OS-Image", "string", ".status.nodeInfo.osImage", 1),
+            col(
+                "Kernel-Version",
+                "string",
+                ".status.nodeInfo.kernelVersion",
+                1,
+            ),
+            col(
+                "Container-Runtime",
+                "string",
+                ".status.nodeInfo.containerRuntimeVersion",
+                1,
+            ),
+        ],
         // kube's default table convertor: an absolute RFC3339 time ("CREATED AT").
         "customresourcedefinitions" => vec![created("Created At", "date", "#created-at")],
         _ => vec![age()],
@@ -297,6 +318,7 @@ fn builtin_cell(marker: &str, o: &Value, now: DateTime<Utc>) -> Value {
             .and_then(parse_time)
             .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
             .into(),
+        m if m.starts_with("node-") => crate::nodes::printer_cell(m, o).into(),
         "pod-ready" => {
             let ready = statuses.iter().filter(|s| s["ready"] == true).count();
             let total = arr(o, "/spec/containers").len().max(statuses.len());

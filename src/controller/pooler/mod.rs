@@ -56,7 +56,15 @@ pub fn wanted(o: &Owner, pg: &PostgresCluster) -> Wanted {
     Wanted {
         config_map: Some(config_map(o, pg)),
         service: Some(service(o)),
-        pods: (1..=count).map(|n| pod(o, n)).collect(),
+        pods: (1..=count)
+            .map(|n| {
+                let mut p = pod(o, n);
+                if let Some(spec) = p.spec.as_mut() {
+                    super::placement::pooler(spec, o, pg);
+                }
+                p
+            })
+            .collect(),
         count,
     }
 }

@@ -41,7 +41,9 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 use volumes::{PodDirs, RunUser};
 
-/// The node every Pod of this runtime is scheduled on.
+/// The node the machine's usage is reported under (the single node of the
+/// default layout; with more nodes the scheduler places pods, and the
+/// metrics API reports the machine under this name only).
 const NODE: &str = "sim-node";
 
 pub struct ProcessRuntime {
@@ -195,6 +197,11 @@ impl ProcessRuntime {
             str_at(v, "/metadata/namespace"),
             str_at(v, "/metadata/name"),
         );
+        let node = str_at(v, "/spec/nodeName");
+        if kind != EventType::Deleted && (node.is_empty() || c.nodes.is_down(node)) {
+            // Not bound yet (the scheduler binds), or its node's kubelet is down.
+            return;
+        }
         if kind == EventType::Deleted {
             if let Some(p) = known.filter(|p| p.uid == uid) {
                 // Removed without a graceful stop (force delete): kill now.
@@ -245,7 +252,6 @@ impl ProcessRuntime {
                 return;
             }
         };
-        pod::bind_to_node(c, v, NODE);
         if let Some(why) = crate::volume_wait::blocked(c, v) {
             crate::volume_wait::hold(c, v, &why);
             return;
@@ -560,6 +566,29 @@ impl Runtime for ProcessRuntime {
                 .await
                 .map_err(|e| format!("failed to connect to port {port} of pod {what} ({ip}): {e}"))
         })
+    }
+
+    fn node_changed(&self, c: &Arc<Cluster>, node: &str) {
+        let Some(me) = ProcessRuntime::for_cluster(c) else {
+            return;
+        };
+        if c.nodes.is_down(node) {
+            let lost: Vec<Arc<PodRun>> = lock(&me.pods)
+                .values()
+                .filter(|p| str_at(&p.view(), "/spec/nodeName") == node)
+                .cloned()
+                .collect();
+            for p in lost {
+                tracing::info!(pod = %p.id(), node, "node lost: killing the pod's processes");
+                p.lose_node();
+                lock(&me.pods).remove(&p.id());
+            }
+        } else {
+            for pod in crate::nodes::pods_on(c, node) {
+                me.on_pod(c, EventType::Modified, &pod);
+            }
+        }
+        me.proxy_wake.notify_one();
     }
 
     fn usage(&self) -> BoxFuture<'static, Option<UsageReport>> {

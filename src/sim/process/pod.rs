@@ -47,6 +47,9 @@ pub struct PodRun {
     /// Cut off from the control plane (partition fault): like a partitioned
     /// node, its Ready condition turns False while its processes run on.
     unreachable: std::sync::atomic::AtomicBool,
+    /// Its node is gone (kubelet down): killed, and the object is left as
+    /// it is, no status written and not deleted.
+    lost: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -79,6 +82,7 @@ impl PodRun {
             pending: Mutex::new(Some(("ContainerCreating".into(), String::new()))),
             start_time: now_rfc3339(),
             unreachable: std::sync::atomic::AtomicBool::new(false),
+            lost: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -143,6 +147,21 @@ impl PodRun {
         self.changed.notify_one();
     }
 
+    /// The node's kubelet died: every container is killed at once and the
+    /// Pod object stays as the API last saw it (the node lifecycle
+    /// controller, not this kubelet, decides what becomes of it).
+    pub fn lose_node(&self) {
+        self.lost.store(true, std::sync::atomic::Ordering::Relaxed);
+        for ct in self.containers() {
+            let _ = ct.signal_all("KILL");
+        }
+        self.stop(Duration::ZERO);
+    }
+
+    fn is_lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn refresh(&self, c: &Cluster) {
         volumes::refresh(c, &self.view(), &self.dirs, &self.user);
     }
@@ -198,7 +217,9 @@ impl PodRun {
             let _ = stop.changed().await;
         }
         publisher.abort();
-        if let Some(c) = cluster.upgrade() {
+        if let Some(c) = cluster.upgrade()
+            && !self.is_lost()
+        {
             self.delete_object(&c);
         }
         let _ = std::fs::remove_dir_all(&self.dirs.root);
@@ -327,6 +348,9 @@ impl PodRun {
         let Some(rt) = c.type_of(&pods_key()) else {
             return;
         };
+        if self.is_lost() {
+            return;
+        }
         let status = self.status();
         match c.store.get(&pods_key(), &self.ns, &self.name) {
             Some(cur) if cur.uid() == self.uid && cur.value.get("status") != Some(&status) => {}
@@ -354,31 +378,4 @@ impl PodRun {
             },
         );
     }
-}
-
-/// Schedules a Pod onto the runtime's node (kube-scheduler's one decision).
-pub fn bind_to_node(c: &Cluster, pod: &Value, node: &str) {
-    if !str_at(pod, "/spec/nodeName").is_empty() {
-        return;
-    }
-    let Some(rt) = c.type_of(&pods_key()) else {
-        return;
-    };
-    let opts = WriteOpts {
-        field_manager: "kube-scheduler".into(),
-        ..Default::default()
-    };
-    let uid = str_at(pod, "/metadata/uid").to_string();
-    let (ns, name) = (
-        str_at(pod, "/metadata/namespace"),
-        str_at(pod, "/metadata/name"),
-    );
-    let _ = c.write(&rt, ns, name, Sub::Main, &opts, false, |cur| {
-        let mut v = cur.cloned().unwrap_or_default();
-        if str_at(&v, "/metadata/uid") != uid {
-            return Err(ApiError::conflict("pods", name));
-        }
-        v["spec"]["nodeName"] = json!(node);
-        Ok(v)
-    });
 }

@@ -96,6 +96,10 @@ pub fn resource_list(c: &Cluster, group: &str, version: &str) -> Option<Value> {
                 &["create", "get"],
             ));
             resources.push(sub("log", "Pod", &["get"]));
+            let mut ev = sub("eviction", "Eviction", &["create"]);
+            ev["group"] = json!("policy");
+            ev["version"] = json!("v1");
+            resources.push(ev);
         }
     }
     let gv = if group.is_empty() {
@@ -181,6 +185,7 @@ fn resource_discovery(t: &ResourceType) -> Value {
         subs.push(
             json!({"subresource": "log", "responseKind": kind("", "v1", "Pod"), "verbs": ["get"]}),
         );
+        subs.push(json!({"subresource": "eviction", "responseKind": kind("policy", "v1", "Eviction"), "verbs": ["create"]}));
     }
     if !subs.is_empty() {
         r["subresources"] = json!(subs);

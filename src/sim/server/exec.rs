@@ -34,6 +34,7 @@ pub(super) fn running_pod(ctx: &Ctx, ns: &str, pod: &str) -> Result<Value, ApiEr
         .store
         .get(&key, ns, pod)
         .ok_or_else(|| ApiError::not_found("pods", pod))?;
+    kubelet_reachable(ctx, &p.value)?;
     let phase = str_at(&p.value, "/status/phase");
     if phase != "Running" {
         return Err(ApiError::bad_request(format!(
@@ -41,6 +42,20 @@ pub(super) fn running_pod(ctx: &Ctx, ns: &str, pod: &str) -> Result<Value, ApiEr
         )));
     }
     Ok(p.value.clone())
+}
+
+/// exec, logs and port-forward go through the pod's kubelet: on a node
+/// whose kubelet is down they fail as the API server's dial does.
+fn kubelet_reachable(ctx: &Ctx, pod: &Value) -> Result<(), ApiError> {
+    let node = str_at(pod, "/spec/nodeName");
+    if ctx.cluster.nodes.is_down(node) {
+        return Err(ApiError::new(
+            500,
+            "InternalError",
+            format!("error dialing backend: dial tcp {node}:10250: connect: no route to host"),
+        ));
+    }
+    Ok(())
 }
 
 fn container_of(ctx: &Ctx, ns: &str, pod: &str, q: &Query) -> Result<String, ApiError> {
@@ -53,6 +68,7 @@ fn container_of(ctx: &Ctx, ns: &str, pod: &str, q: &Query) -> Result<String, Api
         .store
         .get(&key, ns, pod)
         .ok_or_else(|| ApiError::not_found("pods", pod))?;
+    kubelet_reachable(ctx, &p.value)?;
     let names: Vec<String> = p
         .value
         .pointer("/spec/containers")

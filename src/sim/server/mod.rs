@@ -7,6 +7,7 @@ mod auth;
 mod authz;
 mod discovery;
 mod events_view;
+mod eviction;
 mod exec;
 mod freshness;
 mod metrics;

@@ -97,6 +97,9 @@ async fn serve(ctx: Ctx, target: Target, req: Request<Body>) -> Result<Response<
         (Some(name), Some("portforward")) if is_pods(&target.rt) => {
             super::portforward::portforward(ctx, &target.ns, name, &query, req).await
         }
+        (Some(name), Some("eviction")) if is_pods(&target.rt) => {
+            super::eviction::evict(ctx, &target.ns, name, req).await
+        }
         (Some(name), Some("log")) if is_pods(&target.rt) => {
             exec::logs(ctx, &target.ns, name, &query).await
         }

@@ -329,6 +329,7 @@ async fn process_runtime_writes_secret_files_owner_only_under_restricted() {
         admin: false,
         images: vec![],
         run_as: Some("postgres".into()),
+        nodes: Default::default(),
     };
     let sim = TestSim::start(opts).await;
     let client = client_from(&sim.sim.clusters[40].kubeconfig).await;

@@ -45,6 +45,7 @@ pub fn options(dir: &Path, persist: bool) -> SimOptions {
         admin: true,
         images: vec![],
         run_as: None,
+        nodes: Default::default(),
     }
 }
 

@@ -1,0 +1,238 @@
+//! The emulated kube-scheduler: watches the store for pods without
+//! `spec.nodeName`, asks the pure [`place::place`] where each goes, and
+//! either binds it (sets `spec.nodeName`, as the `pods/binding`
+//! subresource does) or leaves it Pending with `PodScheduled=False, reason
+//! Unschedulable` and a `FailedScheduling` Event, as the real scheduler
+//! does. The kubelet runtimes only start pods that are bound.
+//!
+//! Pods are placed one at a time in creation order, each seeing the
+//! bindings made before it in the same pass, so three replicas created at
+//! once spread as they do on a real cluster. A pass runs after any change
+//! to pods or nodes (debounced) and every few seconds while pods wait.
+
+pub mod place;
+pub mod terms;
+
+use crate::cluster::{Cluster, Sub, WriteOpts, now_rfc3339};
+use crate::error::ApiError;
+use crate::recorder;
+use crate::resources::ResKey;
+use crate::store::str_at;
+use place::Decision;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// The name pods ask for in `spec.schedulerName` (empty means this one).
+pub const NAME: &str = "default-scheduler";
+
+fn key(plural: &str) -> ResKey {
+    ResKey {
+        group: String::new(),
+        plural: plural.into(),
+    }
+}
+
+/// Starts the scheduling loop of `c`.
+pub fn start(c: &Arc<Cluster>) {
+    tokio::spawn(run(Arc::downgrade(c)));
+}
+
+async fn run(weak: Weak<Cluster>) {
+    let Some(c) = weak.upgrade() else { return };
+    let (_, mut rx) = c.store.subscribe();
+    drop(c);
+    // Last FailedScheduling message per pod uid, so a pod that stays
+    // unschedulable for the same reason gets one Event, not one per pass.
+    let mut reported: HashMap<String, String> = HashMap::new();
+    loop {
+        let waiting = match weak.upgrade() {
+            Some(c) => pass(&c, &mut reported),
+            None => return,
+        };
+        let retry = if waiting {
+            Duration::from_secs(5)
+        } else {
+            Duration::from_secs(3600)
+        };
+        // Wait for a change to pods or nodes (or the retry tick).
+        let deadline = tokio::time::sleep(retry);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => break,
+                ev = rx.recv() => match ev {
+                    Ok(ev) if ev.key == key("pods") || ev.key == key("nodes") => break,
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(_) => return,
+                },
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn finished(p: &Value) -> bool {
+    matches!(str_at(p, "/status/phase"), "Succeeded" | "Failed")
+}
+
+fn wants_this_scheduler(p: &Value) -> bool {
+    matches!(str_at(p, "/spec/schedulerName"), "" | NAME)
+}
+
+/// One scheduling pass; true when pods are left waiting.
+fn pass(c: &Cluster, reported: &mut HashMap<String, String>) -> bool {
+    let (pods, _) = c.store.list(&key("pods"), None, None);
+    let pending: Vec<&Value> = pods
+        .iter()
+        .map(|o| &o.value)
+        .filter(|p| {
+            str_at(p, "/spec/nodeName").is_empty()
+                && p.pointer("/metadata/deletionTimestamp").is_none()
+                && !finished(p)
+                && wants_this_scheduler(p)
+        })
+        .collect();
+    if pending.is_empty() {
+        reported.clear();
+        return false;
+    }
+    let mut pending = pending;
+    pending.sort_by(|a, b| {
+        str_at(a, "/metadata/creationTimestamp")
+            .cmp(str_at(b, "/metadata/creationTimestamp"))
+            .then_with(|| str_at(a, "/metadata/name").cmp(str_at(b, "/metadata/name")))
+    });
+    let (nodes, _) = c.store.list(&key("nodes"), None, None);
+    let nodes: Vec<Value> = nodes.iter().map(|o| o.value.clone()).collect();
+    let mut bound: Vec<Value> = pods
+        .iter()
+        .map(|o| &o.value)
+        .filter(|p| !str_at(p, "/spec/nodeName").is_empty() && !finished(p))
+        .cloned()
+        .collect();
+    let mut waiting = false;
+    for p in pending {
+        match place::place(p, &nodes, &bound) {
+            Decision::Bind(node) => {
+                if bind(c, p, &node).is_ok() {
+                    let mut b = p.clone();
+                    b["spec"]["nodeName"] = json!(node);
+                    bound.push(b);
+                    reported.remove(str_at(p, "/metadata/uid"));
+                }
+            }
+            Decision::Unschedulable(msg) => {
+                waiting = true;
+                mark_unschedulable(c, p, &msg);
+                let uid = str_at(p, "/metadata/uid").to_string();
+                if reported.get(&uid) != Some(&msg) {
+                    recorder::record(c, &recorder::SCHEDULER, p, true, "FailedScheduling", &msg);
+                    reported.insert(uid, msg);
+                }
+            }
+        }
+    }
+    waiting
+}
+
+fn opts() -> WriteOpts {
+    WriteOpts {
+        field_manager: NAME.into(),
+        ..Default::default()
+    }
+}
+
+/// Binds `pod` to `node` (this uid only, and only if still unbound).
+pub fn bind(c: &Cluster, pod: &Value, node: &str) -> Result<(), ApiError> {
+    let rt = c
+        .type_of(&key("pods"))
+        .ok_or_else(|| ApiError::new(500, "InternalError", "pods are not served"))?;
+    let uid = str_at(pod, "/metadata/uid").to_string();
+    let (ns, name) = (
+        str_at(pod, "/metadata/namespace"),
+        str_at(pod, "/metadata/name"),
+    );
+    c.write(&rt, ns, name, Sub::Main, &opts(), false, |cur| {
+        let mut v = cur.cloned().unwrap_or_default();
+        if str_at(&v, "/metadata/uid") != uid || !str_at(&v, "/spec/nodeName").is_empty() {
+            return Err(ApiError::conflict("pods", name));
+        }
+        v["spec"]["nodeName"] = json!(node);
+        Ok(v)
+    })?;
+    // The binding subresource records the decision in the status.
+    let _ = c.write(&rt, ns, name, Sub::Status, &opts(), false, |cur| {
+        let mut v = cur.cloned().unwrap_or_default();
+        if str_at(&v, "/metadata/uid") != uid {
+            return Err(ApiError::conflict("pods", name));
+        }
+        set_condition(
+            &mut v,
+            json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
+                "lastTransitionTime": now_rfc3339()}),
+        );
+        Ok(v)
+    });
+    Ok(())
+}
+
+/// Replaces (or adds) the condition of the same type in `status.conditions`.
+fn set_condition(v: &mut Value, cond: Value) {
+    let ty = str_at(&cond, "/type").to_string();
+    if !v["status"].is_object() {
+        v["status"] = json!({});
+    }
+    let list = v["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut list: Vec<Value> = list
+        .into_iter()
+        .filter(|c| str_at(c, "/type") != ty)
+        .collect();
+    list.insert(0, cond);
+    v["status"]["conditions"] = json!(list);
+}
+
+/// `phase: Pending` with `PodScheduled=False, reason Unschedulable`,
+/// written only when the message changed.
+fn mark_unschedulable(c: &Cluster, pod: &Value, msg: &str) {
+    let current = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| str_at(c, "/type") == "PodScheduled"));
+    if current
+        .is_some_and(|c| str_at(c, "/reason") == "Unschedulable" && str_at(c, "/message") == msg)
+    {
+        return;
+    }
+    let Some(rt) = c.type_of(&key("pods")) else {
+        return;
+    };
+    let uid = str_at(pod, "/metadata/uid").to_string();
+    let name = str_at(pod, "/metadata/name");
+    let _ = c.write(
+        &rt,
+        str_at(pod, "/metadata/namespace"),
+        name,
+        Sub::Status,
+        &opts(),
+        false,
+        |cur| {
+            let mut v = cur.cloned().unwrap_or_default();
+            if str_at(&v, "/metadata/uid") != uid {
+                return Err(ApiError::conflict("pods", name));
+            }
+            set_condition(
+                &mut v,
+                json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": msg, "lastProbeTime": null, "lastTransitionTime": now_rfc3339()}),
+            );
+            v["status"]["phase"] = json!("Pending");
+            Ok(v)
+        },
+    );
+}

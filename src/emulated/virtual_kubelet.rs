@@ -288,6 +288,8 @@ impl VirtualRuntime {
             // No list of kept backups: the manager then keeps every record.
             "expire" => json!({"contract": CONTRACT_VERSION}),
             "query" => json!({"contract": CONTRACT_VERSION, "ok": true, "rows": 1}),
+            // No SQL here: the access step reports that and changes nothing.
+            "catalog" => json!({"contract": CONTRACT_VERSION, "emulated": true}),
             "reload" => json!({"contract": CONTRACT_VERSION, "reloaded": true}),
             "checkpoint" => json!({"contract": CONTRACT_VERSION, "checkpoint": true}),
             "slots" => json!({"contract": CONTRACT_VERSION, "slots": 0}),

@@ -1,0 +1,122 @@
+//! The access step (issue 13): what applications connect with. After the
+//! children are applied, on a ready primary:
+//!
+//! 1. the `<name>-app` Secret exists (`app_secret`);
+//! 2. the primary's catalog (`pgfleet-instance catalog`) is compared with
+//!    the application owner, `spec.roles` and `spec.databases`
+//!    (`postgres::roles`, `postgres::databases`, pure);
+//! 3. what differs is applied through `pgfleet-instance apply-sql`, SQL on
+//!    stdin, passwords as SCRAM verifiers — the same pods/exec path every
+//!    other instance operation takes: the manager never logs in over the
+//!    network and needs no superuser password;
+//! 4. the outcome goes to `status.access` (merge patch, only when it
+//!    changed) and every change is an Event.
+//!
+//! The step never fails the reconcile: a primary that cannot be read, a
+//! refused role or a missing extension is a condition in `status.access`,
+//! and the step runs again after [`RECHECK`]. It runs at once when the
+//! spec's generation or the primary changed (a failover, a restore), so a
+//! new primary is checked before anything else reads from it.
+
+mod app_secret;
+mod round;
+mod status;
+
+pub use app_secret::{AppLogin, data as app_secret_data, name as app_secret_name, pct};
+
+use super::Ctx;
+use super::plan::Observed;
+use crate::crd::PostgresCluster;
+use kube::ResourceExt;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How often a primary's catalog is compared with the spec when nothing
+/// else triggers it: the bound on how long drift (a role altered by hand, a
+/// changed password Secret) stays uncorrected.
+pub const RECHECK: Duration = Duration::from_secs(20);
+
+/// When each cluster (member/ns/name) was last checked, and on which
+/// primary at which generation. In memory: after a restart of the manager
+/// every cluster is checked once at its first reconcile.
+fn last_checks() -> &'static Mutex<HashMap<String, (Instant, String, i64)>> {
+    static LAST: OnceLock<Mutex<HashMap<String, (Instant, String, i64)>>> = OnceLock::new();
+    LAST.get_or_init(Default::default)
+}
+
+/// Whether the superuser may log in over TCP: `spec.enableSuperuserAccess`,
+/// or, when unset, only for a cluster that ran before pgfleet managed access
+/// (its applications may use the superuser Secret).
+pub fn superuser_network_access(pg: &PostgresCluster) -> bool {
+    pg.spec.enable_superuser_access.unwrap_or_else(|| {
+        let st = pg.status.as_ref();
+        match st.and_then(|s| s.access.as_ref()) {
+            Some(a) => a.legacy_superuser_access,
+            None => st.is_some_and(|s| s.current_primary.is_some()),
+        }
+    })
+}
+
+/// The pg_hba lines in front of pgfleet's own: with superuser access off,
+/// `postgres` is rejected on every TCP socket (before the tenant's own
+/// lines, which cannot open it again). The pooler logs in to PostgreSQL as
+/// the superuser, so with a pooler the rule is not written (documented in
+/// docs/connecting-applications.md).
+pub fn hba_lines(pg: &PostgresCluster) -> Vec<String> {
+    let pooler = pg.spec.pooler.as_ref().is_some_and(|p| p.enabled);
+    let mut out = vec![];
+    if !superuser_network_access(pg) && !pooler {
+        out.push("host all postgres 0.0.0.0/0 reject".to_string());
+        out.push("host all postgres ::/0 reject".to_string());
+    }
+    out.extend(pg.spec.postgresql.pg_hba.iter().cloned());
+    out
+}
+
+/// The access step; returns when it wants to run again.
+pub async fn run(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    primary: Option<&str>,
+) -> Option<Duration> {
+    if pg.status.as_ref().and_then(|s| s.access.as_ref()).is_none() {
+        status::mark_first(pg, ctx).await;
+    }
+    let primary = primary?;
+    let ready = obs
+        .pods
+        .get(primary)
+        .is_some_and(|p| p.ready && !p.deleting);
+    if !ready {
+        return Some(RECHECK);
+    }
+    let key = format!(
+        "{}/{}/{}",
+        ctx.member,
+        pg.namespace().unwrap_or_default(),
+        pg.name_any()
+    );
+    let generation = pg.metadata.generation.unwrap_or_default();
+    let due = {
+        let last = last_checks().lock().unwrap_or_else(|e| e.into_inner());
+        match last.get(&key) {
+            Some((at, p, g)) if p == primary && *g == generation => {
+                RECHECK.checked_sub(at.elapsed())
+            }
+            _ => None,
+        }
+    };
+    if let Some(wait) = due {
+        return Some(wait.max(Duration::from_millis(500)));
+    }
+    // Also after a failed round: a primary that cannot answer is asked
+    // again after RECHECK, not at every trigger.
+    round::run(pg, ctx, primary).await;
+    last_checks()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, (Instant::now(), primary.to_string(), generation));
+    Some(RECHECK)
+}

@@ -126,6 +126,7 @@ async fn applications_connect_with_the_app_secret_and_roles_follow_the_spec() {
     e.create(
         "acc",
         serde_json::json!({"clusterSize": 2, "version": "15", "failoverDelay": "2s",
+        "enableSuperuserAccess": false,
         "roles": [
             {"name": "reader", "login": true, "passwordSecret": "reader-pw",
              "connectionLimit": 5, "comment": "reads reports"},

@@ -281,7 +281,7 @@ async fn a_restore_into_another_member_cluster_holds_the_rows_and_the_sources_pa
     let copy: PostgresCluster = serde_json::from_value(serde_json::json!({
         "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
         "metadata": {"name": "copy", "namespace": NS},
-        "spec": {"clusterSize": 1, "version": "15",
+        "spec": {"clusterSize": 1, "version": "15", "enableSuperuserAccess": true,
                  "bootstrap": {"fromBackup": {"cluster": "src", "memberCluster": "pg-a", "backup": "src-full"}}}}))
     .unwrap();
     let pgcs = Api::<PostgresCluster>::namespaced(b.clone(), NS);

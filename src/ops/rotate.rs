@@ -88,27 +88,42 @@ pub async fn rotate_password(
         .and_then(|s| s.current_primary.clone())
         .with_context(|| format!("{ns}/{name} has no primary yet"))?;
     let password = random_password();
+    set_password(&client, ns, &primary, role, &password).await?;
+    let secret = write_secret(&client, ns, &home, &password).await?;
+    // Once more: a controller round that read the old Secret just before it
+    // was written may have put the old password back meanwhile.
+    set_password(&client, ns, &primary, role, &password).await?;
+    Ok(Rotated {
+        role: role.to_string(),
+        secret,
+        primary,
+    })
+}
+
+/// `ALTER ROLE … PASSWORD` with a fresh verifier, through exec (stdin).
+async fn set_password(
+    client: &kube::Client,
+    ns: &str,
+    primary: &str,
+    role: &str,
+    password: &str,
+) -> anyhow::Result<()> {
     let sql = format!(
         "ALTER ROLE {} WITH PASSWORD {};\n",
         ident(role),
-        literal(&scram_verifier_random(&password))
+        literal(&scram_verifier_random(password))
     );
     run_verb_stdin(
-        &client,
+        client,
         ns,
-        &primary,
+        primary,
         &["apply-sql", "--db", "postgres"],
         sql,
         Duration::from_secs(30),
     )
     .await
     .with_context(|| format!("setting the new password of {role:?} on {primary}"))?;
-    let secret = write_secret(&client, ns, &home, &password).await?;
-    Ok(Rotated {
-        role: role.to_string(),
-        secret,
-        primary,
-    })
+    Ok(())
 }
 
 /// Writes the new password (and, for the app Secret, every key derived

@@ -40,8 +40,12 @@ pub const RECHECK: Duration = Duration::from_secs(20);
 /// When each cluster (member/ns/name) was last checked, and on which
 /// primary at which generation. In memory: after a restart of the manager
 /// every cluster is checked once at its first reconcile.
-fn last_checks() -> &'static Mutex<HashMap<String, (Instant, String, i64)>> {
-    static LAST: OnceLock<Mutex<HashMap<String, (Instant, String, i64)>>> = OnceLock::new();
+/// The interval is `None` where nothing is to be checked periodically (the
+/// virtual runtime, which runs no SQL).
+type LastCheck = (Instant, String, i64, Option<Duration>);
+
+fn last_checks() -> &'static Mutex<HashMap<String, LastCheck>> {
+    static LAST: OnceLock<Mutex<HashMap<String, LastCheck>>> = OnceLock::new();
     LAST.get_or_init(Default::default)
 }
 
@@ -102,21 +106,93 @@ pub async fn run(
     let due = {
         let last = last_checks().lock().unwrap_or_else(|e| e.into_inner());
         match last.get(&key) {
-            Some((at, p, g)) if p == primary && *g == generation => {
-                RECHECK.checked_sub(at.elapsed())
+            Some((at, p, g, every)) if p == primary && *g == generation => {
+                Some(every.map(|e| e.checked_sub(at.elapsed())))
             }
             _ => None,
         }
     };
-    if let Some(wait) = due {
-        return Some(wait.max(Duration::from_millis(500)));
+    match due {
+        Some(None) => return None,
+        Some(Some(Some(wait))) => return Some(wait.max(Duration::from_millis(500))),
+        Some(Some(None)) | None => {}
     }
     // Also after a failed round: a primary that cannot answer is asked
     // again after RECHECK, not at every trigger.
-    round::run(pg, ctx, primary).await;
+    let every = match round::run(pg, ctx, primary).await {
+        round::Outcome::Emulated => None,
+        round::Outcome::Checked | round::Outcome::Unreadable => Some(RECHECK),
+    };
     last_checks()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(key, (Instant::now(), primary.to_string(), generation));
-    Some(RECHECK)
+        .insert(
+            key,
+            (Instant::now(), primary.to_string(), generation, every),
+        );
+    every
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn pg(spec: serde_json::Value, status: serde_json::Value) -> PostgresCluster {
+        let mut pg = PostgresCluster::new("orders", serde_json::from_value(spec).unwrap());
+        pg.status = serde_json::from_value(status).unwrap();
+        pg
+    }
+
+    #[test]
+    fn superuser_is_rejected_on_tcp_by_default_for_new_clusters() {
+        let new = pg(
+            serde_json::json!({"postgresql": {"pgHba": ["host all all 10.0.0.0/8 md5"]}}),
+            serde_json::json!(null),
+        );
+        assert!(!superuser_network_access(&new));
+        assert_eq!(
+            hba_lines(&new),
+            [
+                "host all postgres 0.0.0.0/0 reject",
+                "host all postgres ::/0 reject",
+                "host all all 10.0.0.0/8 md5"
+            ]
+        );
+        let on = pg(
+            serde_json::json!({"enableSuperuserAccess": true}),
+            serde_json::json!(null),
+        );
+        assert!(hba_lines(&on).is_empty());
+        // The pooler logs in as the superuser: no reject rule with it.
+        let pooled = pg(
+            serde_json::json!({"pooler": {"enabled": true}}),
+            serde_json::json!(null),
+        );
+        assert!(hba_lines(&pooled).is_empty());
+    }
+
+    #[test]
+    fn clusters_from_before_keep_superuser_access_unless_told() {
+        let old = pg(
+            serde_json::json!({}),
+            serde_json::json!({"currentPrimary": "orders-1"}),
+        );
+        assert!(superuser_network_access(&old));
+        let marked = pg(
+            serde_json::json!({}),
+            serde_json::json!({"currentPrimary": "orders-1", "access": {"legacySuperuserAccess": true}}),
+        );
+        assert!(superuser_network_access(&marked));
+        let new_marked = pg(
+            serde_json::json!({}),
+            serde_json::json!({"currentPrimary": "orders-1", "access": {"legacySuperuserAccess": false}}),
+        );
+        assert!(!superuser_network_access(&new_marked));
+        let off = pg(
+            serde_json::json!({"enableSuperuserAccess": false}),
+            serde_json::json!({"currentPrimary": "orders-1", "access": {"legacySuperuserAccess": true}}),
+        );
+        assert!(!superuser_network_access(&off));
+    }
 }

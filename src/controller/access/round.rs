@@ -26,8 +26,17 @@ struct Wanted {
     password: Result<Option<String>, String>,
 }
 
-/// Runs one round; false when the primary's catalog could not be read.
-pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> bool {
+/// How a round went.
+pub(super) enum Outcome {
+    Checked,
+    /// The primary's catalog could not be read (reported in the status).
+    Unreadable,
+    /// The virtual runtime: no SQL, nothing to check again.
+    Emulated,
+}
+
+/// Runs one round.
+pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outcome {
     let ns = pg.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let mut st = AccessStatus {
@@ -61,7 +70,7 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> bool 
             st.conditions
                 .push(status::cond(pg, "RolesReconciled", true, "Emulated", msg));
             status::write(pg, ctx, st).await;
-            return true;
+            return Outcome::Emulated;
         }
         Ok(c) => c,
         Err(msg) => {
@@ -73,7 +82,7 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> bool 
                 msg,
             ));
             status::write(pg, ctx, st).await;
-            return false;
+            return Outcome::Unreadable;
         }
     };
     let role_plans: Vec<(RolePlan, &Wanted)> = wanted
@@ -98,7 +107,7 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> bool 
         .map(|(p, (d, _))| db_status(p, d.ensure, outcome.db_error(&p.name)))
         .collect();
     status::conclude(pg, ctx, app.as_ref(), st).await;
-    true
+    Outcome::Checked
 }
 
 /// The application owner's login: database and owner from
@@ -279,12 +288,12 @@ async fn read_catalog(ctx: &Ctx, ns: &str, pod: &str, dbs: &[&str]) -> Result<Ca
 
 /// Errors of the plans that failed, by name.
 #[derive(Default)]
-struct Outcome {
+struct Failures {
     roles: Vec<(String, String)>,
     dbs: Vec<(String, String)>,
 }
 
-impl Outcome {
+impl Failures {
     fn role_error(&self, n: &str) -> Option<&str> {
         self.roles
             .iter()
@@ -308,8 +317,8 @@ async fn apply_all(
     pod: &str,
     role_plans: &[(RolePlan, &Wanted)],
     db_plans: &[DatabasePlan],
-) -> Outcome {
-    let mut out = Outcome::default();
+) -> Failures {
+    let mut out = Failures::default();
     let (drops, others): (Vec<_>, Vec<_>) = role_plans
         .iter()
         .partition(|(p, _)| p.action == Action::Drop);

@@ -272,11 +272,39 @@ async fn applications_connect_with_the_app_secret_and_roles_follow_the_spec() {
 
     // rotate-password: the held app session keeps working, the Secret's
     // new uri logs in, the old password does not.
+    // A writer holds its session through the rotation: no transaction
+    // fails (PostgreSQL checks passwords only at authentication).
     let old_pw = secret_key(&e, "acc-app", "password").await.unwrap();
+    let app = std::sync::Arc::new(app);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (app, stop) = (app.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u64, 0u64);
+            let mut id = 1000i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match app.execute("INSERT INTO orders VALUES ($1)", &[&id]).await {
+                    Ok(_) => ok += 1,
+                    Err(_) => failed += 1,
+                }
+                id += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (ok, failed)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let r = pgfleet::ops::rotate::rotate_password(e.client.clone(), NS, "acc", "app")
         .await
         .unwrap();
     assert_eq!(r.secret, "acc-app");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = writer.await.unwrap();
+    assert!(
+        ok > 0 && failed == 0,
+        "held session during rotation: {ok} ok, {failed} failed"
+    );
     app.execute("INSERT INTO orders VALUES (101)", &[])
         .await
         .unwrap();

@@ -49,6 +49,14 @@ fn last_checks() -> &'static Mutex<HashMap<String, LastCheck>> {
     LAST.get_or_init(Default::default)
 }
 
+/// Forgets a deleted cluster's last check.
+pub fn forget(member: &str, ns: &str, name: &str) {
+    last_checks()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&format!("{member}/{ns}/{name}"));
+}
+
 /// Whether the superuser may log in over TCP: `spec.enableSuperuserAccess`,
 /// or, when unset, only for a cluster that ran before pgfleet managed access
 /// (its applications may use the superuser Secret).

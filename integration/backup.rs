@@ -281,7 +281,7 @@ async fn a_restore_into_another_member_cluster_holds_the_rows_and_the_sources_pa
     let copy: PostgresCluster = serde_json::from_value(serde_json::json!({
         "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
         "metadata": {"name": "copy", "namespace": NS},
-        "spec": {"clusterSize": 1, "version": "15",
+        "spec": {"clusterSize": 1, "version": "15", "enableSuperuserAccess": true,
                  "bootstrap": {"fromBackup": {"cluster": "src", "memberCluster": "pg-a", "backup": "src-full"}}}}))
     .unwrap();
     let pgcs = Api::<PostgresCluster>::namespaced(b.clone(), NS);
@@ -448,7 +448,11 @@ async fn a_restore_drill_passes_on_a_good_backup_and_fails_on_a_damaged_one() {
     let label = backup_status(&e, "d-full").await.label.unwrap();
     // The repository of this incarnation: `<prefix>/<member>/<ns>/<name>/<uid>`.
     let uid = e.pgc().get("d").await.unwrap().metadata.uid.unwrap();
-    let keys = store.list(&format!("fleet/pg-a/{NS}/d/{uid}/backup/db/{label}/"));
+    // Listed by the victims' own prefixes: one listing is one page (1000
+    // keys), and a backup holds more files than that (the app database).
+    let base = format!("fleet/pg-a/{NS}/d/{uid}/backup/db/{label}/");
+    let mut keys = store.list(&format!("{base}backup.manifest"));
+    keys.extend(store.list(&format!("{base}pg_data/global/pg_control")));
     let victims: Vec<&String> = keys
         .iter()
         .filter(|k| k.contains("pg_data/global/pg_control") || k.contains("backup.manifest"))

@@ -38,7 +38,7 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
         .await
         .unwrap();
     let pg: PostgresCluster = serde_json::from_value(serde_json::json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
-        "metadata": {"name": "rs", "namespace": NS}, "spec": {"clusterSize": 3, "version": "15", "failoverDelay": "2s"}}))
+        "metadata": {"name": "rs", "namespace": NS}, "spec": {"clusterSize": 3, "version": "15", "failoverDelay": "2s", "enableSuperuserAccess": true}}))
     .unwrap();
     pgc.create(&PostParams::default(), &pg).await.unwrap();
     let status = || async { pgc.get("rs").await.unwrap().status.unwrap_or_default() };

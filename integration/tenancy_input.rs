@@ -163,11 +163,14 @@ async fn hostile_parameters_and_hba_lines_are_invalid_and_running_instances_unto
             .any(|l| l == r"log_line_prefix = 'it''s \\ %m '"),
         "{conf}"
     );
-    assert_eq!(
-        hba.lines().nth(1),
-        Some("host all all 10.0.0.0/8 scram-sha-256"),
-        "{hba}"
-    );
+    // The tenant's rule comes before pgfleet's own (only the superuser's
+    // reject rules, enableSuperuserAccess off, come before it).
+    let lines: Vec<&str> = hba.lines().collect();
+    let tenant = lines
+        .iter()
+        .position(|l| *l == "host all all 10.0.0.0/8 scram-sha-256");
+    let own = lines.iter().position(|l| *l == "local all all trust");
+    assert!(tenant.is_some() && tenant < own, "{hba}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

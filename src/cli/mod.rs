@@ -84,6 +84,19 @@ pub enum Command {
         #[command(subcommand)]
         command: BackupCommand,
     },
+    /// A new password for a managed role (the application owner or a
+    /// spec.roles entry with a passwordSecret): set on the primary, then
+    /// written to the role's Secret; open connections keep working.
+    RotatePassword {
+        /// <cluster>/<namespace>/<name>
+        target: String,
+        /// The role whose password to rotate.
+        #[arg(long)]
+        role: String,
+        /// Fleet TOML (to find the member cluster's kubeconfig).
+        #[arg(long, short, env = "PGFLEET_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
     /// Benchmarks that print figures and ratios to a floor from the same run.
@@ -162,6 +175,11 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         },
         Command::Status { config, api } => status::status(&api, config.as_deref()).await,
         Command::Get { what, config, api } => status::get(&what, &api, config.as_deref()).await,
+        Command::RotatePassword {
+            target,
+            role,
+            config,
+        } => ops::rotate_password(config.as_deref(), &target, &role).await,
         Command::Crd => {
             print!("{}", crate::crd::yaml()?);
             Ok(0)

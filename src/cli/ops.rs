@@ -143,3 +143,21 @@ pub async fn backup_now(
     println!("still running after {wait:?}; see kubectl get pgb -n {ns} {backup}");
     Ok(1)
 }
+
+/// `pgfleet rotate-password`: see ops::rotate (the password is never printed).
+pub async fn rotate_password(
+    config: Option<&Path>,
+    target: &str,
+    role: &str,
+) -> anyhow::Result<i32> {
+    let (member, ns, name) = parse_target(target)?;
+    let client = member_client(config, &member).await?;
+    let r = crate::ops::rotate::rotate_password(client, &ns, &name, role)
+        .await
+        .with_context(|| format!("rotating the password of {role:?} in {member}/{ns}/{name}"))?;
+    println!(
+        "password of role {:?} rotated on {} and written to Secret {ns}/{}",
+        r.role, r.primary, r.secret
+    );
+    Ok(0)
+}

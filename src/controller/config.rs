@@ -93,7 +93,7 @@ pub fn desired(
     let map = build::config_map(
         owner,
         &params,
-        &pg.spec.postgresql.pg_hba,
+        &super::access::hba_lines(pg),
         backrest.as_deref(),
     );
     let hash = build::child_hash(&map)?;

@@ -6,6 +6,7 @@
 //! object twice at the same time, and an object lives in exactly one shard.
 
 pub mod blocked;
+pub mod access;
 pub mod build;
 mod config;
 pub mod error;

@@ -206,6 +206,8 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         backup: prev.backup.clone(),
         archive: prev.archive.clone(),
         last_restore_drill: prev.last_restore_drill.clone(),
+        // Written by the access step (controller::access) only.
+        access: prev.access.clone(),
     }
 }
 

@@ -108,6 +108,22 @@ pub struct PostgresClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub priority_class_name: Option<String>,
+    // --- What applications connect with (crd::access, issue 13).
+    /// Whether the superuser may log in over the network. Off (the
+    /// default): pg_hba rejects `postgres` on every TCP socket and
+    /// applications use the `<name>-app` Secret; the manager never needs it
+    /// (it runs SQL through pods/exec on the instance's local socket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_superuser_access: Option<bool>,
+    /// Roles managed on the primary (created, altered, dropped; drift is
+    /// reported in `status.access.roles` and corrected).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub roles: Vec<super::access::RoleSpec>,
+    /// Databases managed on the primary, with their extensions and schemas.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub databases: Vec<super::access::DatabaseSpec>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, JsonSchema)]
@@ -244,6 +260,10 @@ pub struct PostgresqlSpec {
 pub struct BootstrapSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_backup: Option<FromBackup>,
+    /// The application database and owner (defaults `app`/`app`), and the
+    /// `<name>-app` Secret applications connect with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initdb: Option<super::access::InitdbSpec>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
@@ -340,6 +360,9 @@ pub struct PostgresClusterStatus {
     pub archive: Option<ArchiveStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restore_drill: Option<DrillRecord>,
+    /// Application database, roles and databases (the access step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<super::access::AccessStatus>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]

@@ -1,5 +1,6 @@
 //! The custom resources of group `pgfleet.io` and their generated CRDs.
 
+pub mod access;
 pub mod backup;
 pub mod cluster;
 pub mod placement;

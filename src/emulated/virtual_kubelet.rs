@@ -344,6 +344,12 @@ impl VirtualRuntime {
                 ok: true,
                 rows: 1,
             }),
+            // No SQL here: the access step reports that and changes nothing.
+            "catalog" => reply(crate::postgres::catalog::Catalog {
+                contract: CONTRACT_VERSION,
+                emulated: true,
+                ..Default::default()
+            }),
             "reload" => reply(contract::Reloaded {
                 contract: CONTRACT_VERSION,
                 reloaded: true,

@@ -5,4 +5,5 @@
 //! other (docs/architecture.md, "Layers").
 
 pub mod actions;
+pub mod rotate;
 pub mod view;

@@ -103,6 +103,33 @@ pub async fn run_verb(
     run_command(client, ns, pod, "postgres", argv, &what, timeout).await
 }
 
+/// Runs one verb with `input` on its stdin (closed after it): how SQL that
+/// may carry credentials reaches an instance, never through the argv (the
+/// API server's audit log records an exec's command).
+pub async fn run_verb_stdin(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+    verb: &[&str],
+    input: String,
+    timeout: Duration,
+) -> Result<String, ExecError> {
+    let mut argv: Vec<String> = vec!["/bin/sh".into(), SCRIPT_PATH.into()];
+    argv.extend(verb.iter().map(|s| s.to_string()));
+    let what = format!("pgfleet-instance {}", verb.join(" "));
+    exec(
+        client,
+        ns,
+        pod,
+        "postgres",
+        argv,
+        Some(input),
+        &what,
+        timeout,
+    )
+    .await
+}
+
 /// Runs `argv` in `container` of `pod` and returns its (capped) stdout;
 /// `what` names the command in errors (never the argv, which may be long).
 /// The whole exchange — connecting, running, reading — is under `timeout`;
@@ -116,11 +143,25 @@ pub async fn run_command(
     what: &str,
     timeout: Duration,
 ) -> Result<String, ExecError> {
+    exec(client, ns, pod, container, argv, None, what, timeout).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn exec(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+    container: &str,
+    argv: Vec<String>,
+    input: Option<String>,
+    what: &str,
+    timeout: Duration,
+) -> Result<String, ExecError> {
     let fut = async {
         let api: Api<Pod> = Api::namespaced(client.clone(), ns);
         let params = AttachParams::default()
             .container(container)
-            .stdin(false)
+            .stdin(input.is_some())
             .stdout(true)
             .stderr(true);
         let mut proc = api
@@ -130,7 +171,19 @@ pub async fn run_command(
                 pod: pod.to_string(),
                 source,
             })?;
-        let (out, err) = tokio::join!(
+        let stdin = proc.stdin();
+        // Written while the output is read (no verb can block the other
+        // side), then closed (dropped) so the verb sees EOF; a write error
+        // shows as the verb's own failure.
+        let write = async move {
+            if let (Some(text), Some(mut w)) = (input, stdin) {
+                use tokio::io::AsyncWriteExt as _;
+                let _ = w.write_all(text.as_bytes()).await;
+                let _ = w.shutdown().await;
+            }
+        };
+        let (_, out, err) = tokio::join!(
+            write,
             read_opt(proc.stdout(), STDOUT_CAP),
             read_opt(proc.stderr(), STDERR_CAP)
         );

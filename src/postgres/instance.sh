@@ -536,8 +536,73 @@ cmd_query() {
   echo "{\"contract\":$CONTRACT,\"ok\":true,\"rows\":${rows:-0}}"
 }
 
+# --- Roles and databases (controller::access). The manager reads the
+# catalog, decides (postgres::roles, postgres::databases) and sends the
+# statements on stdin: never in an argv, and passwords only as SCRAM
+# verifiers.
+
+# psql on the local socket into database $1 (any name: it goes into a
+# conninfo value, quoted).
+psql_db() { db=$1; shift; "$(bin psql)" -h "$SOCKDIR" -U postgres -d "dbname=$(conninfo_q "$db")" -XAtq -v ON_ERROR_STOP=1 "$@"; }
+
+# UTC, to the second, as postgres::roles::valid_until prints a spec's.
+ts_s() { echo "to_char(($1) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"; }
+
+# `catalog [DB...]`: roles (no pg_*), databases, the extensions the image
+# offers; for each DB named, its extensions and schemas.
+cmd_catalog() {
+  shift
+  inspect=""
+  for db in "$@"; do
+    one_line "$db" || continue
+    j=$(psql_db "$db" -c "SELECT json_build_object('name', current_database(),
+        'extensions', coalesce((SELECT json_agg(json_build_object('name', extname, 'version', extversion)) FROM pg_extension), '[]'),
+        'schemas', coalesce((SELECT json_agg(nspname) FROM pg_namespace), '[]'))" 2>/dev/null) || continue
+    inspect="$inspect,$(printf '%s' "$j" | tr -d '\n')"
+  done
+  out=$(sqlj i "[${inspect#,}]" "SELECT json_build_object('contract', $CONTRACT,
+    'roles', coalesce((SELECT json_agg(json_build_object(
+        'name', a.rolname, 'superuser', a.rolsuper, 'inherit', a.rolinherit,
+        'createrole', a.rolcreaterole, 'createdb', a.rolcreatedb, 'login', a.rolcanlogin,
+        'replication', a.rolreplication, 'bypassrls', a.rolbypassrls,
+        'connectionLimit', a.rolconnlimit,
+        'validUntil', CASE WHEN a.rolvaliduntil IS NULL OR a.rolvaliduntil = 'infinity' THEN NULL
+            ELSE $(ts_s a.rolvaliduntil) END,
+        'memberOf', coalesce((SELECT json_agg(g.rolname ORDER BY g.rolname) FROM pg_auth_members m
+            JOIN pg_authid g ON g.oid = m.roleid WHERE m.member = a.oid), '[]'),
+        'comment', shobj_description(a.oid, 'pg_authid'),
+        'verifier', a.rolpassword) ORDER BY a.rolname) FROM pg_authid a WHERE a.rolname !~ '^pg_'), '[]'),
+    'databases', coalesce((SELECT json_agg(CASE WHEN x.e IS NULL
+            THEN json_build_object('name', d.datname, 'owner', pg_get_userbyid(d.datdba))
+            ELSE json_build_object('name', d.datname, 'owner', pg_get_userbyid(d.datdba), 'inspected', true,
+                'extensions', x.e->'extensions', 'schemas', x.e->'schemas') END ORDER BY d.datname)
+        FROM pg_database d LEFT JOIN LATERAL (SELECT e FROM json_array_elements(:'i'::json) e
+            WHERE e->>'name' = d.datname) x ON true WHERE NOT d.datistemplate), '[]'),
+    'available', coalesce((SELECT json_agg(json_build_object('name', name, 'versions', versions))
+        FROM (SELECT name, json_agg(version ORDER BY version) versions
+            FROM pg_available_extension_versions GROUP BY name) v), '[]'))")
+  oneline "$out"
+}
+
+# `apply-sql [--db NAME]`: runs the statements on stdin in database NAME
+# (default postgres), stopping at the first error. Terse errors: a failing
+# statement's text (with a verifier) is not echoed back.
+cmd_apply_sql() {
+  shift
+  db=postgres
+  if [ "${1:-}" = --db ]; then db=${2:?--db needs a name}; shift 2; fi
+  one_line "$db" || { log "apply-sql: the database name has a line break"; exit 64; }
+  if ! err=$(psql_db "$db" -v VERBOSITY=terse -f - 2>&1 >/dev/null); then
+    log "apply-sql: $(printf '%s' "$err" | head -c 2000)"
+    exit 1
+  fi
+  echo "{\"contract\":$CONTRACT,\"applied\":true}"
+}
+
 case "${1:-}" in
   run) cmd_run ;;
+  catalog) cmd_catalog "$@" ;;
+  apply-sql) cmd_apply_sql "$@" ;;
   archive-push) cmd_archive_push "$@" ;;
   backup-init) cmd_backup_init ;;
   backup) cmd_backup "$@" ;;
@@ -553,5 +618,5 @@ case "${1:-}" in
   checkpoint) cmd_checkpoint ;;
   slots) cmd_slots "$@" ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|checkpoint|slots NAME...|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|checkpoint|slots NAME...|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL" >&2; exit 64 ;;
 esac

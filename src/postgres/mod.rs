@@ -3,14 +3,18 @@
 //! parameters need a restart.
 
 pub mod contract;
+pub mod catalog;
+pub mod databases;
 pub mod exec;
 pub mod hba;
 pub mod params;
 pub mod quote;
 #[cfg(test)]
 pub(crate) mod render_props;
+pub mod roles;
 #[cfg(test)]
 mod shell_tests;
+pub mod sql;
 
 pub use hba::render_pg_hba;
 pub use params::{render_postgresql_conf, shown};

@@ -80,8 +80,15 @@ impl ProcessEnv {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    /// Creates PostgresCluster `name` with `spec` (JSON).
+    /// Creates PostgresCluster `name` with `spec` (JSON). The test kit's
+    /// clients log in as the superuser (testkit::pg), so superuser access
+    /// is on unless `spec` says otherwise (its default is off).
     pub async fn create(&self, name: &str, spec: serde_json::Value) -> Result<()> {
+        let mut spec = spec;
+        if let Some(m) = spec.as_object_mut() {
+            m.entry("enableSuperuserAccess")
+                .or_insert(serde_json::Value::Bool(true));
+        }
         let obj = serde_json::json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
             "metadata": {"name": name, "namespace": self.ns}, "spec": spec});
         let pg: PostgresCluster = serde_json::from_value(obj)

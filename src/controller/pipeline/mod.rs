@@ -47,5 +47,8 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     let inputs = inputs::prepare(&pg, &ctx, &seen, &spec).await?;
     let desired = desired::build(&pg, &seen, &inputs)?;
     let applied = apply::apply(&pg, &ctx, &seen, &desired).await?;
+    // Roles, databases, the app Secret on the primary (never fails the round).
+    let access = super::access::run(&pg, &ctx, &seen.obs, desired.primary.as_deref()).await;
+    let within = within.into_iter().chain(access).min();
     status::finish(&pg, &ctx, &seen, &desired, applied, within).await
 }

@@ -19,7 +19,14 @@ use serde_json::json;
 use std::time::Duration;
 
 /// Status fields the backup dispatcher owns.
-const BACKUP_OWNED: &[&str] = &["lastBackup", "backup", "archive", "lastRestoreDrill"];
+/// `access` is the access step's (controller::access), written the same way.
+const BACKUP_OWNED: &[&str] = &[
+    "lastBackup",
+    "backup",
+    "archive",
+    "lastRestoreDrill",
+    "access",
+];
 
 /// An invalid spec: touch nothing that runs; only say why (an Event when
 /// the reason changed, and the `Invalid` condition).

@@ -1,0 +1,173 @@
+//! The `<name>-app` Secret applications connect with (type
+//! `kubernetes.io/basic-auth`): the application owner's credentials and
+//! every form a client library wants them in. `render` is pure; `ensure`
+//! creates it once and keeps its derived keys current (a renamed database
+//! or a changed password Secret), never changing the password itself.
+
+use crate::controller::reconcile::{Error, FIELD_MANAGER, kerr};
+use crate::crd::PostgresCluster;
+use crate::platform::labels::{LABEL_CLUSTER, LABEL_MANAGED_BY};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource};
+use std::collections::BTreeMap;
+
+pub const PORT: u16 = 5432;
+
+/// `<cluster>-app`.
+pub fn name(cluster: &str) -> String {
+    format!("{cluster}-app")
+}
+
+/// The application's credentials and where it connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppLogin {
+    pub cluster: String,
+    pub namespace: String,
+    pub username: String,
+    pub password: String,
+    pub dbname: String,
+}
+
+/// Everything but unreserved characters (RFC 3986) percent-encoded: a
+/// user, password or database name is one URI component whatever it holds.
+pub fn pct(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// One field of a .pgpass line (`:` and `\` escaped).
+fn pgpass_field(s: &str) -> String {
+    s.replace('\\', "\\\\").replace(':', "\\:")
+}
+
+/// The Secret's string data, by key.
+pub fn data(l: &AppLogin) -> BTreeMap<String, String> {
+    let host = format!("{}-rw.{}.svc", l.cluster, l.namespace);
+    let ro_host = format!("{}-ro.{}.svc", l.cluster, l.namespace);
+    let (u, p, d) = (pct(&l.username), pct(&l.password), pct(&l.dbname));
+    let uri = |h: &str| format!("postgresql://{u}:{p}@{h}:{PORT}/{d}");
+    let jdbc = |h: &str| format!("jdbc:postgresql://{h}:{PORT}/{d}?user={u}&password={p}");
+    let mut m = BTreeMap::new();
+    m.insert("username".into(), l.username.clone());
+    m.insert("password".into(), l.password.clone());
+    m.insert("host".into(), host.clone());
+    m.insert("ro-host".into(), ro_host.clone());
+    m.insert("port".into(), PORT.to_string());
+    m.insert("dbname".into(), l.dbname.clone());
+    m.insert("uri".into(), uri(&host));
+    m.insert("ro-uri".into(), uri(&ro_host));
+    m.insert("jdbc-uri".into(), jdbc(&host));
+    m.insert("ro-jdbc-uri".into(), jdbc(&ro_host));
+    m.insert(
+        "pgpass".into(),
+        format!(
+            "{}:{PORT}:{}:{}:{}\n",
+            host,
+            pgpass_field(&l.dbname),
+            pgpass_field(&l.username),
+            pgpass_field(&l.password)
+        ),
+    );
+    m
+}
+
+/// The Secret, owned by the cluster (deleted with it).
+pub fn render(pg: &PostgresCluster, l: &AppLogin) -> Secret {
+    let labels = BTreeMap::from([
+        (LABEL_CLUSTER.to_string(), l.cluster.clone()),
+        (LABEL_MANAGED_BY.to_string(), "pgfleet".to_string()),
+    ]);
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name(&l.cluster)),
+            namespace: Some(l.namespace.clone()),
+            labels: Some(labels),
+            owner_references: pg.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/basic-auth".into()),
+        data: Some(
+            data(l)
+                .into_iter()
+                .map(|(k, v)| (k, ByteString(v.into_bytes())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// Reads one key of a Secret as text (None: no Secret, no key, not UTF-8).
+pub fn key(secret: &Secret, key: &str) -> Option<String> {
+    let b = secret.data.as_ref()?.get(key)?;
+    let s = String::from_utf8(b.0.clone()).ok()?;
+    Some(s.trim_end_matches(['\n', '\r']).to_string())
+}
+
+/// Applies the Secret when it is missing or any key differs (the password
+/// is the caller's: the existing one, or a new one for a new Secret).
+pub async fn ensure(
+    client: &kube::Client,
+    pg: &PostgresCluster,
+    l: &AppLogin,
+    existing: Option<&Secret>,
+) -> Result<bool, Error> {
+    let want = render(pg, l);
+    if existing.is_some_and(|e| e.data == want.data && e.type_ == want.type_) {
+        return Ok(false);
+    }
+    let n = name(&l.cluster);
+    Api::<Secret>::namespaced(client.clone(), &l.namespace)
+        .patch(
+            &n,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&want),
+        )
+        .await
+        .map_err(kerr("apply", "Secret", &n))?;
+    Ok(true)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_form_of_the_login() {
+        let l = AppLogin {
+            cluster: "orders".into(),
+            namespace: "shop".into(),
+            username: "app".into(),
+            password: "p@ss:w/rd\\".into(),
+            dbname: "app".into(),
+        };
+        let d = data(&l);
+        assert_eq!(d["host"], "orders-rw.shop.svc");
+        assert_eq!(
+            d["uri"],
+            "postgresql://app:p%40ss%3Aw%2Frd%5C@orders-rw.shop.svc:5432/app"
+        );
+        assert_eq!(
+            d["ro-uri"],
+            "postgresql://app:p%40ss%3Aw%2Frd%5C@orders-ro.shop.svc:5432/app"
+        );
+        assert_eq!(
+            d["jdbc-uri"],
+            "jdbc:postgresql://orders-rw.shop.svc:5432/app?user=app&password=p%40ss%3Aw%2Frd%5C"
+        );
+        assert_eq!(
+            d["pgpass"],
+            "orders-rw.shop.svc:5432:app:app:p@ss\\:w/rd\\\\\n"
+        );
+        assert_eq!(d["port"], "5432");
+    }
+}

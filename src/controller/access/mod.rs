@@ -1,0 +1,206 @@
+//! The access step (issue 13): what applications connect with. After the
+//! children are applied, on a ready primary:
+//!
+//! 1. the `<name>-app` Secret exists (`app_secret`);
+//! 2. the primary's catalog (`pgfleet-instance catalog`) is compared with
+//!    the application owner, `spec.roles` and `spec.databases`
+//!    (`postgres::roles`, `postgres::databases`, pure);
+//! 3. what differs is applied through `pgfleet-instance apply-sql`, SQL on
+//!    stdin, passwords as SCRAM verifiers — the same pods/exec path every
+//!    other instance operation takes: the manager never logs in over the
+//!    network and needs no superuser password;
+//! 4. the outcome goes to `status.access` (merge patch, only when it
+//!    changed) and every change is an Event.
+//!
+//! The step never fails the reconcile: a primary that cannot be read, a
+//! refused role or a missing extension is a condition in `status.access`,
+//! and the step runs again after [`RECHECK`]. It runs at once when the
+//! spec's generation or the primary changed (a failover, a restore), so a
+//! new primary is checked before anything else reads from it.
+
+mod app_secret;
+mod round;
+mod status;
+
+pub use app_secret::{AppLogin, data as app_secret_data, name as app_secret_name, pct};
+
+use super::Ctx;
+use super::plan::Observed;
+use crate::crd::PostgresCluster;
+use kube::ResourceExt;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How often a primary's catalog is compared with the spec when nothing
+/// else triggers it: the bound on how long drift (a role altered by hand, a
+/// changed password Secret) stays uncorrected.
+pub const RECHECK: Duration = Duration::from_secs(20);
+
+/// When each cluster (member/ns/name) was last checked, and on which
+/// primary at which generation. In memory: after a restart of the manager
+/// every cluster is checked once at its first reconcile.
+/// The interval is `None` where nothing is to be checked periodically (the
+/// virtual runtime, which runs no SQL).
+type LastCheck = (Instant, String, i64, Option<Duration>);
+
+fn last_checks() -> &'static Mutex<HashMap<String, LastCheck>> {
+    static LAST: OnceLock<Mutex<HashMap<String, LastCheck>>> = OnceLock::new();
+    LAST.get_or_init(Default::default)
+}
+
+/// Forgets a deleted cluster's last check.
+pub fn forget(member: &str, ns: &str, name: &str) {
+    last_checks()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&format!("{member}/{ns}/{name}"));
+}
+
+/// Whether the superuser may log in over TCP: `spec.enableSuperuserAccess`,
+/// or, when unset, only for a cluster that ran before pgfleet managed access
+/// (its applications may use the superuser Secret).
+pub fn superuser_network_access(pg: &PostgresCluster) -> bool {
+    pg.spec.enable_superuser_access.unwrap_or_else(|| {
+        let st = pg.status.as_ref();
+        match st.and_then(|s| s.access.as_ref()) {
+            Some(a) => a.legacy_superuser_access,
+            None => st.is_some_and(|s| s.current_primary.is_some()),
+        }
+    })
+}
+
+/// The pg_hba lines in front of pgfleet's own: with superuser access off,
+/// `postgres` is rejected on every TCP socket (before the tenant's own
+/// lines, which cannot open it again). The pooler logs in to PostgreSQL as
+/// the superuser, so with a pooler the rule is not written (documented in
+/// docs/connecting-applications.md).
+pub fn hba_lines(pg: &PostgresCluster) -> Vec<String> {
+    let pooler = pg.spec.pooler.as_ref().is_some_and(|p| p.enabled);
+    let mut out = vec![];
+    if !superuser_network_access(pg) && !pooler {
+        out.push("host all postgres 0.0.0.0/0 reject".to_string());
+        out.push("host all postgres ::/0 reject".to_string());
+    }
+    out.extend(pg.spec.postgresql.pg_hba.iter().cloned());
+    out
+}
+
+/// The access step; returns when it wants to run again.
+pub async fn run(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    primary: Option<&str>,
+) -> Option<Duration> {
+    if pg.status.as_ref().and_then(|s| s.access.as_ref()).is_none() {
+        status::mark_first(pg, ctx).await;
+    }
+    let primary = primary?;
+    let ready = obs
+        .pods
+        .get(primary)
+        .is_some_and(|p| p.ready && !p.deleting);
+    if !ready {
+        return Some(RECHECK);
+    }
+    let key = format!(
+        "{}/{}/{}",
+        ctx.member,
+        pg.namespace().unwrap_or_default(),
+        pg.name_any()
+    );
+    let generation = pg.metadata.generation.unwrap_or_default();
+    let due = {
+        let last = last_checks().lock().unwrap_or_else(|e| e.into_inner());
+        match last.get(&key) {
+            Some((at, p, g, every)) if p == primary && *g == generation => {
+                Some(every.map(|e| e.checked_sub(at.elapsed())))
+            }
+            _ => None,
+        }
+    };
+    match due {
+        Some(None) => return None,
+        Some(Some(Some(wait))) => return Some(wait.max(Duration::from_millis(500))),
+        Some(Some(None)) | None => {}
+    }
+    // Also after a failed round: a primary that cannot answer is asked
+    // again after RECHECK, not at every trigger.
+    let every = match round::run(pg, ctx, primary).await {
+        round::Outcome::Emulated => None,
+        round::Outcome::Checked | round::Outcome::Unreadable => Some(RECHECK),
+    };
+    last_checks()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(
+            key,
+            (Instant::now(), primary.to_string(), generation, every),
+        );
+    every
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn pg(spec: serde_json::Value, status: serde_json::Value) -> PostgresCluster {
+        let mut pg = PostgresCluster::new("orders", serde_json::from_value(spec).unwrap());
+        pg.status = serde_json::from_value(status).unwrap();
+        pg
+    }
+
+    #[test]
+    fn superuser_is_rejected_on_tcp_by_default_for_new_clusters() {
+        let new = pg(
+            serde_json::json!({"postgresql": {"pgHba": ["host all all 10.0.0.0/8 md5"]}}),
+            serde_json::json!(null),
+        );
+        assert!(!superuser_network_access(&new));
+        assert_eq!(
+            hba_lines(&new),
+            [
+                "host all postgres 0.0.0.0/0 reject",
+                "host all postgres ::/0 reject",
+                "host all all 10.0.0.0/8 md5"
+            ]
+        );
+        let on = pg(
+            serde_json::json!({"enableSuperuserAccess": true}),
+            serde_json::json!(null),
+        );
+        assert!(hba_lines(&on).is_empty());
+        // The pooler logs in as the superuser: no reject rule with it.
+        let pooled = pg(
+            serde_json::json!({"pooler": {"enabled": true}}),
+            serde_json::json!(null),
+        );
+        assert!(hba_lines(&pooled).is_empty());
+    }
+
+    #[test]
+    fn clusters_from_before_keep_superuser_access_unless_told() {
+        let old = pg(
+            serde_json::json!({}),
+            serde_json::json!({"currentPrimary": "orders-1"}),
+        );
+        assert!(superuser_network_access(&old));
+        let marked = pg(
+            serde_json::json!({}),
+            serde_json::json!({"currentPrimary": "orders-1", "access": {"legacySuperuserAccess": true}}),
+        );
+        assert!(superuser_network_access(&marked));
+        let new_marked = pg(
+            serde_json::json!({}),
+            serde_json::json!({"currentPrimary": "orders-1", "access": {"legacySuperuserAccess": false}}),
+        );
+        assert!(!superuser_network_access(&new_marked));
+        let off = pg(
+            serde_json::json!({"enableSuperuserAccess": false}),
+            serde_json::json!({"currentPrimary": "orders-1", "access": {"legacySuperuserAccess": true}}),
+        );
+        assert!(!superuser_network_access(&off));
+    }
+}

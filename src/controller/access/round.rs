@@ -1,0 +1,411 @@
+//! One access round on the primary: the app Secret, the catalog, the
+//! plans, the statements, the status. Failures are reported, not
+//! returned (see the module above).
+
+use super::app_secret::{self, AppLogin};
+use super::status;
+use crate::controller::Ctx;
+use crate::crd::PostgresCluster;
+use crate::crd::access::{
+    AccessStatus, DatabaseSpec, DatabaseStatus, Ensure, InitdbSpec, RoleSpec, RoleStatus,
+};
+use crate::postgres::catalog::Catalog;
+use crate::postgres::databases::{self, CreateOptions, DatabasePlan};
+use crate::postgres::exec::{run_verb, run_verb_stdin};
+use crate::postgres::roles::{self, Action, RolePlan, Stmt};
+use crate::postgres::sql::{self, name_refusal, password_fingerprint};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, ResourceExt};
+use std::time::Duration;
+
+const EXEC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A role to manage and the password its Secret holds (or why not).
+struct Wanted {
+    spec: RoleSpec,
+    password: Result<Option<String>, String>,
+}
+
+/// How a round went.
+pub(super) enum Outcome {
+    Checked,
+    /// The primary's catalog could not be read (reported in the status).
+    Unreadable,
+    /// The virtual runtime: no SQL, nothing to check again.
+    Emulated,
+}
+
+/// Runs one round.
+pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outcome {
+    let ns = pg.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut st = AccessStatus {
+        observed_generation: pg.metadata.generation,
+        primary: Some(primary.to_string()),
+        legacy_superuser_access: pg
+            .status
+            .as_ref()
+            .and_then(|s| s.access.as_ref())
+            .is_some_and(|a| a.legacy_superuser_access),
+        ..Default::default()
+    };
+    let app = match app_login(pg, ctx, &secrets).await {
+        Ok(a) => Some(a),
+        Err(msg) => {
+            st.conditions
+                .push(status::cond(pg, "AppDatabaseReady", false, "Invalid", msg));
+            None
+        }
+    };
+    let wanted = wanted_roles(pg, app.as_ref(), &secrets).await;
+    let dbs = wanted_databases(pg, app.as_ref());
+    let names: Vec<&str> = dbs
+        .iter()
+        .filter(|(d, _)| d.ensure == Ensure::Present && name_refusal(&d.name).is_none())
+        .map(|(d, _)| d.name.as_str())
+        .collect();
+    let catalog = match read_catalog(ctx, &ns, primary, &names).await {
+        Ok(c) if c.emulated => {
+            let msg = "the virtual runtime runs no SQL; roles and databases are not managed".into();
+            st.conditions
+                .push(status::cond(pg, "RolesReconciled", true, "Emulated", msg));
+            status::write(pg, ctx, st).await;
+            return Outcome::Emulated;
+        }
+        Ok(c) => c,
+        Err(msg) => {
+            st.conditions.push(status::cond(
+                pg,
+                "RolesReconciled",
+                false,
+                "CatalogUnreadable",
+                msg,
+            ));
+            status::write(pg, ctx, st).await;
+            return Outcome::Unreadable;
+        }
+    };
+    let role_plans: Vec<(RolePlan, &Wanted)> = wanted
+        .iter()
+        .map(|w| {
+            let pw = w.password.as_ref().ok().and_then(|p| p.as_deref());
+            (roles::plan(&w.spec, pw, &catalog), w)
+        })
+        .collect();
+    let db_plans: Vec<DatabasePlan> = dbs
+        .iter()
+        .map(|(d, o)| databases::plan(d, o, &catalog))
+        .collect();
+    let outcome = apply_all(pg, ctx, &ns, primary, &role_plans, &db_plans).await;
+    st.roles = role_plans
+        .iter()
+        .map(|(p, w)| role_status(p, w, outcome.role_error(&p.name)))
+        .collect();
+    st.databases = db_plans
+        .iter()
+        .zip(&dbs)
+        .map(|(p, (d, _))| db_status(p, d.ensure, outcome.db_error(&p.name)))
+        .collect();
+    status::conclude(pg, ctx, app.as_ref(), st).await;
+    Outcome::Checked
+}
+
+/// The application owner's login: database and owner from
+/// `spec.bootstrap.initdb` (defaults `app`/`app`), the password from the
+/// named Secret, the existing `<name>-app` Secret, or a new one; the
+/// `<name>-app` Secret is (re)written when any key differs.
+async fn app_login(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    secrets: &Api<Secret>,
+) -> Result<AppLogin, String> {
+    let init = initdb(pg);
+    let dbname = init.database.clone().unwrap_or_else(|| "app".into());
+    let username = init.owner.clone().unwrap_or_else(|| "app".into());
+    if let Some(r) = name_refusal(&username).or(sql::reserved_role(&username).map(String::from)) {
+        return Err(format!("spec.bootstrap.initdb.owner {username:?} {r}"));
+    }
+    if let Some(r) = name_refusal(&dbname).or(sql::reserved_database(&dbname).map(String::from)) {
+        return Err(format!("spec.bootstrap.initdb.database {dbname:?} {r}"));
+    }
+    let cluster = pg.name_any();
+    let existing = get(secrets, &app_secret::name(&cluster)).await?;
+    let password = match &init.secret {
+        Some(s) => secret_password(secrets, s, &username, "spec.bootstrap.initdb.secret").await?,
+        None => existing
+            .as_ref()
+            .and_then(|e| app_secret::key(e, "password"))
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(sql::random_password),
+    };
+    let login = AppLogin {
+        cluster,
+        namespace: pg.namespace().unwrap_or_default(),
+        username,
+        password,
+        dbname,
+    };
+    match app_secret::ensure(&ctx.client, pg, &login, existing.as_ref()).await {
+        Ok(true) => {
+            let note = format!(
+                "application credentials in Secret {}",
+                app_secret::name(&login.cluster)
+            );
+            status::event(ctx, pg, "AppSecretWritten", note).await;
+        }
+        Ok(false) => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    Ok(login)
+}
+
+fn initdb(pg: &PostgresCluster) -> InitdbSpec {
+    pg.spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.initdb.clone())
+        .unwrap_or_default()
+}
+
+async fn get(secrets: &Api<Secret>, name: &str) -> Result<Option<Secret>, String> {
+    secrets
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("could not read Secret {name}: {e}"))
+}
+
+/// The `password` of Secret `name`, whose `username` (when present) must
+/// be `role`: a Secret meant for another role is not used by mistake.
+async fn secret_password(
+    secrets: &Api<Secret>,
+    name: &str,
+    role: &str,
+    field: &str,
+) -> Result<String, String> {
+    let s = get(secrets, name)
+        .await?
+        .ok_or_else(|| format!("{field}: Secret {name} does not exist"))?;
+    if let Some(u) = app_secret::key(&s, "username")
+        && u != role
+    {
+        return Err(format!(
+            "{field}: Secret {name} is for user {u:?}, not {role:?}"
+        ));
+    }
+    match app_secret::key(&s, "password") {
+        Some(p) if !p.is_empty() && !p.contains(['\n', '\r', '\0']) => Ok(p),
+        _ => Err(format!(
+            "{field}: Secret {name} has no usable key \"password\" (one line, not empty)"
+        )),
+    }
+}
+
+/// The application owner first, then `spec.roles` (a spec entry for the
+/// owner replaces the default one; a name declared twice is refused).
+async fn wanted_roles(
+    pg: &PostgresCluster,
+    app: Option<&AppLogin>,
+    secrets: &Api<Secret>,
+) -> Vec<Wanted> {
+    let mut out: Vec<Wanted> = vec![];
+    let dup = roles::duplicates(&pg.spec.roles);
+    for (i, spec) in pg.spec.roles.iter().enumerate() {
+        if dup.contains(&spec.name) && out.iter().any(|w| w.spec.name == spec.name) {
+            continue;
+        }
+        let field = format!("spec.roles[{i}].passwordSecret");
+        let password = match (&spec.password_secret, app) {
+            (Some(s), _) => secret_password(secrets, s, &spec.name, &field)
+                .await
+                .map(Some),
+            (None, Some(a)) if a.username == spec.name => Ok(Some(a.password.clone())),
+            (None, _) => Ok(None),
+        };
+        out.push(Wanted {
+            spec: spec.clone(),
+            password,
+        });
+    }
+    if let Some(a) = app
+        && !out.iter().any(|w| w.spec.name == a.username)
+    {
+        let spec = RoleSpec {
+            name: a.username.clone(),
+            login: true,
+            inherit: true,
+            connection_limit: -1,
+            ..Default::default()
+        };
+        out.insert(
+            0,
+            Wanted {
+                spec,
+                password: Ok(Some(a.password.clone())),
+            },
+        );
+    }
+    out
+}
+
+/// The application database first, then `spec.databases` (an entry for the
+/// same name replaces the default).
+fn wanted_databases(
+    pg: &PostgresCluster,
+    app: Option<&AppLogin>,
+) -> Vec<(DatabaseSpec, CreateOptions)> {
+    let mut out: Vec<(DatabaseSpec, CreateOptions)> = vec![];
+    if let Some(a) = app
+        && !pg.spec.databases.iter().any(|d| d.name == a.dbname)
+    {
+        let init = initdb(pg);
+        let spec = DatabaseSpec {
+            name: a.dbname.clone(),
+            owner: Some(a.username.clone()),
+            ..Default::default()
+        };
+        let opts = CreateOptions {
+            encoding: init.encoding,
+            locale: init.locale,
+        };
+        out.push((spec, opts));
+    }
+    for d in &pg.spec.databases {
+        if !out.iter().any(|(o, _)| o.name == d.name) {
+            out.push((d.clone(), CreateOptions::default()));
+        }
+    }
+    out
+}
+
+async fn read_catalog(ctx: &Ctx, ns: &str, pod: &str, dbs: &[&str]) -> Result<Catalog, String> {
+    let mut verb = vec!["catalog"];
+    verb.extend_from_slice(dbs);
+    let out = run_verb(&ctx.client, ns, pod, &verb, EXEC_TIMEOUT)
+        .await
+        .map_err(|e| format!("could not read the catalog of {pod}: {e}"))?;
+    Catalog::parse(&out)
+}
+
+/// Errors of the plans that failed, by name.
+#[derive(Default)]
+struct Failures {
+    roles: Vec<(String, String)>,
+    dbs: Vec<(String, String)>,
+}
+
+impl Failures {
+    fn role_error(&self, n: &str) -> Option<&str> {
+        self.roles
+            .iter()
+            .find(|(r, _)| r == n)
+            .map(|(_, e)| e.as_str())
+    }
+    fn db_error(&self, n: &str) -> Option<&str> {
+        self.dbs
+            .iter()
+            .find(|(r, _)| r == n)
+            .map(|(_, e)| e.as_str())
+    }
+}
+
+/// Role creations and changes, then databases (their owners exist by
+/// then), then role drops (a role is dropped after the databases it owned).
+async fn apply_all(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    ns: &str,
+    pod: &str,
+    role_plans: &[(RolePlan, &Wanted)],
+    db_plans: &[DatabasePlan],
+) -> Failures {
+    let mut out = Failures::default();
+    let (drops, others): (Vec<_>, Vec<_>) = role_plans
+        .iter()
+        .partition(|(p, _)| p.action == Action::Drop);
+    for (p, _) in others {
+        if let Err(e) = apply(ctx, ns, pod, &p.stmts).await {
+            out.roles.push((p.name.clone(), e));
+        }
+        status::role_event(ctx, pg, p, out.role_error(&p.name)).await;
+    }
+    for p in db_plans {
+        if let Err(e) = apply(ctx, ns, pod, &p.stmts).await {
+            out.dbs.push((p.name.clone(), e));
+        }
+        status::db_event(ctx, pg, p, out.db_error(&p.name)).await;
+    }
+    for (p, _) in drops {
+        if let Err(e) = apply(ctx, ns, pod, &p.stmts).await {
+            out.roles.push((p.name.clone(), e));
+        }
+        status::role_event(ctx, pg, p, out.role_error(&p.name)).await;
+    }
+    out
+}
+
+/// Runs statements in order, one `apply-sql` per run of statements in the
+/// same database.
+async fn apply(ctx: &Ctx, ns: &str, pod: &str, stmts: &[Stmt]) -> Result<(), String> {
+    let mut i = 0;
+    while i < stmts.len() {
+        let db = stmts[i].db.clone();
+        let mut script = String::new();
+        while i < stmts.len() && stmts[i].db == db {
+            script.push_str(&stmts[i].sql);
+            script.push_str(";\n");
+            i += 1;
+        }
+        let db = db.unwrap_or_else(|| "postgres".into());
+        run_verb_stdin(
+            &ctx.client,
+            ns,
+            pod,
+            &["apply-sql", "--db", &db],
+            script,
+            EXEC_TIMEOUT,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn role_status(p: &RolePlan, w: &Wanted, error: Option<&str>) -> RoleStatus {
+    let (state, message) = match (&w.password, error, &p.refusal) {
+        (_, _, Some(r)) => ("refused", Some(r.clone())),
+        (Err(e), _, _) => ("failed", Some(e.clone())),
+        (_, Some(e), _) => ("failed", Some(e.to_string())),
+        _ => (p.action.state(w.spec.ensure), None),
+    };
+    let password_hash = match (&w.password, w.spec.ensure) {
+        (Ok(Some(pw)), Ensure::Present) => Some(password_fingerprint(&p.name, pw)),
+        _ => None,
+    };
+    RoleStatus {
+        name: p.name.clone(),
+        state: state.into(),
+        drift: p.drift.clone(),
+        password_hash,
+        message,
+    }
+}
+
+fn db_status(p: &DatabasePlan, ensure: Ensure, error: Option<&str>) -> DatabaseStatus {
+    let (state, message) = match (error, &p.refusal) {
+        (_, Some(r)) => ("refused", Some(r.clone())),
+        (Some(e), _) => ("failed", Some(e.to_string())),
+        (None, None) if !p.unavailable.is_empty() => (
+            "failed",
+            Some(format!(
+                "extensions not available in the image: {}",
+                p.unavailable.join(", ")
+            )),
+        ),
+        (None, None) => (p.action.state(ensure), None),
+    };
+    DatabaseStatus {
+        name: p.name.clone(),
+        state: state.into(),
+        message,
+    }
+}

@@ -21,6 +21,7 @@ mod bounds;
 pub mod choices;
 mod env;
 mod error;
+pub mod catalog;
 pub mod images;
 mod lines;
 mod load;

@@ -14,6 +14,7 @@ pub mod failover;
 mod function_length;
 mod image_policy;
 pub mod index;
+pub mod major_upgrade;
 mod instance;
 pub mod names;
 #[cfg(test)]

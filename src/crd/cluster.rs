@@ -95,6 +95,11 @@ pub struct PostgresClusterSpec {
     /// primary is updated.
     #[serde(default)]
     pub primary_update_strategy: PrimaryUpdateStrategy,
+    /// How a raise of `version` across a major is carried out (issue 17;
+    /// controller::major_upgrade). Without it such a raise is refused and
+    /// the cluster stays on its major.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub major_upgrade: Option<super::major_upgrade::MajorUpgradeSpec>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, JsonSchema)]
@@ -327,6 +332,10 @@ pub struct PostgresClusterStatus {
     pub archive: Option<ArchiveStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restore_drill: Option<DrillRecord>,
+    /// An in-place major upgrade in progress, or why it was refused
+    /// (controller::major_upgrade).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub major_upgrade: Option<super::major_upgrade::MajorUpgradeStatus>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]

@@ -2,6 +2,7 @@
 
 pub mod backup;
 pub mod cluster;
+pub mod major_upgrade;
 pub mod vocab;
 
 pub use backup::{PostgresBackup, PostgresBackupSpec, PostgresBackupStatus};

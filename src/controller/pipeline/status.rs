@@ -71,7 +71,14 @@ pub async fn finish(
     let prev = seen.prev.as_ref();
     let mut inp = status_input(pg, d.primary.clone(), None, pending, prev, &seen.now);
     inp.rolling = update.status;
-    let st = plan::status(&inp, &seen.obs);
+    let mut st = plan::status(&inp, &seen.obs);
+    for (t, reason, why) in &d.notices {
+        st.conditions
+            .push(plan::extra_condition(&inp, t, reason, why.clone()));
+    }
+    if let Some(record) = &d.major_upgrade {
+        st.major_upgrade = record.clone();
+    }
     let healthy = st.phase == Some(Phase::Healthy);
     write_status(ctx, pg, prev, st).await?;
     if let Some(d) = within.into_iter().chain(update.requeue).min() {

@@ -56,12 +56,14 @@ pub struct PostgresClusterSpec {
     #[serde(default = "default_size")]
     #[schemars(range(min = 1, max = 16))]
     pub cluster_size: i32,
-    /// PostgreSQL version, major or major.minor ("15", "15.20"); the image is
-    /// `postgres:<version>` unless `image` is set.
+    /// PostgreSQL version, major or major.minor ("15", "15.19"); it must be
+    /// in the fleet's image catalog, which gives the image unless `image`
+    /// is set. Raising it across a major needs `majorUpgrade`.
     #[serde(default = "default_version")]
     #[schemars(regex(pattern = r"^[0-9]{1,2}(\.[0-9]{1,3})?$"), length(max = 16))]
     pub version: String,
-    /// Overrides the image derived from `version`.
+    /// Overrides the catalog's image for `version` (must be on the fleet's
+    /// `[images] allowed` list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
     pub image: Option<String>,

@@ -200,3 +200,57 @@ async fn a_failed_pre_flight_leaves_the_cluster_on_15_with_a_condition() {
         assert!(!image.contains(":18"), "a Pod moved to 18: {image}");
     }
 }
+
+/// The state machine end to end on the virtual runtime (no data, seconds):
+/// a raise to 18 without a method is refused and every Pod stays on 15;
+/// with `inPlace` the cluster walks every step and ends on 18 with the
+/// record gone and every Pod on the 18 image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtual_runtime_walks_the_steps_and_a_missing_method_is_refused() {
+    use common::fleet::{TestFleet, condition, instance_pods};
+    use common::eventually;
+    const M: &str = "m1";
+    let f = TestFleet::start("mu-virtual", &[M]).await;
+    f.namespace(M, "shop").await;
+    f.create(M, "shop", "db", serde_json::json!({"clusterSize": 3, "version": "15"}))
+        .await;
+    f.wait_healthy(M, "shop", "db", 3).await;
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(f.client(M), "shop");
+    let images = || async {
+        let ps = instance_pods(&pods, "db").await;
+        ps.values()
+            .map(|p| p.spec.clone().unwrap().containers[0].image.clone().unwrap())
+            .collect::<Vec<_>>()
+    };
+
+    f.patch(M, "shop", "db", serde_json::json!({"spec": {"version": "18"}}))
+        .await;
+    let api = f.pgc(M, "shop");
+    eventually("MajorUpgradeBlocked asking for a method", || async {
+        let pg = api.get("db").await.map_err(|e| e.to_string())?;
+        match condition(&pg, "MajorUpgradeBlocked") {
+            Some(c) if c.message.contains("spec.majorUpgrade.method") => Ok(()),
+            _ => Err(format!("{:?}", pg.status)),
+        }
+    })
+    .await;
+    let now = images().await;
+    assert!(now.iter().all(|i| i == "postgres:15"), "{now:?}");
+
+    let method = serde_json::json!({"spec": {"majorUpgrade": {"method": "inPlace"}}});
+    f.patch(M, "shop", "db", method).await;
+    eventually("the cluster on 18 with the record gone", || async {
+        let pg = api.get("db").await.map_err(|e| e.to_string())?;
+        let st = pg.status.clone().unwrap_or_default();
+        let done = st.current_version.as_deref() == Some("18")
+            && st.major_upgrade.is_none()
+            && st.ready_instances == 3
+            && condition(&pg, "MajorUpgradeBlocked").is_none();
+        done.then_some(()).ok_or_else(|| format!("{st:?}"))
+    })
+    .await;
+    f.wait_healthy(M, "shop", "db", 3).await;
+    let now = images().await;
+    assert!(now.iter().all(|i| i == "postgres:18"), "{now:?}");
+}

@@ -23,10 +23,6 @@ pub struct Effective {
     pub pgbackrest: bool,
 }
 
-pub fn check(images: &Images, spec: &PostgresClusterSpec) -> Option<String> {
-    resolve(images, spec).err()
-}
-
 /// The image `spec` runs, or why it may not run.
 pub fn resolve(images: &Images, spec: &PostgresClusterSpec) -> Result<Effective, String> {
     if !plain_version(&spec.version) {
@@ -69,6 +65,10 @@ mod tests {
 
     fn spec(v: serde_json::Value) -> PostgresClusterSpec {
         serde_json::from_value(v).unwrap()
+    }
+
+    fn check(images: &Images, spec: &PostgresClusterSpec) -> Option<String> {
+        resolve(images, spec).err()
     }
 
     #[test]

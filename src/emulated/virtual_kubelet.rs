@@ -292,6 +292,11 @@ impl VirtualRuntime {
             "checkpoint" => json!({"contract": CONTRACT_VERSION, "checkpoint": true}),
             "slots" => json!({"contract": CONTRACT_VERSION, "slots": 0}),
             "version" => json!({"contract": CONTRACT_VERSION}),
+            // In-place major upgrade: the model has no data to convert; the
+            // version follows the image of the Pods built afterwards.
+            "upgrade-check" => json!({"contract": CONTRACT_VERSION, "ok": true}),
+            "upgrade" => json!({"contract": CONTRACT_VERSION, "ok": true, "upgraded": true}),
+            "analyze" => json!({"contract": CONTRACT_VERSION, "ok": true, "analyzed": true}),
             other => return Err(format!("unknown verb {other}")),
         })
     }

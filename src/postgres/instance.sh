@@ -657,7 +657,7 @@ cmd_analyze() {
   if "$(bin vacuumdb)" --help 2>/dev/null | grep -q -- --missing-stats-only; then set -- "$@" --missing-stats-only; fi
   "$(bin vacuumdb)" -h "$SOCKDIR" -U postgres "$@" >&2 || upgrade_fail "vacuumdb --analyze-in-stages failed"
   base=$(upgrade_base)
-  rm -rf "$base/pgdata.old" "$base/pgfleet.upgrade-locale" "$base/pgfleet.upgrade-checksums"
+  rm -rf "$base/pgdata.old" "$base/pgfleet.upgrade-locale" "$base/pgfleet.upgrade-checksums" "$base/delete_old_cluster.sh"
   echo "{\"contract\":$CONTRACT,\"ok\":true,\"analyzed\":true}"
 }
 

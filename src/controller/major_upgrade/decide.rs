@@ -173,8 +173,8 @@ impl Next {
     /// `Starting` on. None: `spec.version`.
     pub fn builds_for<'a>(&'a self, record: Option<&'a MajorUpgradeStatus>) -> Option<&'a str> {
         match self {
-            Next::Refuse { from, .. } | Next::Blocked { from, .. } => Some(from),
-            Next::PreFlight { from, .. } => Some(from),
+            Next::Refuse { from, .. } | Next::Blocked { from, .. } => Some(from.as_str()),
+            Next::PreFlight { from, .. } => Some(from.as_str()),
             Next::Stop | Next::Upgrade => record.map(|r| r.from_version.as_str()),
             Next::Replace | Next::Start | Next::Analyze | Next::Rebuild | Next::Done => {
                 record.map(|r| r.to_version.as_str())

@@ -46,7 +46,10 @@ async fn set_version(e: &Env, cluster: &str, version: &str) {
 
 async fn server_version(host: &str, pw: &str) -> String {
     let c = connect(host, 5432, pw).await.unwrap();
-    c.query_one("SHOW server_version", &[]).await.unwrap().get(0)
+    c.query_one("SHOW server_version", &[])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 /// Writes numbered rows one transaction at a time and keeps the time of
@@ -114,50 +117,75 @@ async fn in_place_upgrade_from_15_to_18_keeps_every_row_and_rebuilds_the_replica
     let (rw, pw) = setup(&e, "up").await;
     assert!(server_version(&rw, &pw).await.starts_with("15"));
     let probe = Probe::start(rw.clone(), pw.clone());
-    e.wait("writes before the upgrade", Duration::from_secs(60), || async {
-        probe.count() >= 20
-    })
+    e.wait(
+        "writes before the upgrade",
+        Duration::from_secs(60),
+        || async { probe.count() >= 20 },
+    )
     .await;
 
     set_version(&e, "up", "18").await;
-    e.wait("the cluster on 18, Healthy, the upgrade record gone", UPGRADE, || async {
-        let st = e.status("up").await;
-        st.current_version.as_deref() == Some("18")
-            && st.major_upgrade.is_none()
-            && st.phase == Some(pgfleet::crd::Phase::Healthy)
-            && st.ready_instances == 2
-    })
+    e.wait(
+        "the cluster on 18, Healthy, the upgrade record gone",
+        UPGRADE,
+        || async {
+            let st = e.status("up").await;
+            st.current_version.as_deref() == Some("18")
+                && st.major_upgrade.is_none()
+                && st.phase == Some(pgfleet::crd::Phase::Healthy)
+                && st.ready_instances == 2
+        },
+    )
     .await;
-    e.wait("writes after the upgrade", Duration::from_secs(60), || async {
-        probe.count() >= 40
-    })
+    e.wait(
+        "writes after the upgrade",
+        Duration::from_secs(60),
+        || async { probe.count() >= 40 },
+    )
     .await;
     let (acked, gap) = probe.stop().await;
 
     let now = rows(&rw, &pw).await;
     let missing: Vec<&i64> = acked.iter().filter(|id| !now.contains(id)).collect();
     assert!(missing.is_empty(), "acknowledged rows lost: {missing:?}");
-    assert_eq!(now.iter().filter(|id| **id < 0).count(), 1000, "the seeded rows");
+    assert_eq!(
+        now.iter().filter(|id| **id < 0).count(),
+        1000,
+        "the seeded rows"
+    );
     let v = server_version(&rw, &pw).await;
     assert!(v.starts_with("18"), "server_version {v}");
     let st = e.status("up").await;
     assert_eq!(st.current_primary.as_deref(), Some(primary.as_str()));
     // The replica was cloned from the new primary and streams from it.
-    e.wait("the replica streams from the new primary", Duration::from_secs(120), || async {
-        let Ok(c) = connect(&rw, 5432, &pw).await else {
-            return false;
-        };
-        c.query_one("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'", &[])
+    e.wait(
+        "the replica streams from the new primary",
+        Duration::from_secs(120),
+        || async {
+            let Ok(c) = connect(&rw, 5432, &pw).await else {
+                return false;
+            };
+            c.query_one(
+                "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'",
+                &[],
+            )
             .await
             .is_ok_and(|r| r.get::<_, i64>(0) == 1)
-    })
+        },
+    )
     .await;
-    let archiving = st.conditions.iter().find(|c| c.type_ == "BackupsUnavailable");
+    let archiving = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "BackupsUnavailable");
     println!(
         "major upgrade 15 → 18 in place: downtime seen by a writer {:.2} s (longest gap between acknowledged writes; {} writes); recorded {:?}; BackupsUnavailable: {:?}",
         gap.as_secs_f64(),
         acked.len(),
-        e.status("up").await.major_upgrade.and_then(|m| m.downtime_ms),
+        e.status("up")
+            .await
+            .major_upgrade
+            .and_then(|m| m.downtime_ms),
         archiving.map(|c| c.message.clone()),
     );
 }
@@ -178,25 +206,39 @@ async fn a_failed_pre_flight_leaves_the_cluster_on_15_with_a_condition() {
     c.batch_execute("CREATE EXTENSION pgcrypto").await.unwrap();
 
     set_version(&e, "pf", "18").await;
-    e.wait("the MajorUpgradeBlocked condition naming pgcrypto", UPGRADE, || async {
-        let st = e.status("pf").await;
-        st.conditions
-            .iter()
-            .any(|c| c.type_ == "MajorUpgradeBlocked" && c.message.contains("pgcrypto"))
-    })
+    e.wait(
+        "the MajorUpgradeBlocked condition naming pgcrypto",
+        UPGRADE,
+        || async {
+            let st = e.status("pf").await;
+            st.conditions
+                .iter()
+                .any(|c| c.type_ == "MajorUpgradeBlocked" && c.message.contains("pgcrypto"))
+        },
+    )
     .await;
     let st = e.status("pf").await;
     let step = st.major_upgrade.as_ref().map(|m| m.step.clone());
     assert_eq!(step.as_deref(), Some("PreFlightFailed"), "{st:?}");
-    assert!(st.current_version.as_deref().is_some_and(|v| v.starts_with("15")), "{st:?}");
+    assert!(
+        st.current_version
+            .as_deref()
+            .is_some_and(|v| v.starts_with("15")),
+        "{st:?}"
+    );
     // Untouched: still 15, still writable, every row there.
     let c = connect(&rw, 5432, &pw).await.unwrap();
-    c.batch_execute("INSERT INTO marks VALUES (1)").await.unwrap();
+    c.batch_execute("INSERT INTO marks VALUES (1)")
+        .await
+        .unwrap();
     assert!(server_version(&rw, &pw).await.starts_with("15"));
     assert_eq!(rows(&rw, &pw).await.len(), 1001);
     let pods = e.pods().list(&Default::default()).await.unwrap();
     for p in pods.items {
-        let image = p.spec.unwrap().containers[0].image.clone().unwrap_or_default();
+        let image = p.spec.unwrap().containers[0]
+            .image
+            .clone()
+            .unwrap_or_default();
         assert!(!image.contains(":18"), "a Pod moved to 18: {image}");
     }
 }
@@ -207,13 +249,18 @@ async fn a_failed_pre_flight_leaves_the_cluster_on_15_with_a_condition() {
 /// record gone and every Pod on the 18 image.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn virtual_runtime_walks_the_steps_and_a_missing_method_is_refused() {
-    use common::fleet::{TestFleet, condition, instance_pods};
     use common::eventually;
+    use common::fleet::{TestFleet, condition, instance_pods};
     const M: &str = "m1";
     let f = TestFleet::start("mu-virtual", &[M]).await;
     f.namespace(M, "shop").await;
-    f.create(M, "shop", "db", serde_json::json!({"clusterSize": 3, "version": "15"}))
-        .await;
+    f.create(
+        M,
+        "shop",
+        "db",
+        serde_json::json!({"clusterSize": 3, "version": "15"}),
+    )
+    .await;
     f.wait_healthy(M, "shop", "db", 3).await;
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
         kube::Api::namespaced(f.client(M), "shop");
@@ -224,8 +271,13 @@ async fn virtual_runtime_walks_the_steps_and_a_missing_method_is_refused() {
             .collect::<Vec<_>>()
     };
 
-    f.patch(M, "shop", "db", serde_json::json!({"spec": {"version": "18"}}))
-        .await;
+    f.patch(
+        M,
+        "shop",
+        "db",
+        serde_json::json!({"spec": {"version": "18"}}),
+    )
+    .await;
     let api = f.pgc(M, "shop");
     eventually("MajorUpgradeBlocked asking for a method", || async {
         let pg = api.get("db").await.map_err(|e| e.to_string())?;

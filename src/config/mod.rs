@@ -18,10 +18,10 @@
 pub mod api_edge;
 pub mod backups;
 mod bounds;
+pub mod catalog;
 pub mod choices;
 mod env;
 mod error;
-pub mod catalog;
 pub mod images;
 mod lines;
 mod load;

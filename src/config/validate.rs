@@ -48,7 +48,10 @@ pub(crate) fn validate(settings: &Settings) -> Vec<Problem> {
             && let Err(e) = settings.images.resolve(&t.to_string())
         {
             let msg = e.replace("spec.version: ", "");
-            v.err(at(&[Seg::key("rollouts"), Seg::key(name)], "target_version"), msg);
+            v.err(
+                at(&[Seg::key("rollouts"), Seg::key(name)], "target_version"),
+                msg,
+            );
         }
     }
     v.checked(

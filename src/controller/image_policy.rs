@@ -94,7 +94,10 @@ mod tests {
         let unknown = spec(serde_json::json!({"clusterSize": 1, "version": "16.4"}));
         let e = check(&none, &unknown).unwrap();
         assert!(e.contains("16.4") && e.contains("versions: 15, 18"), "{e}");
-        let r = resolve(&none, &spec(serde_json::json!({"clusterSize": 1, "version": "18"})));
+        let r = resolve(
+            &none,
+            &spec(serde_json::json!({"clusterSize": 1, "version": "18"})),
+        );
         assert!(!r.unwrap().pgbackrest, "the built-in 18 has no pgBackRest");
         assert_eq!(resolve(&none, &derived).unwrap().image, "postgres:15.20");
     }

@@ -14,8 +14,8 @@ pub mod failover;
 mod function_length;
 mod image_policy;
 pub mod index;
-pub mod major_upgrade;
 mod instance;
+pub mod major_upgrade;
 pub mod names;
 #[cfg(test)]
 mod names_props;

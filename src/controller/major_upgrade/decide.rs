@@ -74,11 +74,20 @@ pub enum Next {
     /// nothing was stopped yet: remove it (the next round decides anew).
     Clear,
     /// The change cannot be carried out; the cluster stays on `from`.
-    Refuse { from: String, why: String },
+    Refuse {
+        from: String,
+        why: String,
+    },
     /// Start (or repeat) the pre-flight checks.
-    PreFlight { from: String, to: String },
+    PreFlight {
+        from: String,
+        to: String,
+    },
     /// Stopped by a failed pre-flight or upgrade: stay on `from`, say why.
-    Blocked { from: String, why: String },
+    Blocked {
+        from: String,
+        why: String,
+    },
     Stop,
     Upgrade,
     /// Delete the old Pods and the replicas' volumes; build nothing.

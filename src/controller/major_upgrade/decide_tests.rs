@@ -56,7 +56,10 @@ fn without_a_method_or_downwards_the_change_is_refused_and_nothing_moves() {
     );
     assert_eq!(n.builds_for(None), Some("15.18"));
     let down = next(&input("15", Some("18")));
-    assert!(matches!(&down, Next::Refuse { why, .. } if why.contains("restore")), "{down:?}");
+    assert!(
+        matches!(&down, Next::Refuse { why, .. } if why.contains("restore")),
+        "{down:?}"
+    );
     assert_eq!(down.builds_for(None), Some("18"));
 }
 
@@ -66,7 +69,10 @@ fn a_failed_pre_flight_blocks_until_the_spec_changes() {
     let mut i = input("18", Some("15.18"));
     i.record = Some(&r);
     let n = next(&i);
-    assert!(matches!(&n, Next::Blocked { why, .. } if why.contains("extension foo")), "{n:?}");
+    assert!(
+        matches!(&n, Next::Blocked { why, .. } if why.contains("extension foo")),
+        "{n:?}"
+    );
     assert_eq!(n.builds_for(Some(&r)), Some("15.18"));
     // Back to 15 (or on to another target): the record goes, still on 15.
     let mut back = input("15.18", Some("15.18"));
@@ -102,7 +108,9 @@ fn a_killed_manager_resumes_every_step_and_builds_for_the_right_version() {
 
 #[test]
 fn once_the_instances_stopped_a_spec_change_does_not_turn_the_upgrade_around() {
-    for step in [STOPPING, UPGRADING, REPLACING, STARTING, ANALYZING, REBUILDING] {
+    for step in [
+        STOPPING, UPGRADING, REPLACING, STARTING, ANALYZING, REBUILDING,
+    ] {
         let r = record(step, "18");
         let mut i = input("15.18", Some("15.18"));
         i.record = Some(&r);

@@ -178,7 +178,14 @@ impl Step<'_> {
         if self.record.is_none() {
             self.record(&r).await?;
             let note = format!("major upgrade {from} → {to} (inPlace): pre-flight on {primary}");
-            event(self.ctx, self.pg, EventType::Normal, "MajorUpgradeStarted", note).await;
+            event(
+                self.ctx,
+                self.pg,
+                EventType::Normal,
+                "MajorUpgradeStarted",
+                note,
+            )
+            .await;
         }
         let new_bin = self.bin_dir(to);
         let verb = ["upgrade-check", new_bin.as_str()];
@@ -187,15 +194,32 @@ impl Step<'_> {
                 r.step = decide::STOPPING.into();
                 self.record(&r).await?;
                 let note = format!("pre-flight passed on {primary}; stopping every instance");
-                event(self.ctx, self.pg, EventType::Normal, "MajorUpgradeStopping", note).await;
+                event(
+                    self.ctx,
+                    self.pg,
+                    EventType::Normal,
+                    "MajorUpgradeStopping",
+                    note,
+                )
+                .await;
                 Ok(soon(round, 1))
             }
             Err(e) => {
-                let why = format!("pre-flight for {from} → {to} failed, still on {from}: {}", reason(&e));
+                let why = format!(
+                    "pre-flight for {from} → {to} failed, still on {from}: {}",
+                    reason(&e)
+                );
                 r.step = decide::PRE_FLIGHT_FAILED.into();
                 r.failure = Some(why.clone());
                 self.record(&r).await?;
-                event(self.ctx, self.pg, EventType::Warning, "MajorUpgradePreFlightFailed", why.clone()).await;
+                event(
+                    self.ctx,
+                    self.pg,
+                    EventType::Warning,
+                    "MajorUpgradePreFlightFailed",
+                    why.clone(),
+                )
+                .await;
                 round.notice = Some(("MajorUpgradeBlocked", "PreFlightFailed", why));
                 round.record = Some(Some(r));
                 Ok(round)
@@ -236,20 +260,42 @@ impl Step<'_> {
             Ok(_) => {
                 r.step = decide::REPLACING.into();
                 self.record(&r).await?;
-                let note = format!("pg_upgrade --link done on {}; replacing the Pods with version {}", r.primary, r.to_version);
-                event(self.ctx, self.pg, EventType::Normal, "MajorUpgradeUpgraded", note).await;
+                let note = format!(
+                    "pg_upgrade --link done on {}; replacing the Pods with version {}",
+                    r.primary, r.to_version
+                );
+                event(
+                    self.ctx,
+                    self.pg,
+                    EventType::Normal,
+                    "MajorUpgradeUpgraded",
+                    note,
+                )
+                .await;
             }
             Err(e) => {
                 // The verb put the old data directory back: the old
                 // version runs again.
                 for pod in self.obs.pods.keys() {
-                    let _ = run_verb(&self.ctx.client, self.ns, pod, &["unfence"], SHORT_VERB).await;
+                    let _ =
+                        run_verb(&self.ctx.client, self.ns, pod, &["unfence"], SHORT_VERB).await;
                 }
-                let why = format!("pg_upgrade failed, back on {}: {}", r.from_version, reason(&e));
+                let why = format!(
+                    "pg_upgrade failed, back on {}: {}",
+                    r.from_version,
+                    reason(&e)
+                );
                 r.step = decide::FAILED.into();
                 r.failure = Some(why.clone());
                 self.record(&r).await?;
-                event(self.ctx, self.pg, EventType::Warning, "MajorUpgradeFailed", why).await;
+                event(
+                    self.ctx,
+                    self.pg,
+                    EventType::Warning,
+                    "MajorUpgradeFailed",
+                    why,
+                )
+                .await;
             }
         }
         Ok(soon(round, 1))
@@ -266,11 +312,19 @@ impl Step<'_> {
         let pvcs = kube::Api::<PersistentVolumeClaim>::namespaced(self.ctx.client.clone(), self.ns);
         for (name, p) in &self.obs.pods {
             if p.version.as_deref() != Some(r.to_version.as_str()) && !p.deleting {
-                ignore_missing(api(self.ns).delete(name, &DeleteParams::default()).await, "Pod", name)?;
+                ignore_missing(
+                    api(self.ns).delete(name, &DeleteParams::default()).await,
+                    "Pod",
+                    name,
+                )?;
             }
         }
         for name in replica_volumes(self.obs, r) {
-            ignore_missing(pvcs.delete(name, &DeleteParams::default()).await, "PersistentVolumeClaim", name)?;
+            ignore_missing(
+                pvcs.delete(name, &DeleteParams::default()).await,
+                "PersistentVolumeClaim",
+                name,
+            )?;
         }
         Ok(soon(round, 2))
     }
@@ -283,7 +337,15 @@ impl Step<'_> {
         if r.downtime_ms.is_none() {
             r.downtime_ms = since_ms(r.stopped_at.as_deref());
         }
-        if let Err(e) = run_verb(&self.ctx.client, self.ns, &r.primary, &["analyze"], LONG_VERB).await {
+        if let Err(e) = run_verb(
+            &self.ctx.client,
+            self.ns,
+            &r.primary,
+            &["analyze"],
+            LONG_VERB,
+        )
+        .await
+        {
             // Statistics only: the cluster is up; the next round tries again.
             tracing::warn!(error = %e, "major upgrade: analyze failed");
             return Ok(soon(round, 10));
@@ -303,7 +365,14 @@ impl Step<'_> {
                 r.to_version,
                 r.downtime_ms.unwrap_or(-1)
             );
-            event(self.ctx, self.pg, EventType::Normal, "MajorUpgradeCompleted", note).await;
+            event(
+                self.ctx,
+                self.pg,
+                EventType::Normal,
+                "MajorUpgradeCompleted",
+                note,
+            )
+            .await;
         }
         round.record = Some(None);
         Ok(round)
@@ -324,7 +393,11 @@ fn replica_volumes<'a>(
     obs: &'a Observed,
     r: &'a MajorUpgradeStatus,
 ) -> impl Iterator<Item = &'a String> + 'a {
-    let cluster = r.primary.rsplit_once('-').map(|(c, _)| c).unwrap_or_default();
+    let cluster = r
+        .primary
+        .rsplit_once('-')
+        .map(|(c, _)| c)
+        .unwrap_or_default();
     obs.pvcs
         .iter()
         .filter(move |n| **n != r.primary && crate::controller::plan::ordinal(cluster, n).is_some())
@@ -347,7 +420,11 @@ fn since_ms(ts: Option<&str>) -> Option<i64> {
     Some((chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_milliseconds())
 }
 
-fn ignore_missing<T>(r: Result<T, kube::Error>, kind: &'static str, name: &str) -> Result<(), Error> {
+fn ignore_missing<T>(
+    r: Result<T, kube::Error>,
+    kind: &'static str,
+    name: &str,
+) -> Result<(), Error> {
     match r {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),

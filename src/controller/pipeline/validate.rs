@@ -50,13 +50,11 @@ pub async fn check(pg: &PostgresCluster, ctx: &Ctx, seen: &Seen) -> Result<Check
         .map_err(|e| errs.push(e))
         .ok();
     Ok(match (valid, run) {
-        (Some(valid), Some(run)) if errs.is_empty() => {
-            Checked::Valid(Box::new(Spec {
-                valid,
-                restore,
-                run,
-            }))
-        }
+        (Some(valid), Some(run)) if errs.is_empty() => Checked::Valid(Box::new(Spec {
+            valid,
+            restore,
+            run,
+        })),
         _ => Checked::Invalid(Invalid {
             reason: errs.join("; "),
             ask_again,

@@ -125,11 +125,15 @@ async fn in_place_upgrade_from_15_to_18_keeps_every_row_and_rebuilds_the_replica
     .await;
 
     set_version(&e, "up", "18").await;
+    let recorded = Mutex::new(None);
     e.wait(
         "the cluster on 18, Healthy, the upgrade record gone",
         UPGRADE,
         || async {
             let st = e.status("up").await;
+            if let Some(ms) = st.major_upgrade.as_ref().and_then(|m| m.downtime_ms) {
+                *recorded.lock().unwrap() = Some(ms);
+            }
             st.current_version.as_deref() == Some("18")
                 && st.major_upgrade.is_none()
                 && st.phase == Some(pgfleet::crd::Phase::Healthy)
@@ -179,13 +183,10 @@ async fn in_place_upgrade_from_15_to_18_keeps_every_row_and_rebuilds_the_replica
         .iter()
         .find(|c| c.type_ == "BackupsUnavailable");
     println!(
-        "major upgrade 15 → 18 in place: downtime seen by a writer {:.2} s (longest gap between acknowledged writes; {} writes); recorded {:?}; BackupsUnavailable: {:?}",
+        "major upgrade 15 → 18 in place: downtime seen by a writer {:.2} s (longest gap between acknowledged writes; {} writes); status.majorUpgrade.downtimeMs {:?}; BackupsUnavailable: {:?}",
         gap.as_secs_f64(),
         acked.len(),
-        e.status("up")
-            .await
-            .major_upgrade
-            .and_then(|m| m.downtime_ms),
+        recorded.lock().unwrap(),
         archiving.map(|c| c.message.clone()),
     );
 }

@@ -619,6 +619,14 @@ cmd_upgrade() {
     echo "{\"contract\":$CONTRACT,\"ok\":true,\"upgraded\":true,\"resumed\":true}"; return
   fi
   [ -e "$FENCE" ] || upgrade_fail "upgrade: the instance must be fenced first"
+  # One pg_upgrade at a time: a manager killed mid-step runs the verb again
+  # while the first run may still be going (its exec session gone).
+  lock="$base/pgfleet.upgrade.pid"
+  if [ -s "$lock" ] && kill -0 "$(cat "$lock")" 2>/dev/null; then
+    upgrade_fail "upgrade: already running (pid $(cat "$lock")); try again when it has finished"
+  fi
+  echo $$ > "$lock"
+  trap 'rm -f "$lock"' EXIT
   if "$old/pg_ctl" -D "$PGDATA" status >/dev/null 2>&1; then upgrade_fail "upgrade: PostgreSQL is still running"; fi
   # pg_upgrade finished earlier but the swap did not: finish the swap.
   if [ -e "$base/pgfleet.upgrade-linked" ] && [ -s "$newdata/PG_VERSION" ]; then

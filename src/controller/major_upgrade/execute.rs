@@ -273,6 +273,9 @@ impl Step<'_> {
                 )
                 .await;
             }
+            // A run of the verb from before a restart still works on the
+            // volume: wait for it, never roll back under it.
+            Err(e) if reason(&e).starts_with("upgrade: already running") => {}
             Err(e) => {
                 // The verb put the old data directory back: the old
                 // version runs again.

@@ -153,6 +153,51 @@ mod tests {
     }
 
     #[test]
+    fn a_configured_catalog_replaces_the_built_in_one_and_is_checked_with_its_keys() {
+        let toml = r#"
+[[clusters]]
+name = "a"
+embedded = true
+[images.catalog."15"]
+image = "r.io/pg:{version}"
+bin_dir = "relative/bin"
+pgbackrest = true
+[images.catalog."16"]
+image = "r.io/pg:16.4"
+pgbakrest = true
+
+[rollouts.r]
+target_version = "18.1"
+[[rollouts.r.stages]]
+name = "all"
+clusters = ""
+"#;
+        // A misspelt key is named with its line and the right spelling.
+        let e = crate::config::load_str(toml, "t").unwrap_err().to_string();
+        assert!(e.contains("t:11: images.catalog.16.pgbakrest"), "{e}");
+        assert!(e.contains("did you mean \"pgbackrest\""), "{e}");
+        // Then the values: bin_dir, and a rollout to a version not listed.
+        let typo_fixed = toml.replace("pgbakrest", "pgbackrest");
+        let e = crate::config::load_str(&typo_fixed, "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bin_dir") && e.contains("absolute"), "{e}");
+        assert!(
+            e.contains("target_version") && e.contains("\"18.1\""),
+            "{e}"
+        );
+        let ok = typo_fixed
+            .replace("relative/bin", "/opt/pg15/bin")
+            .replace("18.1", "15.19");
+        let s = crate::config::load_str(&ok, "t").unwrap();
+        assert_eq!(s.images.resolve("15.19").unwrap().image, "r.io/pg:15.19");
+        assert!(
+            s.images.resolve("18").is_err(),
+            "the built-in 18 is replaced"
+        );
+    }
+
+    #[test]
     fn entries_are_checked() {
         let e = CatalogEntry {
             image: "a b".into(),

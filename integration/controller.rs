@@ -625,7 +625,7 @@ async fn kubectl_get_pgc_shows_the_printer_columns() {
     let f = TestFleet::start("kubectl", &[M]).await;
     f.create(M, "shop", "orders", spec(3)).await;
     let mut other = spec(1);
-    other["version"] = json!("16");
+    other["version"] = json!("18");
     f.create(M, "analytics", "events", other).await;
     f.wait_healthy(M, "shop", "orders", 3).await;
     f.wait_healthy(M, "analytics", "events", 1).await;
@@ -670,7 +670,7 @@ async fn kubectl_get_pgc_shows_the_printer_columns() {
     assert_eq!(events["SIZE"], "1", "{out}");
     assert_eq!(events["READY"], "1", "{out}");
     assert_eq!(events["PRIMARY"], "events-1", "{out}");
-    assert_eq!(events["VERSION"], "16", "{out}");
+    assert_eq!(events["VERSION"], "18", "{out}");
     assert_eq!(events["PHASE"], "Healthy", "{out}");
 
     // The other short name, one namespace.

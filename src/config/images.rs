@@ -5,7 +5,9 @@
 //! delete every tenant's backups. Only images the platform team lists here
 //! (or the stock image pgfleet derives from `spec.version`) may run.
 
+use super::catalog::{self, CatalogEntry, Resolved};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 
 /// The image allowlist. With no entries, only the images pgfleet derives from
 /// `spec.version` (`postgres:<version>`) are allowed.
@@ -18,12 +20,32 @@ pub struct Images {
     /// repository prefix with `/` or `:` before the `*`, or
     /// `registry.example.com*` would also match `registry.example.com.evil.io/…`.
     pub allowed: Vec<String>,
+    /// `[images.catalog."<version>"]`: the versions the fleet runs
+    /// (config::catalog); empty means the built-in catalog.
+    pub catalog: BTreeMap<String, CatalogEntry>,
 }
 
 impl Images {
     /// Whether `image` matches one of the allowed patterns.
     pub fn allows(&self, image: &str) -> bool {
         self.allowed.iter().any(|p| glob(p, image))
+    }
+
+    /// The catalog in force: the configured one, else the built-in one.
+    pub fn catalog(&self) -> BTreeMap<String, CatalogEntry> {
+        match self.catalog.is_empty() {
+            true => catalog::builtin(),
+            false => self.catalog.clone(),
+        }
+    }
+
+    /// What `version` runs as, or why it cannot run (names the catalog's
+    /// versions).
+    pub fn resolve(&self, version: &str) -> Result<Resolved, String> {
+        match self.catalog.is_empty() {
+            true => catalog::resolve(&catalog::builtin(), version),
+            false => catalog::resolve(&self.catalog, version),
+        }
     }
 }
 
@@ -55,6 +77,7 @@ mod tests {
     #[test]
     fn patterns_match_prefixes_and_exact_names() {
         let i = Images {
+            catalog: BTreeMap::new(),
             allowed: vec![
                 "registry.example.com/pgfleet/postgres:*".into(),
                 "postgres:16.4".into(),

@@ -18,6 +18,7 @@
 pub mod api_edge;
 pub mod backups;
 mod bounds;
+pub mod catalog;
 pub mod choices;
 mod env;
 mod error;

@@ -33,6 +33,7 @@ pub(crate) fn known_keys(parent: &[Seg]) -> &'static [&'static str] {
         ["clusters", "[]"] => fields_of::<ClusterEntry>(),
         ["backups"] => fields_of::<Backups>(),
         ["images"] => fields_of::<super::images::Images>(),
+        ["images", "catalog", _] => fields_of::<super::catalog::CatalogEntry>(),
         ["backups", "retention"] => fields_of::<Retention>(),
         ["backups", "repository"] => fields_of::<RepositoryConfig>(),
         ["backups", "repository", "s3"] => fields_of::<S3Repository>(),

@@ -55,12 +55,12 @@ fn default_file_loads() {
         s.backup_repository(),
         Repository::Filesystem { .. }
     ));
-    let r = &s.rollouts["minor-15-20"];
+    let r = &s.rollouts["minor-15-19"];
     assert_eq!(
         r.version(),
         PgVersion {
             major: 15,
-            minor: 20
+            minor: 19
         }
     );
     assert_eq!(r.on_failure.get(), OnFailure::Pause);
@@ -101,7 +101,7 @@ fn env_overrides_nested_keys() {
         ("PGFLEET_MANAGER__TLS_KEY_FILE", "/etc/pgfleet/tls/tls.key"),
         ("PGFLEET_TELEMETRY__OTLP_ENDPOINT", "http://collector:4318"),
         ("PGFLEET_MANAGER__EMBEDDED__RUNTIME", "process"),
-        ("PGFLEET_ROLLOUTS__MINOR-15-20__TARGET_VERSION", "\"15.21\""),
+        ("PGFLEET_ROLLOUTS__MINOR-15-19__TARGET_VERSION", "\"15.21\""),
         (
             "PGFLEET_CONFIG",
             "ignored: not a section, reserved for the CLI",
@@ -119,7 +119,7 @@ fn env_overrides_nested_keys() {
         Some("http://collector:4318")
     );
     assert_eq!(s.manager.embedded.runtime.get(), EmbeddedRuntime::Process);
-    assert_eq!(s.rollouts["minor-15-20"].version().minor, 21);
+    assert_eq!(s.rollouts["minor-15-19"].version().minor, 21);
     // Untouched keys keep the file's values; a whole array is replaced.
     assert_eq!(s.manager.workers_per_cluster, 8);
     assert_eq!(s.clusters.len(), 1);

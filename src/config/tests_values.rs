@@ -226,7 +226,7 @@ fn check_report_summarises_or_lists_problems() {
         "{text}"
     );
     assert!(
-        text.contains("rollout minor-15-20: to 15.20 in 2 stage(s): canary → prod"),
+        text.contains("rollout minor-15-19: to 15.19 in 2 stage(s): canary → prod"),
         "{text}"
     );
     let bad = dir.join("bad.toml");

@@ -35,8 +35,24 @@ pub(crate) fn validate(settings: &Settings) -> Vec<Problem> {
         );
     }
     v.backups(&settings.backups);
+    for (key, entry) in &settings.images.catalog {
+        let base = [Seg::key("images"), Seg::key("catalog"), Seg::key(key)];
+        for (field, message) in super::catalog::problems(key, entry) {
+            v.err(at(&base, field), message);
+        }
+    }
     for (name, rollout) in &settings.rollouts {
         v.rollout(name, rollout);
+        // Rollouts move clusters between catalog entries.
+        if let Some(t) = rollout.target_version.parsed()
+            && let Err(e) = settings.images.resolve(&t.to_string())
+        {
+            let msg = e.replace("spec.version: ", "");
+            v.err(
+                at(&[Seg::key("rollouts"), Seg::key(name)], "target_version"),
+                msg,
+            );
+        }
     }
     v.checked(
         at(&[Seg::key("tenancy")], "restore_across_namespaces"),

@@ -1,26 +1,52 @@
 //! Which images a PostgresCluster may run (issue 19, finding 6): a tenant's
 //! image would run with the cluster's Secrets and the repository's keys, so
-//! `spec.image` must be on the fleet's `[images] allowed` list. The image
-//! pgfleet derives from a plain numeric `spec.version` (`postgres:15.20`)
-//! is always allowed. Pure; a refused image makes the cluster `Invalid`
-//! and leaves running instances alone.
+//! `spec.image` must be on the fleet's `[images] allowed` list. Without
+//! `spec.image`, the image comes from the fleet's image catalog
+//! (`[images.catalog]`, config::catalog) by `spec.version`; a version the
+//! catalog does not list is refused (issue 17: `15.20` does not exist, its
+//! image would never pull). Pure; a refused image makes the cluster
+//! `Invalid` and leaves running instances alone.
 
+use crate::config::catalog::Resolved;
 use crate::config::images::Images;
 use crate::crd::PostgresClusterSpec;
 
-pub fn check(images: &Images, spec: &PostgresClusterSpec) -> Option<String> {
+/// What the cluster runs, once allowed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Effective {
+    /// The Pod image: `spec.image`, else the catalog's.
+    pub image: String,
+    /// The catalog entry of `spec.version`.
+    pub entry: Resolved,
+    /// The image carries pgBackRest: the catalog says so, or the image is
+    /// the platform team's own (`spec.image`, on the allowlist).
+    pub pgbackrest: bool,
+}
+
+/// The image `spec` runs, or why it may not run.
+pub fn resolve(images: &Images, spec: &PostgresClusterSpec) -> Result<Effective, String> {
+    if !plain_version(&spec.version) {
+        return Err(format!(
+            "spec.version: \"{}\" is not a version; versions are digits and dots",
+            spec.version.escape_debug(),
+        ));
+    }
+    let entry = images.resolve(&spec.version)?;
     match &spec.image {
-        Some(image) if !images.allows(image) => Some(format!(
-            "spec.image: \"{}\" is not an allowed image (fleet config [images] allowed; leave spec.image unset for postgres:<version>)",
+        Some(image) if !images.allows(image) => Err(format!(
+            "spec.image: \"{}\" is not an allowed image (fleet config [images] allowed; leave spec.image unset for the catalog's image)",
             image.escape_debug()
         )),
-        Some(_) => None,
-        None if !plain_version(&spec.version) => Some(format!(
-            "spec.version: \"{}\" would derive the image postgres:{}; versions are digits and dots",
-            spec.version.escape_debug(),
-            spec.version.escape_debug()
-        )),
-        None => None,
+        Some(image) => Ok(Effective {
+            image: image.clone(),
+            entry,
+            pgbackrest: true,
+        }),
+        None => Ok(Effective {
+            image: entry.image.clone(),
+            pgbackrest: entry.pgbackrest,
+            entry,
+        }),
     }
 }
 
@@ -41,11 +67,16 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
+    fn check(images: &Images, spec: &PostgresClusterSpec) -> Option<String> {
+        resolve(images, spec).err()
+    }
+
     #[test]
     fn only_listed_or_derived_images_run() {
         let none = Images::default();
         let listed = Images {
             allowed: vec!["registry.example.com/pg/*".into()],
+            ..Images::default()
         };
         let derived = spec(serde_json::json!({"clusterSize": 1, "version": "15.20"}));
         assert!(check(&none, &derived).is_none());
@@ -60,5 +91,14 @@ mod tests {
         );
         assert!(check(&listed, &ok).is_none());
         assert!(check(&none, &ok).is_some());
+        let unknown = spec(serde_json::json!({"clusterSize": 1, "version": "16.4"}));
+        let e = check(&none, &unknown).unwrap();
+        assert!(e.contains("16.4") && e.contains("versions: 15, 18"), "{e}");
+        let r = resolve(
+            &none,
+            &spec(serde_json::json!({"clusterSize": 1, "version": "18"})),
+        );
+        assert!(!r.unwrap().pgbackrest, "the built-in 18 has no pgBackRest");
+        assert_eq!(resolve(&none, &derived).unwrap().image, "postgres:15.20");
     }
 }

@@ -20,6 +20,7 @@ mod image_policy;
 pub mod index;
 mod instance;
 mod instance_pod;
+pub mod major_upgrade;
 pub mod names;
 #[cfg(test)]
 mod names_props;

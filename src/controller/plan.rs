@@ -208,6 +208,7 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         last_restore_drill: prev.last_restore_drill.clone(),
         // Written by the access step (controller::access) only.
         access: prev.access.clone(),
+        major_upgrade: prev.major_upgrade.clone(),
     }
 }
 
@@ -282,6 +283,14 @@ fn current_version(
             .find(|i| Some(&i.name) == inp.primary.as_ref())
             .and_then(|i| i.version.clone()),
     }
+}
+
+/// A condition (status True) besides the ones [`status`] derives, keeping
+/// its transition time like those: what a later step of the round knows
+/// (`BackupsUnavailable`, a major upgrade's refusal).
+pub fn extra_condition(inp: &StatusInput, t: &str, reason: &str, msg: String) -> Condition {
+    let prev = inp.previous.cloned().unwrap_or_default();
+    Conds { inp, prev: &prev }.cond(t, true, reason, msg)
 }
 
 /// Makes conditions that keep their transition time while their status

@@ -14,7 +14,7 @@ const MAX_PROBLEMS: usize = 8;
 const MAX_MESSAGE: usize = 900;
 
 /// Major versions the instance contract is tested with.
-pub const SUPPORTED_MAJORS: std::ops::RangeInclusive<u32> = 13..=17;
+pub const SUPPORTED_MAJORS: std::ops::RangeInclusive<u32> = 13..=18;
 
 /// What validation parsed, typed: the rest of the reconcile uses these and
 /// never parses (or falls back) again.

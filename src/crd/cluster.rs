@@ -56,12 +56,14 @@ pub struct PostgresClusterSpec {
     #[serde(default = "default_size")]
     #[schemars(range(min = 1, max = 16))]
     pub cluster_size: i32,
-    /// PostgreSQL version, major or major.minor ("15", "15.20"); the image is
-    /// `postgres:<version>` unless `image` is set.
+    /// PostgreSQL version, major or major.minor ("15", "15.19"); it must be
+    /// in the fleet's image catalog, which gives the image unless `image`
+    /// is set. Raising it across a major needs `majorUpgrade`.
     #[serde(default = "default_version")]
     #[schemars(regex(pattern = r"^[0-9]{1,2}(\.[0-9]{1,3})?$"), length(max = 16))]
     pub version: String,
-    /// Overrides the image derived from `version`.
+    /// Overrides the catalog's image for `version` (must be on the fleet's
+    /// `[images] allowed` list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
     pub image: Option<String>,
@@ -124,6 +126,11 @@ pub struct PostgresClusterSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub databases: Vec<super::access::DatabaseSpec>,
+    /// How a raise of `version` across a major is carried out (issue 17;
+    /// controller::major_upgrade). Without it such a raise is refused and
+    /// the cluster stays on its major.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub major_upgrade: Option<super::major_upgrade::MajorUpgradeSpec>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, JsonSchema)]
@@ -363,6 +370,10 @@ pub struct PostgresClusterStatus {
     /// Application database, roles and databases (the access step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<super::access::AccessStatus>,
+    /// An in-place major upgrade in progress, or why it was refused
+    /// (controller::major_upgrade).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub major_upgrade: Option<super::major_upgrade::MajorUpgradeStatus>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]

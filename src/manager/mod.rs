@@ -41,6 +41,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
     } else {
         let mut opts = crate::emulated::sim_options(settings.manager.state_dir.join("embedded"), 0);
         opts.names = embedded;
+        opts.images = crate::emulated::images::rules_with(&settings.images.catalog());
         opts.runtime = match settings.manager.embedded.runtime.get() {
             EmbeddedRuntime::Virtual => crate::emulated::virtual_runtime(),
             EmbeddedRuntime::Process => pgfleet_sim::RuntimeKind::Process,

@@ -133,6 +133,33 @@ pub struct Version {
     pub contract: u32,
 }
 
+/// `upgrade-check`, `upgrade` and `analyze` (in-place major upgrade; the
+/// manager reads only whether they succeeded, and `reason` when not).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct UpgradeStep {
+    pub contract: u32,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgraded: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analyzed: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl UpgradeStep {
+    /// A step that succeeded.
+    pub fn ok() -> Self {
+        UpgradeStep {
+            contract: super::CONTRACT_VERSION,
+            ok: true,
+            upgraded: None,
+            analyzed: None,
+            reason: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -599,6 +599,140 @@ cmd_apply_sql() {
   echo "{\"contract\":$CONTRACT,\"applied\":true}"
 }
 
+# --- In-place major upgrade (docs/major-upgrades.md). The manager runs
+# upgrade-check on the running primary, fences every instance, runs
+# `upgrade OLD_BIN NEW_BIN` on the stopped primary's volume, then replaces
+# the Pods with the new version's image and runs `analyze` on the new
+# primary. State lives on the volume, next to PGDATA, so a repeated verb
+# (a manager killed mid-step) resumes instead of starting over.
+UPGRADE_BASE=${PGFLEET_UPGRADE_BASE:-}
+upgrade_base() { if [ -n "$UPGRADE_BASE" ]; then echo "$UPGRADE_BASE"; else dirname "${PGDATA:?}"; fi; }
+upgrade_fail() { log "$1"; echo "{\"contract\":$CONTRACT,\"ok\":false,\"reason\":\"$(json_str "$1")\"}"; exit 1; }
+major_of_bin() { "$1/postgres" --version 2>/dev/null | sed -n 's/.* \([0-9][0-9]*\)[.0-9a-z]*$/\1/p' | head -1; }
+running_bin() { d=$(command -v "$(bin postgres)") && dirname "$d"; }
+
+# `upgrade-check NEW_BIN [MIN_FREE_MB]`: on the running primary, the
+# pre-flight of an in-place upgrade to the binaries in NEW_BIN. Changes
+# nothing the old version uses (a throwaway new cluster is made next to
+# PGDATA and removed). Prints ok or the first reason it would fail.
+cmd_upgrade_check() {
+  new=${2:-}; min_free_mb=${3:-256}
+  case "$min_free_mb" in ''|*[!0-9]*) upgrade_fail "upgrade-check: MIN_FREE_MB must be a number" ;; esac
+  [ -n "$new" ] && [ -x "$new/pg_upgrade" ] && [ -x "$new/initdb" ] ||
+    upgrade_fail "the new version's binaries are not in ${new:-(no directory given)}: pg_upgrade and initdb are needed"
+  safe_path "$new" || upgrade_fail "upgrade-check: the binaries directory has characters other than A-Z a-z 0-9 . _ / -"
+  old=$(running_bin) || upgrade_fail "the running version's binaries are not on PATH"
+  [ "$(sql "SELECT pg_is_in_recovery()")" = f ] || upgrade_fail "upgrade-check runs on the primary"
+  base=$(upgrade_base)
+  # Extensions: each one installed in any database must exist in the new
+  # installation (pg_upgrade would only find the missing library later).
+  share=$("$new/pg_config" --sharedir 2>/dev/null) || share="$new/../share"
+  for db in $(sql "SELECT datname FROM pg_database WHERE datallowconn AND datname ~ '^[A-Za-z0-9_]+\$'"); do
+    for ext in $("$(bin psql)" -h "$SOCKDIR" -U postgres -d "$db" -XAtq -c "SELECT extname FROM pg_extension WHERE extname ~ '^[A-Za-z0-9_-]+\$'"); do
+      [ -f "$share/extension/$ext.control" ] ||
+        upgrade_fail "extension $ext (database $db) is not available in PostgreSQL $(major_of_bin "$new") ($share/extension)"
+    done
+  done
+  # Free space: the new catalog, pg_upgrade's dump of the schema and logs.
+  used_kb=$(du -sk "$PGDATA" 2>/dev/null | awk '{print $1}')
+  free_kb=$(df -Pk "$base" | awk 'NR == 2 {print $4}')
+  need_kb=$((min_free_mb * 1024 + ${used_kb:-0} / 10))
+  [ "${free_kb:-0}" -ge "$need_kb" ] ||
+    upgrade_fail "not enough free space on the data volume: ${free_kb:-0} KiB free, ${need_kb} KiB needed"
+  # The new cluster must match the old one: checksums, encoding, locale
+  # (initdb 18 turns checksums on by default). Kept for `upgrade`.
+  sums=$("$(bin pg_controldata)" -D "$PGDATA" | sed -n 's/^Data page checksum version: *//p')
+  sql "SELECT pg_encoding_to_char(encoding) || ' ' || datcollate || ' ' || datctype FROM pg_database WHERE datname = 'template0'" > "$base/pgfleet.upgrade-locale"
+  echo "${sums:-0}" > "$base/pgfleet.upgrade-checksums"
+  work="$base/pgdata.check"
+  rm -rf "$work"
+  new_initdb "$new" "$work" "$base" >&2 || { rm -rf "$work"; upgrade_fail "initdb of the new version failed"; }
+  out="$base/pgfleet.upgrade-check.log"
+  if ! (cd "$base" && "$new/pg_upgrade" --check -b "$old" -B "$new" -d "$PGDATA" -D "$work" -U postgres \
+      -s "$SOCKDIR" -p 5432 -P 50433) >"$out" 2>&1; then
+    why=$(grep -vE '^(Performing|Checking|-|$)' "$out" | grep -v ' ok$' | head -8 | tr '\n' ' ')
+    cat "$out" >&2; rm -rf "$work"
+    upgrade_fail "pg_upgrade --check: ${why:-see the instance log}"
+  fi
+  cat "$out" >&2; rm -rf "$work"
+  echo "{\"contract\":$CONTRACT,\"ok\":true,\"checksums\":$([ "${sums:-0}" = 0 ] && echo false || echo true),\"freeKb\":${free_kb:-0}}"
+}
+
+# initdb of the new version matching the old cluster (see upgrade-check).
+new_initdb() {
+  nb=$1; nd=$2; nbase=$3
+  sums=$(cat "$nbase/pgfleet.upgrade-checksums" 2>/dev/null || echo 1)
+  if [ "$sums" = 0 ]; then set -- --no-data-checksums; else set -- --data-checksums; fi
+  if read -r enc coll ctype < "$nbase/pgfleet.upgrade-locale" 2>/dev/null && [ -n "$ctype" ]; then
+    set -- "$@" --encoding="$enc" --lc-collate="$coll" --lc-ctype="$ctype"
+  fi
+  "$nb/initdb" -D "$nd" -U postgres --auth-local=trust --auth-host=scram-sha-256 "$@"
+}
+
+# `upgrade OLD_BIN NEW_BIN`: on the fenced, stopped primary: pg_upgrade
+# --link into a new data directory next to PGDATA, then the new one takes
+# PGDATA's place (the old stays as pgdata.old until `analyze`). A failure
+# puts the old data directory back as it was: nothing has started on the
+# new version, so the old one can run again.
+cmd_upgrade() {
+  old=${2:-}; new=${3:-}
+  [ -x "$old/postgres" ] && [ -x "$new/pg_upgrade" ] || upgrade_fail "upgrade OLD_BIN NEW_BIN: binaries not found"
+  base=$(upgrade_base); newdata="$base/pgdata.new"; olddata="$base/pgdata.old"
+  want=$(major_of_bin "$new")
+  if [ "$(cat "$PGDATA/PG_VERSION" 2>/dev/null)" = "$want" ]; then
+    echo "{\"contract\":$CONTRACT,\"ok\":true,\"upgraded\":true,\"resumed\":true}"; return
+  fi
+  [ -e "$FENCE" ] || upgrade_fail "upgrade: the instance must be fenced first"
+  # One pg_upgrade at a time: a manager killed mid-step runs the verb again
+  # while the first run may still be going (its exec session gone).
+  lock="$base/pgfleet.upgrade.pid"
+  if [ -s "$lock" ] && kill -0 "$(cat "$lock")" 2>/dev/null; then
+    upgrade_fail "upgrade: already running (pid $(cat "$lock")); try again when it has finished"
+  fi
+  echo $$ > "$lock"
+  trap 'rm -f "$lock"' EXIT
+  if "$old/pg_ctl" -D "$PGDATA" status >/dev/null 2>&1; then upgrade_fail "upgrade: PostgreSQL is still running"; fi
+  # pg_upgrade finished earlier but the swap did not: finish the swap.
+  if [ -e "$base/pgfleet.upgrade-linked" ] && [ -s "$newdata/PG_VERSION" ]; then
+    swap_data "$newdata" "$olddata"; return
+  fi
+  rm -rf "$newdata"
+  [ ! -e "$PGDATA/global/pg_control.old" ] || mv "$PGDATA/global/pg_control.old" "$PGDATA/global/pg_control"
+  new_initdb "$new" "$newdata" "$base" >&2 || { rm -rf "$newdata"; upgrade_fail "initdb of the new version failed"; }
+  out="$base/pgfleet.upgrade.log"
+  if ! (cd "$base" && "$new/pg_upgrade" --link -b "$old" -B "$new" -d "$PGDATA" -D "$newdata" -U postgres \
+      -s "$SOCKDIR" -p 50432 -P 50433) >"$out" 2>&1; then
+    cat "$out" >&2
+    rm -rf "$newdata"
+    [ ! -e "$PGDATA/global/pg_control.old" ] || mv "$PGDATA/global/pg_control.old" "$PGDATA/global/pg_control"
+    upgrade_fail "pg_upgrade --link: $(grep -vE '^(Performing|Checking|-|$)' "$out" | grep -v ' ok$' | head -8 | tr '\n' ' ')"
+  fi
+  cat "$out" >&2
+  touch "$base/pgfleet.upgrade-linked"
+  swap_data "$newdata" "$olddata"
+}
+
+swap_data() {
+  cp "$PGDATA/postgresql.auto.conf" "$1/postgresql.auto.conf" 2>/dev/null || true
+  rm -rf "$2"
+  mv "$PGDATA" "$2" && mv "$1" "$PGDATA"
+  rm -f "$(upgrade_base)/pgfleet.upgrade-linked"
+  echo "{\"contract\":$CONTRACT,\"ok\":true,\"upgraded\":true}"
+}
+
+# `analyze`: on the new primary: statistics pg_upgrade did not carry over
+# (PostgreSQL 18 keeps the optimizer statistics; --missing-stats-only skips
+# what is there), then the old data directory goes: from now on, rollback
+# is a restore.
+cmd_analyze() {
+  set -- --all --analyze-in-stages
+  if "$(bin vacuumdb)" --help 2>/dev/null | grep -q -- --missing-stats-only; then set -- "$@" --missing-stats-only; fi
+  "$(bin vacuumdb)" -h "$SOCKDIR" -U postgres "$@" >&2 || upgrade_fail "vacuumdb --analyze-in-stages failed"
+  base=$(upgrade_base)
+  rm -rf "$base/pgdata.old" "$base/pgfleet.upgrade-locale" "$base/pgfleet.upgrade-checksums" "$base/delete_old_cluster.sh"
+  echo "{\"contract\":$CONTRACT,\"ok\":true,\"analyzed\":true}"
+}
+
 case "${1:-}" in
   run) cmd_run ;;
   catalog) cmd_catalog "$@" ;;
@@ -617,6 +751,9 @@ case "${1:-}" in
   reload) cmd_reload "$@" ;;
   checkpoint) cmd_checkpoint ;;
   slots) cmd_slots "$@" ;;
+  upgrade-check) cmd_upgrade_check "$@" ;;
+  upgrade) cmd_upgrade "$@" ;;
+  analyze) cmd_analyze ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|checkpoint|slots NAME...|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|checkpoint|slots NAME...|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze" >&2; exit 64 ;;
 esac

@@ -33,6 +33,12 @@ pub struct Desired {
     pub remove: Vec<String>,
     /// The pod template hash of the spec: the rolling update's target.
     pub template_hash: String,
+    /// Conditions a step knows besides the derived ones: (type, reason,
+    /// message), e.g. `BackupsUnavailable`, `MajorUpgradeBlocked`.
+    pub notices: Vec<(&'static str, &'static str, String)>,
+    /// The major upgrade's record as this round left it (Some(None):
+    /// removed), so the status write does not put back the stale one.
+    pub major_upgrade: Option<Option<crate::crd::major_upgrade::MajorUpgradeStatus>>,
 }
 
 /// An instance Pod to create, with its volume when the instance is new.
@@ -71,6 +77,13 @@ pub fn build(pg: &PostgresCluster, seen: &Seen, inputs: &Inputs) -> Result<Desir
         rebuild: names(&plan.rebuild),
         remove: names(&plan.remove),
         template_hash: template_hash(pg, seen)?,
+        notices: inputs
+            .backups_unavailable
+            .clone()
+            .map(|why| ("BackupsUnavailable", "NoPgBackRest", why))
+            .into_iter()
+            .collect(),
+        major_upgrade: None,
         config,
     })
 }

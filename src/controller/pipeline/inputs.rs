@@ -25,6 +25,10 @@ pub struct Inputs {
     pub repo_env: Vec<EnvVar>,
     /// A first instance restoring from a backup: where from (authorized).
     pub restore_env: Option<Vec<EnvVar>>,
+    /// Why archiving stays off although the fleet has a repository: the
+    /// image has no pgBackRest for this version (condition
+    /// `BackupsUnavailable`; archiving into nothing would fill the disk).
+    pub backups_unavailable: Option<String>,
 }
 
 pub async fn prepare(
@@ -37,12 +41,18 @@ pub async fn prepare(
     secrets::credentials(pg, ctx, obs, owner, auth).await?;
     // This incarnation's repository and passphrase (before any Pod).
     let repo = repository::prepare(pg, ctx, obs, owner, auth).await?;
-    let backup_tls = ctx.backup.is_some() && !seen.is_drill;
+    let backup = ctx.backup.clone().filter(|_| spec.run.pgbackrest);
+    let backups_unavailable = (ctx.backup.is_some() && backup.is_none()).then(|| {
+        format!(
+            "image {} has no pgBackRest for PostgreSQL {} (image catalog entry \"{}\"): WAL archiving and backups stay off",
+            spec.run.image, pg.spec.version, spec.run.entry.key
+        )
+    });
+    let backup_tls = backup.is_some() && !seen.is_drill;
     if backup_tls {
         secrets::backup_tls(pg, ctx, obs, owner).await?;
     }
-    let cred_env = ctx
-        .backup
+    let cred_env = backup
         .as_ref()
         .map(|b| crate::pgbackrest::repo::credential_env(&b.repository))
         .unwrap_or_default();
@@ -57,7 +67,8 @@ pub async fn prepare(
         _ => None,
     };
     Ok(Inputs {
-        backup: ctx.backup.clone(),
+        backup,
+        backups_unavailable,
         repo,
         backup_tls,
         repo_env,

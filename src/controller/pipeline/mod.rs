@@ -40,15 +40,59 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
             return status::invalid(&pg, &ctx, &seen, invalid).await;
         }
     };
-    let within = match primary::settle(&pg, &ctx, &seen, &spec).await? {
-        primary::Flow::Done(action) => return Ok(action),
-        primary::Flow::Continue(within) => within,
+    let upgrade =
+        crate::controller::major_upgrade::execute::round(&pg, &ctx, &seen.ns, &seen.obs).await?;
+    if let Some(action) = upgrade.done {
+        return Ok(action);
+    }
+    let (pg, spec) = builds_for(pg, spec, upgrade.builds_for);
+    let within = match upgrade.hold_primary {
+        true => Some(std::time::Duration::from_secs(2)),
+        false => match primary::settle(&pg, &ctx, &seen, &spec).await? {
+            primary::Flow::Done(action) => return Ok(action),
+            primary::Flow::Continue(within) => within,
+        },
     };
     let inputs = inputs::prepare(&pg, &ctx, &seen, &spec).await?;
-    let desired = desired::build(&pg, &seen, &inputs)?;
+    let mut desired = desired::build(&pg, &seen, &inputs)?;
+    desired.notices.extend(upgrade.notice);
+    desired.major_upgrade = upgrade.record;
     let applied = apply::apply(&pg, &ctx, &seen, &desired).await?;
     // Roles, databases, the app Secret on the primary (never fails the round).
     let access = super::access::run(&pg, &ctx, &seen.obs, desired.primary.as_deref()).await;
     let within = within.into_iter().chain(access).min();
     status::finish(&pg, &ctx, &seen, &desired, applied, within).await
+}
+
+/// The version and image the round builds for: `spec.version`'s, or the
+/// one a major upgrade holds (`major_upgrade::decide`: the old version until
+/// its instances stop, then the new one).
+fn builds_for(
+    pg: Arc<PostgresCluster>,
+    mut spec: Box<validate::Spec>,
+    hold: Option<(String, crate::controller::image_policy::Effective)>,
+) -> (Arc<PostgresCluster>, Box<validate::Spec>) {
+    let Some((version, run)) = hold else {
+        let pg = with_image(pg, &spec.run.image);
+        return (pg, spec);
+    };
+    let mut copy = (*pg).clone();
+    copy.spec.version = version;
+    copy.spec.image = None;
+    spec.run = run;
+    let pg = with_image(Arc::new(copy), &spec.run.image);
+    (pg, spec)
+}
+
+/// The cluster as the later steps build it: with the image it runs
+/// (`spec.image`, else the image catalog's for `spec.version`) in
+/// `spec.image`, so `build::image` needs no catalog. Only this in-memory
+/// copy changes; the stored object keeps what the tenant wrote.
+fn with_image(pg: Arc<PostgresCluster>, image: &str) -> Arc<PostgresCluster> {
+    if crate::controller::build::image(&pg) == image {
+        return pg;
+    }
+    let mut copy = (*pg).clone();
+    copy.spec.image = Some(image.to_string());
+    Arc::new(copy)
 }

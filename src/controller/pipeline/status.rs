@@ -89,6 +89,13 @@ pub async fn finish(
         crate::controller::blocked::carry(before, &mut st.conditions, &b, &seen.now);
     }
     let cleared = crate::controller::blocked::cleared(before, &st.conditions);
+    for (t, reason, why) in &d.notices {
+        st.conditions
+            .push(plan::extra_condition(&inp, t, reason, why.clone()));
+    }
+    if let Some(record) = &d.major_upgrade {
+        st.major_upgrade = record.clone();
+    }
     let healthy = st.phase == Some(Phase::Healthy);
     let conditions = st.conditions.clone();
     write_status(ctx, pg, prev, st).await?;

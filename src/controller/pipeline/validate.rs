@@ -5,6 +5,7 @@
 
 use super::observe::Seen;
 use crate::controller::Ctx;
+use crate::controller::image_policy::Effective;
 use crate::controller::reconcile::Error;
 use crate::controller::restore::Authorized;
 use crate::controller::validate::{Valid, validate};
@@ -15,6 +16,8 @@ pub struct Spec {
     pub valid: Valid,
     /// The restore source, authorized (only while the cluster has no volume).
     pub restore: Option<Authorized>,
+    /// The image `spec.version` runs as (catalog or allowed `spec.image`).
+    pub run: Effective,
 }
 
 /// Why the spec cannot be acted on.
@@ -43,12 +46,15 @@ pub async fn check(pg: &PostgresCluster, ctx: &Ctx, seen: &Seen) -> Result<Check
         }
         false => (None, false),
     };
-    errs.extend(crate::controller::image_policy::check(
-        &ctx.images,
-        &pg.spec,
-    ));
-    Ok(match valid {
-        Some(valid) if errs.is_empty() => Checked::Valid(Box::new(Spec { valid, restore })),
+    let run = crate::controller::image_policy::resolve(&ctx.images, &pg.spec)
+        .map_err(|e| errs.push(e))
+        .ok();
+    Ok(match (valid, run) {
+        (Some(valid), Some(run)) if errs.is_empty() => Checked::Valid(Box::new(Spec {
+            valid,
+            restore,
+            run,
+        })),
         _ => Checked::Invalid(Invalid {
             reason: errs.join("; "),
             ask_again,

@@ -1,0 +1,436 @@
+//! Carrying out an in-place major upgrade (the decisions, the steps and why
+//! they are safe are in `decide.rs`). Each step is recorded in
+//! `status.majorUpgrade` before it acts; every verb it runs in a Pod is
+//! idempotent, so a step repeated after a killed manager does no harm.
+
+use super::decide::{self, Next};
+use crate::controller::Ctx;
+use crate::controller::image_policy::Effective;
+use crate::controller::plan::Observed;
+use crate::controller::reconcile::{Error, event, kerr};
+use crate::controller::record::status_patch;
+use crate::crd::PostgresCluster;
+use crate::crd::major_upgrade::MajorUpgradeStatus;
+use crate::postgres::exec::run_verb;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::DeleteParams;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use serde_json::json;
+use std::time::Duration;
+
+/// pg_upgrade of a large catalog, vacuumdb of many databases: minutes.
+const LONG_VERB: Duration = Duration::from_secs(1800);
+const SHORT_VERB: Duration = Duration::from_secs(60);
+
+/// What the rest of the round does, after the upgrade's step.
+#[derive(Default)]
+pub struct Round {
+    /// Build Pods for this version and image instead of `spec.version`'s.
+    pub builds_for: Option<(String, Effective)>,
+    /// Failover and switchover stay out (instances stopped on purpose).
+    pub hold_primary: bool,
+    /// The step acted and ends the round.
+    pub done: Option<Action>,
+    /// A condition for the status: (type, reason, message).
+    pub notice: Option<(&'static str, &'static str, String)>,
+    /// The record as it is now (for the round's status write): Some(None)
+    /// when it was removed.
+    pub record: Option<Option<MajorUpgradeStatus>>,
+}
+
+/// One round of the major upgrade, if any.
+pub async fn round(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    ns: &str,
+    obs: &Observed,
+) -> Result<Round, Error> {
+    let status = pg.status.clone().unwrap_or_default();
+    let record = status.major_upgrade.clone();
+    let target = record.as_ref().map(|r| r.to_version.as_str());
+    let on_target = |p: &&crate::controller::plan::PodInfo| {
+        p.ready && !p.deleting && p.version.as_deref() == target
+    };
+    let input = decide::Input {
+        spec_version: &pg.spec.version,
+        method: pg.spec.major_upgrade.as_ref().map(|m| m.method),
+        running: status.current_version.as_deref(),
+        record: record.as_ref(),
+        ready_on_target: obs.pods.values().filter(on_target).count() as u32,
+        primary_on_target: record
+            .as_ref()
+            .and_then(|r| obs.pods.get(&r.primary))
+            .is_some_and(|p| on_target(&p)),
+        old_left: record.as_ref().is_some_and(|r| old_left(obs, r)),
+        size: pg.spec.cluster_size.max(1) as u32,
+    };
+    let next = decide::next(&input);
+    let mut round = Round {
+        hold_primary: next.holds_primary(),
+        ..Round::default()
+    };
+    if let Some(v) = next.builds_for(record.as_ref()) {
+        let run = ctx.images.resolve(v).map_err(Error::Validate)?;
+        let eff = Effective {
+            image: run.image.clone(),
+            pgbackrest: run.pgbackrest,
+            entry: run,
+        };
+        round.builds_for = Some((v.to_string(), eff));
+    }
+    let step = Step {
+        pg,
+        ctx,
+        ns,
+        obs,
+        record,
+        primary: status.current_primary.clone(),
+    };
+    step.carry_out(next, round).await
+}
+
+struct Step<'a> {
+    pg: &'a PostgresCluster,
+    ctx: &'a Ctx,
+    ns: &'a str,
+    obs: &'a Observed,
+    record: Option<MajorUpgradeStatus>,
+    primary: Option<String>,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn soon(mut round: Round, secs: u64) -> Round {
+    round.done = Some(Action::requeue(Duration::from_secs(secs)));
+    round
+}
+
+impl Step<'_> {
+    async fn carry_out(&self, next: Next, mut round: Round) -> Result<Round, Error> {
+        match next {
+            Next::Idle => Ok(round),
+            Next::Clear => {
+                status_patch(self.ctx, self.pg, json!({"majorUpgrade": null})).await?;
+                round.record = Some(None);
+                Ok(round)
+            }
+            Next::Refuse { why, .. } => {
+                round.notice = Some(("MajorUpgradeBlocked", "Refused", why));
+                Ok(round)
+            }
+            Next::Blocked { why, .. } => {
+                round.notice = Some(("MajorUpgradeBlocked", "UpgradeFailed", why));
+                Ok(round)
+            }
+            Next::PreFlight { from, to } => self.pre_flight(&from, &to, round).await,
+            Next::Stop => self.stop(round).await,
+            Next::Upgrade => self.upgrade(round).await,
+            Next::Replace => self.replace(round).await,
+            Next::Start => {
+                self.advance(decide::STARTING, decide::REPLACING).await?;
+                let mut r = self.record.clone();
+                if let Some(r) = r.as_mut() {
+                    r.step = decide::STARTING.into();
+                }
+                round.record = Some(r);
+                Ok(round)
+            }
+            Next::Analyze => self.analyze(round).await,
+            Next::Rebuild => Ok(round),
+            Next::Done => self.done(round).await,
+        }
+    }
+
+    /// Writes `step` into the record (when it is at `from`).
+    async fn advance(&self, step: &str, from: &str) -> Result<(), Error> {
+        match &self.record {
+            Some(r) if r.step == from => {
+                status_patch(self.ctx, self.pg, json!({"majorUpgrade": {"step": step}})).await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn record(&self, r: &MajorUpgradeStatus) -> Result<(), Error> {
+        status_patch(self.ctx, self.pg, json!({ "majorUpgrade": r })).await
+    }
+
+    fn bin_dir(&self, version: &str) -> String {
+        let run = self.ctx.images.resolve(version).ok();
+        run.and_then(|r| r.bin_dir).unwrap_or_default()
+    }
+
+    async fn pre_flight(&self, from: &str, to: &str, mut round: Round) -> Result<Round, Error> {
+        let Some(primary) = self.primary.clone() else {
+            return Ok(round);
+        };
+        let mut r = self.record.clone().unwrap_or_else(|| MajorUpgradeStatus {
+            from_version: from.into(),
+            to_version: to.into(),
+            step: decide::PRE_FLIGHT.into(),
+            primary: primary.clone(),
+            started_at: Some(now()),
+            ..MajorUpgradeStatus::default()
+        });
+        if self.record.is_none() {
+            self.record(&r).await?;
+            let note = format!("major upgrade {from} → {to} (inPlace): pre-flight on {primary}");
+            event(
+                self.ctx,
+                self.pg,
+                EventType::Normal,
+                "MajorUpgradeStarted",
+                note,
+            )
+            .await;
+        }
+        let new_bin = self.bin_dir(to);
+        let verb = ["upgrade-check", new_bin.as_str()];
+        match run_verb(&self.ctx.client, self.ns, &primary, &verb, LONG_VERB).await {
+            Ok(_) => {
+                r.step = decide::STOPPING.into();
+                self.record(&r).await?;
+                let note = format!("pre-flight passed on {primary}; stopping every instance");
+                event(
+                    self.ctx,
+                    self.pg,
+                    EventType::Normal,
+                    "MajorUpgradeStopping",
+                    note,
+                )
+                .await;
+                Ok(soon(round, 1))
+            }
+            Err(e) => {
+                let why = format!(
+                    "pre-flight for {from} → {to} failed, still on {from}: {}",
+                    reason(&e)
+                );
+                r.step = decide::PRE_FLIGHT_FAILED.into();
+                r.failure = Some(why.clone());
+                self.record(&r).await?;
+                event(
+                    self.ctx,
+                    self.pg,
+                    EventType::Warning,
+                    "MajorUpgradePreFlightFailed",
+                    why.clone(),
+                )
+                .await;
+                round.notice = Some(("MajorUpgradeBlocked", "PreFlightFailed", why));
+                round.record = Some(Some(r));
+                Ok(round)
+            }
+        }
+    }
+
+    /// Fences the replicas, then the primary (a clean shutdown).
+    async fn stop(&self, round: Round) -> Result<Round, Error> {
+        let Some(r) = self.record.clone() else {
+            return Ok(round);
+        };
+        let mut pods: Vec<&String> = self.obs.pods.keys().filter(|p| **p != r.primary).collect();
+        pods.push(&r.primary);
+        for pod in pods {
+            if let Err(e) = run_verb(&self.ctx.client, self.ns, pod, &["fence"], SHORT_VERB).await {
+                // Not stopped is not safe: try again next round.
+                tracing::warn!(pod = %pod, error = %e, "major upgrade: fencing failed");
+                return Ok(soon(round, 5));
+            }
+        }
+        let r = MajorUpgradeStatus {
+            step: decide::UPGRADING.into(),
+            stopped_at: Some(now()),
+            ..r
+        };
+        self.record(&r).await?;
+        Ok(soon(round, 1))
+    }
+
+    async fn upgrade(&self, round: Round) -> Result<Round, Error> {
+        let Some(mut r) = self.record.clone() else {
+            return Ok(round);
+        };
+        let (old, new) = (self.bin_dir(&r.from_version), self.bin_dir(&r.to_version));
+        let verb = ["upgrade", old.as_str(), new.as_str()];
+        match run_verb(&self.ctx.client, self.ns, &r.primary, &verb, LONG_VERB).await {
+            Ok(_) => {
+                r.step = decide::REPLACING.into();
+                self.record(&r).await?;
+                let note = format!(
+                    "pg_upgrade --link done on {}; replacing the Pods with version {}",
+                    r.primary, r.to_version
+                );
+                event(
+                    self.ctx,
+                    self.pg,
+                    EventType::Normal,
+                    "MajorUpgradeUpgraded",
+                    note,
+                )
+                .await;
+            }
+            // A run of the verb from before a restart still works on the
+            // volume: wait for it, never roll back under it.
+            Err(e) if reason(&e).starts_with("upgrade: already running") => {}
+            Err(e) => {
+                // The verb put the old data directory back: the old
+                // version runs again.
+                for pod in self.obs.pods.keys() {
+                    let _ =
+                        run_verb(&self.ctx.client, self.ns, pod, &["unfence"], SHORT_VERB).await;
+                }
+                let why = format!(
+                    "pg_upgrade failed, back on {}: {}",
+                    r.from_version,
+                    reason(&e)
+                );
+                r.step = decide::FAILED.into();
+                r.failure = Some(why.clone());
+                self.record(&r).await?;
+                event(
+                    self.ctx,
+                    self.pg,
+                    EventType::Warning,
+                    "MajorUpgradeFailed",
+                    why,
+                )
+                .await;
+            }
+        }
+        Ok(soon(round, 1))
+    }
+
+    /// Deletes every Pod built for the old version and the replicas'
+    /// volumes (they are cloned again from the new primary); the round's
+    /// build waits until they are gone.
+    async fn replace(&self, round: Round) -> Result<Round, Error> {
+        let Some(r) = self.record.as_ref() else {
+            return Ok(round);
+        };
+        let api = |k| kube::Api::<Pod>::namespaced(self.ctx.client.clone(), k);
+        let pvcs = kube::Api::<PersistentVolumeClaim>::namespaced(self.ctx.client.clone(), self.ns);
+        for (name, p) in &self.obs.pods {
+            if p.version.as_deref() != Some(r.to_version.as_str()) && !p.deleting {
+                ignore_missing(
+                    api(self.ns).delete(name, &DeleteParams::default()).await,
+                    "Pod",
+                    name,
+                )?;
+            }
+        }
+        for name in replica_volumes(self.obs, r) {
+            ignore_missing(
+                pvcs.delete(name, &DeleteParams::default()).await,
+                "PersistentVolumeClaim",
+                name,
+            )?;
+        }
+        Ok(soon(round, 2))
+    }
+
+    async fn analyze(&self, mut round: Round) -> Result<Round, Error> {
+        let Some(mut r) = self.record.clone() else {
+            return Ok(round);
+        };
+        self.advance(decide::ANALYZING, decide::STARTING).await?;
+        if r.downtime_ms.is_none() {
+            r.downtime_ms = since_ms(r.stopped_at.as_deref());
+        }
+        if let Err(e) = run_verb(
+            &self.ctx.client,
+            self.ns,
+            &r.primary,
+            &["analyze"],
+            LONG_VERB,
+        )
+        .await
+        {
+            // Statistics only: the cluster is up; the next round tries again.
+            tracing::warn!(error = %e, "major upgrade: analyze failed");
+            return Ok(soon(round, 10));
+        }
+        r.step = decide::REBUILDING.into();
+        self.record(&r).await?;
+        round.record = Some(Some(r));
+        Ok(round)
+    }
+
+    async fn done(&self, mut round: Round) -> Result<Round, Error> {
+        status_patch(self.ctx, self.pg, json!({"majorUpgrade": null})).await?;
+        if let Some(r) = &self.record {
+            let note = format!(
+                "major upgrade {} → {} done; downtime {} ms",
+                r.from_version,
+                r.to_version,
+                r.downtime_ms.unwrap_or(-1)
+            );
+            event(
+                self.ctx,
+                self.pg,
+                EventType::Normal,
+                "MajorUpgradeCompleted",
+                note,
+            )
+            .await;
+        }
+        round.record = Some(None);
+        Ok(round)
+    }
+}
+
+/// A Pod of another version, or a replica's volume, is still there.
+fn old_left(obs: &Observed, r: &MajorUpgradeStatus) -> bool {
+    let pod = obs
+        .pods
+        .values()
+        .any(|p| p.version.as_deref() != Some(r.to_version.as_str()));
+    pod || replica_volumes(obs, r).next().is_some()
+}
+
+/// The instance volumes other than the upgraded primary's.
+fn replica_volumes<'a>(
+    obs: &'a Observed,
+    r: &'a MajorUpgradeStatus,
+) -> impl Iterator<Item = &'a String> + 'a {
+    let cluster = r
+        .primary
+        .rsplit_once('-')
+        .map(|(c, _)| c)
+        .unwrap_or_default();
+    obs.pvcs
+        .iter()
+        .filter(move |n| **n != r.primary && crate::controller::plan::ordinal(cluster, n).is_some())
+}
+
+/// The verb's own reason (its last `pgfleet-instance:` line), not the
+/// whole pg_upgrade output: the text goes into a condition and an Event.
+fn reason(e: &crate::postgres::exec::ExecError) -> String {
+    let text = e.to_string();
+    let tail = match text.rfind("pgfleet-instance: ") {
+        Some(i) => &text[i + "pgfleet-instance: ".len()..],
+        None => text.as_str(),
+    };
+    let line = tail.lines().next().unwrap_or_default();
+    line.chars().take(600).collect()
+}
+
+fn since_ms(ts: Option<&str>) -> Option<i64> {
+    let t = chrono::DateTime::parse_from_rfc3339(ts?).ok()?;
+    Some((chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_milliseconds())
+}
+
+fn ignore_missing<T>(
+    r: Result<T, kube::Error>,
+    kind: &'static str,
+    name: &str,
+) -> Result<(), Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(kerr("delete", kind, name)(e)),
+    }
+}

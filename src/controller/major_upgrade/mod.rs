@@ -1,0 +1,6 @@
+//! In-place major upgrades (`spec.majorUpgrade.method: inPlace`): the pure
+//! state machine in `decide.rs`, its steps against the member cluster in
+//! `execute.rs` (docs/major-upgrades.md).
+
+pub mod decide;
+pub mod execute;

@@ -1,0 +1,53 @@
+//! `spec.majorUpgrade` and `status.majorUpgrade` of a PostgresCluster: how a
+//! raise of `spec.version` across a major is carried out, and how far it got
+//! (controller::major_upgrade). The status is the durable record a manager
+//! killed mid-upgrade resumes from.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How a major-version change of `spec.version` is carried out.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MajorUpgradeSpec {
+    /// `inPlace`: every instance stops, `pg_upgrade --link` runs on the
+    /// primary's volume, the primary starts on the new version and the
+    /// replicas are cloned again from it (downtime: the whole upgrade).
+    #[serde(default)]
+    pub method: MajorUpgradeMethod,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MajorUpgradeMethod {
+    #[default]
+    InPlace,
+}
+
+/// Progress of an in-place major upgrade (one step per round; the step is
+/// written before it is acted on, so a killed manager resumes it).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MajorUpgradeStatus {
+    /// The version running before (`status.currentVersion` then).
+    pub from_version: String,
+    /// `spec.version` the upgrade goes to.
+    pub to_version: String,
+    /// `PreFlight`, `Stopping`, `Upgrading`, `Starting`, `Analyzing`,
+    /// `RebuildingReplicas`, `PreFlightFailed` or `Failed`.
+    pub step: String,
+    /// The instance whose volume is upgraded (the primary when it began).
+    pub primary: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// When the instances were stopped (the downtime starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<String>,
+    /// Milliseconds from the stop until the new primary accepted writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downtime_ms: Option<i64>,
+    /// Why the upgrade stopped (a failed pre-flight leaves the cluster on
+    /// `fromVersion`, untouched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}

@@ -6,7 +6,7 @@
 //! anything the manager printed or answered. Outcomes only; nothing timed.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 use common::bin;
 #[path = "api_leak.rs"]
 mod leak;

@@ -5,7 +5,7 @@
 //! from the standby, and the fallback to the primary.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 use common::fleet;
 
 use fleet::*;

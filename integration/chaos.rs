@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use pgfleet::bench::chaos::{report, run_rounds};
 use pgfleet::testkit::process::{ProcessEnv, ProcessOptions};

@@ -5,7 +5,7 @@
 //! generous patience; none asserts on how fast anything happens.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 use common::fleet;
 
 use fleet::*;

@@ -10,7 +10,7 @@
 //!   image clears it.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::fleet::*;
 use k8s_openapi::api::core::v1::ResourceQuota;

@@ -4,7 +4,7 @@
 //! what changed while it was gone.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 use common::fleet;
 
 use fleet::*;

@@ -7,7 +7,7 @@
 //! saved to `<target dir>/test-artefacts/dashboard.png`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 use common::bin;
 
 use bin::*;

@@ -11,10 +11,9 @@
 //!   `monitoring` component it is refused until the ServiceMonitor CRD exists.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 use common::fleet;
-#[path = "deploy/kubectl.rs"]
-mod kubectl;
+use crate::kubectl;
 #[path = "deploy/rules.rs"]
 mod rules;
 #[path = "deploy/scenario.rs"]

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 use common::process as env;
 
 use env::{Env, NS, Writer, connect, rows};

@@ -9,9 +9,8 @@
 //! asserts what kubectl prints or what the cluster then holds.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-#[path = "s8_support/mod.rs"]
-mod support;
+use crate::common;
+use crate::s8_support as support;
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};

@@ -6,10 +6,9 @@
 //! (make-kubeconfig.sh), so the emulated API server holds it to RBAC.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 #[allow(dead_code)]
-#[path = "deploy/kubectl.rs"]
-mod kubectl;
+use crate::kubectl;
 
 use common::bin::http;
 use common::{eventually, temp_dir};

@@ -10,7 +10,7 @@
 //! password, a generated superuser password).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 use common::fleet;
 use common::otlp as receiver;
 

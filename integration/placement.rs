@@ -12,7 +12,7 @@
 //!   through once it is.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 use common::fleet;
 
 use fleet::*;

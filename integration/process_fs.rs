@@ -5,9 +5,8 @@
 //! in a PVC survives the restart.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-#[path = "s8_support/mod.rs"]
-mod support;
+use crate::common;
+use crate::s8_support as support;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Api;

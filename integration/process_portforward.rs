@@ -5,9 +5,8 @@
 //! exit code 127 with the reason.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-#[path = "s8_support/mod.rs"]
-mod support;
+use crate::common;
+use crate::s8_support as support;
 
 use serde_json::json;
 use std::io::{BufRead, BufReader};

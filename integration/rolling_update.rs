@@ -5,7 +5,7 @@
 //! heals it. Outcomes are read from pods, status and the recorded events.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 use common::fleet;
 use common::manager_process;
 

@@ -4,7 +4,7 @@
 //! marks, the stored control) and the recorded Events; nothing is timed.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 use common::fleet;
 
 use fleet::*;

@@ -4,10 +4,9 @@
 //! (deploy/member applied, its token from the token controller).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 #[allow(dead_code)]
-#[path = "deploy/kubectl.rs"]
-mod kubectl;
+use crate::kubectl;
 
 use common::temp_dir;
 use kubectl::Kubectl;

@@ -7,7 +7,7 @@
 //! a kube client.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::fleet::*;
 use futures::{StreamExt, TryStreamExt};

@@ -5,9 +5,8 @@
 //! On the virtual runtime every running container reports zero.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-#[path = "s8_support/mod.rs"]
-mod support;
+use crate::common;
+use crate::s8_support as support;
 
 use serde_json::{Value, json};
 use support::*;

@@ -4,7 +4,7 @@
 //! crate knows no pgfleet types.)
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Namespace, Pod};

@@ -12,8 +12,7 @@
 
 use crate::common::fleet;
 #[allow(dead_code)]
-#[path = "deploy/kubectl.rs"]
-mod kubectl;
+use crate::kubectl;
 
 use fleet::temp_dir;
 use kubectl::Kubectl;

@@ -12,8 +12,8 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
-use common::fleet;
 use crate::kubectl;
+use common::fleet;
 #[path = "deploy/rules.rs"]
 mod rules;
 #[path = "deploy/scenario.rs"]

@@ -5,7 +5,6 @@
 //! in a PVC survives the restart.
 #![allow(clippy::unwrap_used)]
 
-use crate::common;
 use crate::s8_support as support;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};

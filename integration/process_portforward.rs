@@ -5,7 +5,6 @@
 //! exit code 127 with the reason.
 #![allow(clippy::unwrap_used)]
 
-use crate::common;
 use crate::s8_support as support;
 
 use serde_json::json;

@@ -5,8 +5,8 @@
 //! and none waits for another. A kube-runtime Controller never reconciles one
 //! object twice at the same time, and an object lives in exactly one shard.
 
-pub mod blocked;
 pub mod access;
+pub mod blocked;
 pub mod build;
 mod config;
 pub mod error;

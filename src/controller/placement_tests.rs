@@ -17,7 +17,7 @@ fn cluster(spec: Value) -> PostgresCluster {
 
 fn pod(pg: &PostgresCluster) -> Value {
     let o = Owner::of(pg, 0).unwrap();
-    build::pod(&o, pg, 1, Role::Replica, "clone", &[])
+    serde_json::to_value(build::pod(&o, pg, 1, Role::Replica, "clone", &[])).unwrap()
 }
 
 fn hash(pg: &PostgresCluster) -> String {
@@ -99,8 +99,9 @@ fn unstated_placement_keeps_the_pod_hash_stated_placement_changes_it() {
 fn pooler_prefers_distinct_nodes_and_follows_the_selector() {
     let pg = cluster(json!({"affinity": {"nodeSelector": {"disk": "ssd"}}}));
     let o = Owner::of(&pg, 0).unwrap();
-    let mut p = crate::controller::pooler::pod(&o, 1);
-    pooler(&mut p, &o, &pg);
+    let mut typed = crate::controller::pooler::pod(&o, 1);
+    pooler(typed.spec.as_mut().unwrap(), &o, &pg);
+    let p = serde_json::to_value(typed).unwrap();
     let t = &p["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
         [0];
     assert_eq!(

@@ -3,8 +3,8 @@
 pub mod access;
 pub mod backup;
 pub mod cluster;
-pub mod placement;
 pub mod major_upgrade;
+pub mod placement;
 pub mod vocab;
 
 pub use backup::{PostgresBackup, PostgresBackupSpec, PostgresBackupStatus};

@@ -2,8 +2,8 @@
 //! its status contract, the configuration files it renders, and which
 //! parameters need a restart.
 
-pub mod contract;
 pub mod catalog;
+pub mod contract;
 pub mod databases;
 pub mod exec;
 pub mod hba;

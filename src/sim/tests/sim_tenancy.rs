@@ -305,7 +305,10 @@ async fn mode_in_pod(pods: &Api<Pod>, pod: &str, path: &str) -> String {
     let (mut out, mut err) = (String::new(), String::new());
     let mut stdout = proc.stdout().unwrap();
     let mut stderr = proc.stderr().unwrap();
-    let (o, e) = tokio::join!(stdout.read_to_string(&mut out), stderr.read_to_string(&mut err));
+    let (o, e) = tokio::join!(
+        stdout.read_to_string(&mut out),
+        stderr.read_to_string(&mut err)
+    );
     o.unwrap();
     e.unwrap();
     let status = proc.take_status().unwrap().await;

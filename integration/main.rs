@@ -6,6 +6,10 @@
 //! (process-runtime pods) and `kubectl` (the kubectl runner).
 //! Run one file's tests: `cargo nextest run --all-features --test integration failover::`.
 
+// Tests panic on what they did not expect; the lints for the product's
+// error handling do not apply here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 #[path = "deploy/kubectl.rs"]
 mod kubectl;

@@ -78,7 +78,7 @@ async fn reads_answer_with_json() {
     let orders = pgc(&f, "api-a", "shop", "orders");
     assert_eq!(orders["phase"], "Healthy");
     assert!(orders["primary"].as_str().unwrap().starts_with("orders-"));
-    assert_eq!(orders["version"], "15.20");
+    assert_eq!(orders["version"], "15.18");
     assert_eq!(orders["instances"], json!({"ready": 3, "total": 3}));
     for key in ["lastBackup", "lastFailover", "conditions"] {
         assert!(orders.get(key).is_some(), "{key} missing: {orders}");

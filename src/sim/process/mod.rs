@@ -57,6 +57,11 @@ pub struct ProcessRuntime {
     /// `runAsUser` names no local user (or that sets none).
     fallback: Result<Option<RunUser>, String>,
     pods: Mutex<HashMap<String, Arc<PodRun>>>,
+    /// Claim directory → uid of the claim whose data it holds. A claim
+    /// deleted and created again under the same name is a new volume (a new
+    /// PersistentVolume on a real cluster): the old data must neither show
+    /// up in it nor be removed from under it later.
+    claims: Mutex<HashMap<PathBuf, String>>,
     partitioned: Mutex<HashSet<String>>,
     proxy: proxy::Proxy,
     proxy_wake: Notify,
@@ -100,6 +105,7 @@ impl ProcessRuntime {
                 .transpose()
                 .map_err(|e| format!("SimOptions::run_as: {e:#}")),
             pods: Mutex::new(HashMap::new()),
+            claims: Mutex::new(HashMap::new()),
             partitioned: Mutex::new(HashSet::new()),
             proxy: proxy::Proxy::default(),
             proxy_wake: Notify::new(),
@@ -285,7 +291,10 @@ impl ProcessRuntime {
             str_at(v, "/metadata/namespace"),
             str_at(v, "/metadata/name"),
         );
+        let dir = self.dir().join("pvc").join(ns).join(name);
+        let uid = str_at(v, "/metadata/uid").to_string();
         if kind != EventType::Deleted && v.pointer("/metadata/deletionTimestamp").is_none() {
+            self.claim_volume(&dir, &uid);
             // A claim usable again: Pods held for it start now.
             for p in crate::volume_wait::waiting_on(c, ns, name) {
                 if self.pod(ns, str_at(&p, "/metadata/name")).is_none() {
@@ -294,7 +303,6 @@ impl ProcessRuntime {
             }
         }
         if kind == EventType::Deleted {
-            let dir = self.dir().join("pvc").join(ns).join(name);
             let me = self.clone();
             let claim = name.to_string();
             let ns = ns.to_string();
@@ -306,7 +314,12 @@ impl ProcessRuntime {
                 {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                let _ = std::fs::remove_dir_all(&dir);
+                let mut claims = lock(&me.claims);
+                // A new claim of that name has its own (fresh) volume there.
+                if claims.get(&dir).is_none_or(|holder| *holder == uid) {
+                    claims.remove(&dir);
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
             });
             return;
         }
@@ -336,6 +349,22 @@ impl ProcessRuntime {
                 json!({"phase": "Bound", "accessModes": modes, "capacity": {"storage": size}});
             Ok(v)
         });
+    }
+
+    /// Makes `dir` the volume of claim `uid`. Data a deleted claim of the
+    /// same name left there goes (its deletion may still be waiting for
+    /// its Pods to stop); data of unknown origin (state kept from an
+    /// earlier run) is adopted.
+    fn claim_volume(&self, dir: &Path, uid: &str) {
+        let mut claims = lock(&self.claims);
+        match claims.get(dir) {
+            Some(holder) if holder == uid => return,
+            Some(_) => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            None => {}
+        }
+        claims.insert(dir.to_path_buf(), uid.to_string());
     }
 
     /// Proxy and /etc/hosts follow Services, Pods and partitions.

@@ -11,6 +11,7 @@ mod support;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
+use pgfleet_sim::{RuntimeKind, SimOptions};
 use serde_json::{Value, json};
 use support::*;
 
@@ -161,4 +162,116 @@ async fn a_claim_in_use_stays_terminating_until_its_pod_is_gone() {
         .unwrap();
     assert!(del.status.success(), "{del:?}");
     gone(&pvcs, "free").await;
+}
+
+/// Output of `sh -c script` in a pod (stdout and stderr).
+async fn sh_in(pods: &Api<Pod>, pod: &str, script: &str) -> String {
+    use tokio::io::AsyncReadExt;
+    let params = kube::api::AttachParams::default().stdout(true).stderr(true);
+    let mut proc = pods.exec(pod, ["sh", "-c", script], &params).await.unwrap();
+    let (mut out, mut err) = (String::new(), String::new());
+    let mut stdout = proc.stdout().unwrap();
+    let mut stderr = proc.stderr().unwrap();
+    let (o, e) = tokio::join!(
+        stdout.read_to_string(&mut out),
+        stderr.read_to_string(&mut err)
+    );
+    o.unwrap();
+    e.unwrap();
+    let _ = proc.join().await;
+    format!("{out}{err}").trim().to_string()
+}
+
+fn writer(name: &str, claim: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "securityContext": {"runAsUser": 999, "runAsNonRoot": true},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "x", "command": ["sleep", "3600"],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
+        }
+    }))
+    .unwrap()
+}
+
+async fn running(pods: &Api<Pod>, name: &str) {
+    eventually(&format!("pod {name} running"), || async {
+        let p = pods.get_opt(name).await.ok()??;
+        (p.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+}
+
+/// A claim deleted and created again under the same name is a new, empty
+/// volume its pods can write (a new PersistentVolume on a real cluster),
+/// and the old claim's cleanup never removes the new one's data. The
+/// process runtime once let the old claim's deferred cleanup remove the
+/// new claim's directory (pods then found a root-owned empty mount point:
+/// a rebuilt replica crash-looped on "Permission denied").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_created_again_under_its_name_is_a_new_empty_volume() {
+    // Address index 41: no other process-runtime test uses it.
+    let opts = SimOptions {
+        dir: temp_dir("pvc-again"),
+        names: (0..=41).map(|i| format!("c{i}")).collect(),
+        runtime: RuntimeKind::Process,
+        persist: false,
+        history: 1_000,
+        admin: false,
+        images: vec![],
+        run_as: Some("postgres".into()),
+        nodes: Default::default(),
+    };
+    let sim = TestSim::start(opts).await;
+    let client = client_from(&sim.sim.clusters[41].kubeconfig).await;
+    let pp = PostParams::default();
+    let pvcs: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+
+    pvcs.create(&pp, &pvc("data")).await.unwrap();
+    pods.create(&pp, &writer("first", "data")).await.unwrap();
+    running(&pods, "first").await;
+    assert_eq!(
+        sh_in(&pods, "first", "echo old > /data/f && echo ok").await,
+        "ok"
+    );
+
+    // Both go; the claim is created again as soon as its name is free.
+    pvcs.delete("data", &DeleteParams::default()).await.unwrap();
+    pods.delete("first", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone(&pvcs, "data").await;
+    pvcs.create(&pp, &pvc("data")).await.unwrap();
+    pods.create(&pp, &writer("second", "data")).await.unwrap();
+    running(&pods, "second").await;
+    assert_eq!(
+        sh_in(
+            &pods,
+            "second",
+            "ls -A /data; echo new > /data/g && echo ok"
+        )
+        .await,
+        "ok",
+        "the new claim's volume is empty and writable"
+    );
+
+    // With no pod on it any more, the old claim's cleanup may run: the new
+    // claim's data stays.
+    pods.delete("second", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("pod second gone", || async {
+        pods.get_opt("second")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    pods.create(&pp, &writer("third", "data")).await.unwrap();
+    running(&pods, "third").await;
+    assert_eq!(sh_in(&pods, "third", "cat /data/g").await, "new");
 }

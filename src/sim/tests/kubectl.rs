@@ -9,94 +9,13 @@ mod support;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use support::*;
 
-const KUBECTL: &str = "/usr/bin/kubectl";
-
-/// kubectl bound to one sim's kubeconfig, with a private discovery cache.
-struct Kubectl {
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-    dir: PathBuf,
-}
+use support::kubectl::Kubectl;
 
 impl Kubectl {
-    fn new(s: &TestSim) -> Kubectl {
-        assert!(
-            Path::new(KUBECTL).exists(),
-            "kubectl is not installed at {KUBECTL}; these tests drive the real kubectl client. \
-             Install it (e.g. from https://dl.k8s.io/release/<version>/bin/linux/amd64/kubectl) and re-run."
-        );
-        Kubectl {
-            kubeconfig: s.kubeconfig().to_path_buf(),
-            cache: s.dir.join("kubectl-cache"),
-            dir: s.dir.clone(),
-        }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(KUBECTL);
-        c.arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(&self.cache)
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .stdin(Stdio::null());
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args)
-            .output()
-            .unwrap_or_else(|e| panic!("running {KUBECTL}: {e}"))
-    }
-
-    /// Runs kubectl, asserts success, returns stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "kubectl {} failed ({}):\nstdout: {}\nstderr: {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// Runs kubectl, asserts failure, returns (exit code, stderr).
-    fn fails(&self, args: &[&str]) -> (i32, String) {
-        let out = self.run(args);
-        assert!(
-            !out.status.success(),
-            "kubectl {} should have failed; stdout: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout)
-        );
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8(out.stderr).unwrap(),
-        )
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let mut a = args.to_vec();
-        a.extend(["-o", "json"]);
-        serde_json::from_str(&self.ok(&a)).unwrap()
-    }
-
-    /// Writes `content` to a file in the sim directory and returns its path.
-    fn file(&self, name: &str, content: &str) -> String {
-        let p = self.dir.join(name);
-        std::fs::write(&p, content).unwrap();
-        p.to_string_lossy().into_owned()
-    }
-
     /// Spawns kubectl with stdout piped into a line channel.
     fn spawn(&self, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
         let mut child = self

@@ -11,69 +11,10 @@ mod support;
 
 use pgfleet_sim::nodes::{self, NodeLayout};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 use support::*;
 
-const KUBECTL: &str = "/usr/bin/kubectl";
-
-struct Kubectl {
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-    dir: PathBuf,
-}
-
-impl Kubectl {
-    fn new(s: &TestSim) -> Kubectl {
-        assert!(
-            Path::new(KUBECTL).exists(),
-            "kubectl is not installed at {KUBECTL}"
-        );
-        Kubectl {
-            kubeconfig: s.kubeconfig().to_path_buf(),
-            cache: s.dir.join("kubectl-cache"),
-            dir: s.dir.clone(),
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(KUBECTL)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(&self.cache)
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "kubectl {} failed:\nstdout: {}\nstderr: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let mut a = args.to_vec();
-        a.extend(["-o", "json"]);
-        serde_json::from_str(&self.ok(&a)).unwrap()
-    }
-
-    fn apply(&self, name: &str, yaml: &str) {
-        let p = self.dir.join(name);
-        std::fs::write(&p, yaml).unwrap();
-        self.ok(&["apply", "-f", p.to_str().unwrap()]);
-    }
-}
+use support::kubectl::Kubectl;
 
 fn three_node_sim(tag: &str) -> (TestSim, Kubectl) {
     let mut opts = options(&temp_dir(tag), false);

@@ -11,7 +11,6 @@ mod support;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
-use pgfleet_sim::{RuntimeKind, SimOptions};
 use serde_json::{Value, json};
 use support::*;
 
@@ -166,19 +165,7 @@ async fn a_claim_in_use_stays_terminating_until_its_pod_is_gone() {
 
 /// Output of `sh -c script` in a pod (stdout and stderr).
 async fn sh_in(pods: &Api<Pod>, pod: &str, script: &str) -> String {
-    use tokio::io::AsyncReadExt;
-    let params = kube::api::AttachParams::default().stdout(true).stderr(true);
-    let mut proc = pods.exec(pod, ["sh", "-c", script], &params).await.unwrap();
-    let (mut out, mut err) = (String::new(), String::new());
-    let mut stdout = proc.stdout().unwrap();
-    let mut stderr = proc.stderr().unwrap();
-    let (o, e) = tokio::join!(
-        stdout.read_to_string(&mut out),
-        stderr.read_to_string(&mut err)
-    );
-    o.unwrap();
-    e.unwrap();
-    let _ = proc.join().await;
+    let (out, err, _) = exec_in(pods, pod, &["sh", "-c", script]).await;
     format!("{out}{err}").trim().to_string()
 }
 
@@ -213,17 +200,7 @@ async fn running(pods: &Api<Pod>, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_created_again_under_its_name_is_a_new_empty_volume() {
     // Address index 41: no other process-runtime test uses it.
-    let opts = SimOptions {
-        dir: temp_dir("pvc-again"),
-        names: (0..=41).map(|i| format!("c{i}")).collect(),
-        runtime: RuntimeKind::Process,
-        persist: false,
-        history: 1_000,
-        admin: false,
-        images: vec![],
-        run_as: Some("postgres".into()),
-        nodes: Default::default(),
-    };
+    let opts = process_options("pvc-again", 41);
     let sim = TestSim::start(opts).await;
     let client = client_from(&sim.sim.clusters[41].kubeconfig).await;
     let pp = PostParams::default();

@@ -10,12 +10,10 @@ mod support;
 
 use base64::Engine;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount};
-use kube::api::{Api, AttachParams, Patch, PatchParams, PostParams};
-use pgfleet_sim::{RuntimeKind, SimOptions};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use support::*;
-use tokio::io::AsyncReadExt;
 
 fn obj<T: DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).unwrap()
@@ -297,22 +295,7 @@ async fn a_restricted_namespace_refuses_a_violating_pod_like_kube() {
 
 /// Octal permission bits of a file inside a pod, via exec.
 async fn mode_in_pod(pods: &Api<Pod>, pod: &str, path: &str) -> String {
-    let params = AttachParams::default().stdout(true).stderr(true);
-    let mut proc = pods
-        .exec(pod, ["stat", "-L", "-c", "%a", path], &params)
-        .await
-        .unwrap();
-    let (mut out, mut err) = (String::new(), String::new());
-    let mut stdout = proc.stdout().unwrap();
-    let mut stderr = proc.stderr().unwrap();
-    let (o, e) = tokio::join!(
-        stdout.read_to_string(&mut out),
-        stderr.read_to_string(&mut err)
-    );
-    o.unwrap();
-    e.unwrap();
-    let status = proc.take_status().unwrap().await;
-    let _ = proc.join().await;
+    let (out, err, status) = exec_in(pods, pod, &["stat", "-L", "-c", "%a", path]).await;
     assert!(
         !out.trim().is_empty(),
         "stat {path} in {pod} printed nothing: stderr {err:?}, status {status:?}"
@@ -323,17 +306,7 @@ async fn mode_in_pod(pods: &Api<Pod>, pod: &str, path: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_runtime_writes_secret_files_owner_only_under_restricted() {
     // Address index 40: no other process-runtime test uses it.
-    let opts = SimOptions {
-        dir: temp_dir("tenancy-modes"),
-        names: (0..=40).map(|i| format!("c{i}")).collect(),
-        runtime: RuntimeKind::Process,
-        persist: false,
-        history: 1_000,
-        admin: false,
-        images: vec![],
-        run_as: Some("postgres".into()),
-        nodes: Default::default(),
-    };
+    let opts = process_options("tenancy-modes", 40);
     let sim = TestSim::start(opts).await;
     let client = client_from(&sim.sim.clusters[40].kubeconfig).await;
     let pp = PostParams::default();

@@ -7,6 +7,8 @@
 //! Every test binary includes this module and uses a different subset of it.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod kubectl;
+
 use pgfleet_sim::{self as sim, RuntimeKind, Sim, SimOptions};
 use serde_json::{Value, json};
 use std::future::Future;
@@ -333,4 +335,48 @@ pub async fn admin_request(
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (code, body)
+}
+
+/// Options for a sim on the process runtime whose pods run as `postgres`
+/// (a local user; uid 999 names none here), serving cluster `c{index}`:
+/// each process-runtime test takes an address index no other one uses.
+pub fn process_options(tag: &str, index: usize) -> SimOptions {
+    SimOptions {
+        dir: temp_dir(tag),
+        names: (0..=index).map(|i| format!("c{i}")).collect(),
+        runtime: RuntimeKind::Process,
+        persist: false,
+        history: 1_000,
+        admin: false,
+        images: vec![],
+        run_as: Some("postgres".into()),
+        nodes: Default::default(),
+    }
+}
+
+/// Runs `argv` in a pod through exec: (stdout, stderr, exit status).
+pub async fn exec_in(
+    pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    pod: &str,
+    argv: &[&str],
+) -> (
+    String,
+    String,
+    Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>,
+) {
+    use tokio::io::AsyncReadExt;
+    let params = kube::api::AttachParams::default().stdout(true).stderr(true);
+    let mut proc = pods.exec(pod, argv.to_vec(), &params).await.unwrap();
+    let (mut out, mut err) = (String::new(), String::new());
+    let mut stdout = proc.stdout().unwrap();
+    let mut stderr = proc.stderr().unwrap();
+    let (o, e) = tokio::join!(
+        stdout.read_to_string(&mut out),
+        stderr.read_to_string(&mut err)
+    );
+    o.unwrap();
+    e.unwrap();
+    let status = proc.take_status().unwrap().await;
+    let _ = proc.join().await;
+    (out, err, status)
 }

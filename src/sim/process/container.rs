@@ -219,10 +219,14 @@ impl Container {
             })
         })
         .collect();
-        let init = sandbox::find_init(unshare).await.unwrap_or(unshare);
+        // Not found: the container ended before it started; exec finds no
+        // running container (never the unshare process, which is outside
+        // the container's namespaces).
+        let found = sandbox::find_init(unshare).await;
+        let init = found.unwrap_or(unshare);
         let has_readiness = self.spec.readiness.is_some();
         self.update(|s| {
-            s.pid = Some(init);
+            s.pid = found;
             s.started_at = Some(now_rfc3339());
             s.waiting = None;
             s.terminated = None;

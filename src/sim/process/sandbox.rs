@@ -225,13 +225,25 @@ pub fn spawn(
         .with_context(|| format!("starting container {} ({:?})", spec.name, spec.argv))
 }
 
-/// The PID 1 of the container: the child unshare forked.
+/// The PID 1 of the container: the child unshare forked, once the setup
+/// script has exec'd the container's command. Before that its command line
+/// is the script (it names `/run/.host`) and the container's mounts are not
+/// all in place: an exec entering it then would see the host's files (a
+/// real kubelet execs only into a started container). `None` when the
+/// container ended before it started.
 pub async fn find_init(unshare: u32) -> Option<u32> {
-    for _ in 0..200 {
-        let children =
-            std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).ok()?;
-        if let Some(pid) = children.split_whitespace().find_map(|p| p.parse().ok()) {
-            return Some(pid);
+    let mut init = None;
+    for _ in 0..3000 {
+        if init.is_none() {
+            let children =
+                std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).ok()?;
+            init = children.split_whitespace().find_map(|p| p.parse().ok());
+        }
+        if let Some(pid) = init {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            if !cmdline.windows(10).any(|w| w == b"/run/.host") {
+                return Some(pid);
+            }
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -115,6 +115,19 @@ async fn primary_node_not_ready_fails_over_without_losing_acknowledged_writes() 
     let st = e.status("nl").await;
     let lf = st.last_failover.expect("lastFailover recorded");
     assert_eq!(lf.from, old);
+    // Fenced by label: only the new primary's Pod is labelled primary.
+    let lp =
+        kube::api::ListParams::default().labels("pgfleet.io/cluster=nl,pgfleet.io/role=primary");
+    let primaries: Vec<String> = e
+        .pods()
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(primaries, vec![lf.to.clone()]);
     eprintln!(
         "node loss: acked {} rows, {failed} failed transactions, new primary {}",
         acked.len(),

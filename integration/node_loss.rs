@@ -128,6 +128,19 @@ async fn primary_node_not_ready_fails_over_without_losing_acknowledged_writes() 
         .map(|p| p.name_any())
         .collect();
     assert_eq!(primaries, vec![lf.to.clone()]);
+    // The old primary's Pod was deleted (grace 0: gone from the API even
+    // with its kubelet down); it comes back on a remaining node as a
+    // replica of the new timeline while the lost node is still down.
+    e.wait(
+        "the old primary back as a ready replica on another node",
+        Duration::from_secs(180),
+        || async {
+            e.role_of(&old).await.as_deref() == Some("replica")
+                && e.wait_ready(&old).await
+                && pod_node(&e, &old).await != lost_node
+        },
+    )
+    .await;
     eprintln!(
         "node loss: acked {} rows, {failed} failed transactions, new primary {}",
         acked.len(),

@@ -49,6 +49,8 @@ mod layering;
 mod major_upgrade;
 #[path = "member_permissions.rs"]
 mod member_permissions;
+#[path = "node_loss.rs"]
+mod node_loss;
 #[path = "otlp.rs"]
 mod otlp;
 #[path = "placement.rs"]

@@ -43,14 +43,20 @@ impl Env {
 
     /// Like `start`, with more fleet TOML (e.g. a `[backups]` section).
     pub async fn start_with(tag: &str, extra_toml: &str) -> Env {
+        Env::start_on(tag, extra_toml, "").await
+    }
+
+    /// Like `start_with`, with `embedded_extra` in `[manager.embedded]`
+    /// (e.g. `nodes = 3\nzones = 3\n`).
+    pub async fn start_on(tag: &str, extra_toml: &str, embedded_extra: &str) -> Env {
         super::init_tracing();
-        Env(ok(ProcessEnv::start(ProcessOptions {
+        let opts = ProcessOptions {
             dir: super::temp_dir(tag),
             member: "pg-a".into(),
             namespace: NS.into(),
             extra_toml: extra_toml.into(),
-        })
-        .await))
+        };
+        Env(ok(ProcessEnv::start_on(opts, embedded_extra).await))
     }
 
     pub fn runtime(&self) -> Arc<ProcessRuntime> {

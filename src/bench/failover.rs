@@ -20,18 +20,22 @@ pub struct Args {
     /// Where the embedded cluster keeps its state (a temp dir by default).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// Measure a lost node (the primary's kubelet stops; 3 nodes, 3 zones)
+    /// next to a killed pod and the floor, instead of the default figures.
+    #[arg(long)]
+    pub node_loss: bool,
 }
 
-const NS: &str = "bench";
+pub(super) const NS: &str = "bench";
 /// How long a cluster may take to become Healthy (real PostgreSQL on a
 /// shared machine); bounds a broken run, never a measured figure.
 const HEALTHY: Duration = Duration::from_secs(300);
 
 /// The benchmark's environment: the one the failover tests run in.
-type Bench = ProcessEnv;
+pub(super) type Bench = ProcessEnv;
 
 /// Waits until `name` is Healthy with `size` instances and no switchover.
-async fn healthy(b: &Bench, name: &str, size: i32) -> anyhow::Result<String> {
+pub(super) async fn healthy(b: &Bench, name: &str, size: i32) -> anyhow::Result<String> {
     Ok(b.wait_healthy(name, size, true, HEALTHY).await?)
 }
 
@@ -62,7 +66,7 @@ async fn try_write(host: &str, port: u16, pw: &str) -> bool {
 }
 
 /// Time from `t0` until a write through `host` succeeds.
-async fn until_write(host: &str, port: u16, pw: &str, t0: Instant) -> Duration {
+pub(super) async fn until_write(host: &str, port: u16, pw: &str, t0: Instant) -> Duration {
     loop {
         if try_write(host, port, pw).await {
             return t0.elapsed();
@@ -71,12 +75,12 @@ async fn until_write(host: &str, port: u16, pw: &str, t0: Instant) -> Duration {
     }
 }
 
-fn ms_between(a: Option<&str>, b: Option<&str>) -> Option<f64> {
+pub(super) fn ms_between(a: Option<&str>, b: Option<&str>) -> Option<f64> {
     let p = |s: &str| chrono::DateTime::parse_from_rfc3339(s).ok();
     Some((p(b?)? - p(a?)?).num_microseconds()? as f64 / 1000.0)
 }
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
+pub(super) fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -85,6 +89,9 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    if args.node_loss {
+        return super::failover_node::run(args).await;
+    }
     let dir = args.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("pgfleet-bench-failover-{}", std::process::id()))
     });
@@ -200,7 +207,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 /// Floor: the same kill, then a bare `pg_promote()` on a replica and one
 /// relabel (the proxy rewires), with the manager paused.
-async fn floor_run(b: &Bench) -> anyhow::Result<f64> {
+pub(super) async fn floor_run(b: &Bench) -> anyhow::Result<f64> {
     let primary = healthy(b, "floor", 3).await?;
     let pause = serde_json::json!({"metadata": {"annotations": {"pgfleet.io/paused": "true"}}});
     b.pgc()

@@ -6,6 +6,7 @@ pub mod backup;
 pub mod chaos;
 pub mod emulator;
 pub mod failover;
+mod failover_node;
 pub mod fleet;
 pub mod rollout;
 

@@ -40,7 +40,18 @@ pub struct ProcessEnv {
 
 impl ProcessEnv {
     pub async fn start(opts: ProcessOptions) -> Result<ProcessEnv> {
-        let mut toml = fleet::embedded_toml(&opts.dir, "process", &[&opts.member], "");
+        Self::start_on(opts, "").await
+    }
+
+    /// Like [`ProcessEnv::start`], with `embedded_extra` added to
+    /// `[manager.embedded]` (e.g. `nodes = 3\nzones = 3\n` for the node
+    /// faults); a separate entry so `ProcessOptions` keeps its fields.
+    pub async fn start_on(opts: ProcessOptions, embedded_extra: &str) -> Result<ProcessEnv> {
+        let mut toml = fleet::embedded_toml(&opts.dir, "process", &[&opts.member], "").replacen(
+            "[manager.embedded]\n",
+            &format!("[manager.embedded]\n{embedded_extra}"),
+            1,
+        );
         toml.push_str(&opts.extra_toml);
         let mgr = fleet::start_manager(&toml, SERVED).await?;
         let client = mgr

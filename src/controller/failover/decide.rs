@@ -48,6 +48,31 @@ pub fn verdict(state: &PrimaryState, delay: Duration) -> Verdict {
     }
 }
 
+/// How the lost primary is fenced once it is out of `-rw` (its label says
+/// `fenced` first, in every case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    /// Stop it through `pgfleet-instance fence` (exec), then delete its Pod
+    /// when that fails.
+    Exec,
+    /// Delete its Pod without trying the exec.
+    DeletePod,
+}
+
+/// A Pod that is not ready does not answer through its kubelet either: on
+/// a lost node (kubelet down, Ready=False set by the node controller) the
+/// API server cannot dial the kubelet and an exec would only burn its
+/// timeout before the promotion. Fencing by label and Service already
+/// keeps clients away; the Pod is deleted (the kubelet, if it ever comes
+/// back, kills the process).
+pub fn fence_for(old_ready: bool) -> Fence {
+    if old_ready {
+        Fence::Exec
+    } else {
+        Fence::DeletePod
+    }
+}
+
 /// One replica that might be promoted, with what its instance reported
 /// (None when it did not answer).
 #[derive(Debug, Clone)]
@@ -123,6 +148,12 @@ pub fn choose(candidates: &[Candidate], sync: Option<&SyncRule>) -> Result<Strin
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_not_ready_primary_is_fenced_without_exec() {
+        assert_eq!(fence_for(true), Fence::Exec);
+        assert_eq!(fence_for(false), Fence::DeletePod);
+    }
 
     fn cand(name: &str, ord: u32, rx: Option<&str>, replay: &str) -> Candidate {
         Candidate {

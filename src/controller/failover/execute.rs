@@ -6,7 +6,8 @@
 //! 1. decide (pure, `decide.rs`) and record `targetPrimary`;
 //! 2. fence the old primary: out of `-rw` (label `fenced`) first, then stopped
 //!    through `pgfleet-instance fence`, or its Pod deleted when it does not
-//!    answer;
+//!    answer — at once when the Pod is not ready (a lost node's kubelet
+//!    cannot be dialled; `decide::fence_for`);
 //! 3. promote the target; 4. label it primary (the Services follow);
 //! 5. record `currentPrimary` and the timings; the old primary's Pod is
 //!    deleted and comes back as a replica (rewind, or re-clone).
@@ -260,12 +261,15 @@ async fn resume(
         status_patch(ctx, pg, json!({"targetPrimary": old})).await?;
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
-    if obs.pods.contains_key(old) {
+    if let Some(p) = obs.pods.get(old) {
         label(ctx, &ns, old, Role::Fenced).await?;
-        if run_verb(&ctx.client, &ns, old, &["fence"], EXEC_TIMEOUT)
-            .await
-            .is_err()
-        {
+        let fenced = match decide::fence_for(p.ready) {
+            decide::Fence::Exec => run_verb(&ctx.client, &ns, old, &["fence"], EXEC_TIMEOUT)
+                .await
+                .is_ok(),
+            decide::Fence::DeletePod => false,
+        };
+        if !fenced {
             delete_pod(ctx, &ns, old).await;
         }
     }

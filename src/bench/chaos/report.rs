@@ -99,7 +99,12 @@ pub fn markdown(r: &Run) -> String {
     for (k, ms) in &r.recoveries {
         by.entry(*k).or_default().push(*ms);
     }
-    for k in FaultKind::ALL {
+    // Every drawn kind, and any a test planned explicitly.
+    let kinds: std::collections::BTreeSet<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .chain(r.faults.iter().map(|f| f.kind))
+        .collect();
+    for k in kinds {
         let n = r.faults.iter().filter(|f| f.kind == k).count();
         let mut v = by.get(&k).cloned().unwrap_or_default();
         let _ = writeln!(

@@ -22,6 +22,12 @@ pub enum FaultKind {
     FreezePrimary,
     /// A switchover requested through the annotation.
     Switchover,
+    /// SIGSTOP the primary until the manager has failed over, then SIGCONT:
+    /// the deposed primary comes back while its successor takes writes, the
+    /// case fencing exists for. Not drawn by [`schedule`] yet (adding it to
+    /// [`FaultKind::ALL`] would change every seed's schedule); the
+    /// broken-fencing test plans it explicitly.
+    FreezePrimaryUntilFailover,
 }
 
 impl FaultKind {
@@ -38,6 +44,7 @@ impl FaultKind {
             FaultKind::KillReplica => "kill -9 replica",
             FaultKind::FreezePrimary => "freeze primary",
             FaultKind::Switchover => "switchover",
+            FaultKind::FreezePrimaryUntilFailover => "freeze primary until failover",
         }
     }
 }

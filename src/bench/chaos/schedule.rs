@@ -24,18 +24,19 @@ pub enum FaultKind {
     Switchover,
     /// SIGSTOP the primary until the manager has failed over, then SIGCONT:
     /// the deposed primary comes back while its successor takes writes, the
-    /// case fencing exists for. Not drawn by [`schedule`] yet (adding it to
-    /// [`FaultKind::ALL`] would change every seed's schedule); the
-    /// broken-fencing test plans it explicitly.
+    /// case fencing exists for (a [`FaultKind::FreezePrimary`] is mostly
+    /// thawed before failure detection). It holds the round until the
+    /// failover, so a second fault of that round may start late.
     FreezePrimaryUntilFailover,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 4] = [
+    pub const ALL: [FaultKind; 5] = [
         FaultKind::KillPrimary,
         FaultKind::KillReplica,
         FaultKind::FreezePrimary,
         FaultKind::Switchover,
+        FaultKind::FreezePrimaryUntilFailover,
     ];
 
     pub fn as_str(self) -> &'static str {

@@ -12,6 +12,10 @@ use crate::testkit::process::ProcessEnv;
 use kube::api::{ListParams, Patch, PatchParams};
 use std::time::{Duration, Instant};
 
+/// How long a primary frozen until failover may wait for it: bounds a
+/// broken run, never a figure.
+const FAILOVER: Duration = Duration::from_secs(120);
+
 /// One line of the fault timeline.
 #[derive(Debug, Clone)]
 pub struct Event {
@@ -113,6 +117,22 @@ async fn inject(
             env.runtime()?.freeze(&env.ns, &primary)?;
             frozen.push(primary.clone());
             Ok(format!("{kind}: {primary}"))
+        }
+        FaultKind::FreezePrimaryUntilFailover => {
+            let rt = env.runtime()?;
+            rt.freeze(&env.ns, &primary)?;
+            let failed_over = crate::testkit::wait::until(FAILOVER, "failover", || async {
+                match env.status(cluster).await {
+                    Ok(s) if s.current_primary.as_deref() != Some(primary.as_str()) => Ok(()),
+                    Ok(_) => Err(format!("{primary} still the primary")),
+                    Err(e) => Err(format!("{e:#}")),
+                }
+            })
+            .await;
+            // Fenced properly, the old primary's Pod is gone by now: no thaw.
+            let _ = rt.thaw(&env.ns, &primary);
+            failed_over?;
+            Ok(format!("{kind}: {primary} (thawed after the failover)"))
         }
         FaultKind::Switchover => {
             let req = serde_json::json!(

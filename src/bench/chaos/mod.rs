@@ -92,6 +92,24 @@ pub async fn run_rounds(
     seed: u64,
     rounds: u32,
 ) -> anyhow::Result<report::Run> {
+    run_plan(
+        env,
+        seed,
+        rounds,
+        schedule::schedule(seed, rounds, CLUSTERS.len()),
+    )
+    .await
+}
+
+/// [`run_rounds`] with an explicit fault plan (a test that needs one
+/// particular fault, such as the broken-fencing test); `seed` only labels
+/// the report.
+pub async fn run_plan(
+    env: Arc<ProcessEnv>,
+    seed: u64,
+    rounds: u32,
+    plan: Vec<schedule::Fault>,
+) -> anyhow::Result<report::Run> {
     for (name, _, _) in CLUSTERS {
         env.create(name, spec(name)).await?;
     }
@@ -113,7 +131,6 @@ pub async fn run_rounds(
         .await?;
         targets.push(t);
     }
-    let plan = schedule::schedule(seed, rounds, CLUSTERS.len());
     let t0 = Instant::now();
     let work = workload::Workloads::start(&targets, t0);
     let creds = targets

@@ -22,14 +22,21 @@ pub enum FaultKind {
     FreezePrimary,
     /// A switchover requested through the annotation.
     Switchover,
+    /// SIGSTOP the primary until the manager has failed over, then SIGCONT:
+    /// the deposed primary comes back while its successor takes writes, the
+    /// case fencing exists for (a [`FaultKind::FreezePrimary`] is mostly
+    /// thawed before failure detection). It holds the round until the
+    /// failover, so a second fault of that round may start late.
+    FreezePrimaryUntilFailover,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 4] = [
+    pub const ALL: [FaultKind; 5] = [
         FaultKind::KillPrimary,
         FaultKind::KillReplica,
         FaultKind::FreezePrimary,
         FaultKind::Switchover,
+        FaultKind::FreezePrimaryUntilFailover,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -38,6 +45,7 @@ impl FaultKind {
             FaultKind::KillReplica => "kill -9 replica",
             FaultKind::FreezePrimary => "freeze primary",
             FaultKind::Switchover => "switchover",
+            FaultKind::FreezePrimaryUntilFailover => "freeze primary until failover",
         }
     }
 }

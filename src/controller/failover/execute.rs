@@ -4,7 +4,8 @@
 //! and never promotes a second instance:
 //!
 //! 1. decide (pure, `decide.rs`) and record `targetPrimary`;
-//! 2. fence the old primary: out of `-rw` (label `fenced`) first, then stopped
+//! 2. fence the old primary (skipped only by the test switch in `broken.rs`):
+//!    out of `-rw` (label `fenced`) first, then stopped
 //!    through `pgfleet-instance fence`, or its Pod deleted when it does not
 //!    answer — at once when the Pod is not ready (a lost node's kubelet
 //!    cannot be dialled; `decide::fence_for`);
@@ -261,7 +262,8 @@ async fn resume(
         status_patch(ctx, pg, json!({"targetPrimary": old})).await?;
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
-    if let Some(p) = obs.pods.get(old) {
+    let fence = !super::broken::fencing_disabled();
+    if let Some(p) = obs.pods.get(old).filter(|_| fence) {
         label(ctx, &ns, old, Role::Fenced).await?;
         let fenced = match decide::fence_for(p.ready) {
             decide::Fence::Exec => run_verb(&ctx.client, &ns, old, &["fence"], EXEC_TIMEOUT)
@@ -324,7 +326,7 @@ async fn resume(
     )
     .await;
     // The old primary comes back as a replica: a fresh Pod rewinds or re-clones.
-    if obs.pods.contains_key(old) {
+    if fence && obs.pods.contains_key(old) {
         delete_pod(ctx, &ns, old).await;
     }
     Ok(Action::requeue(Duration::from_millis(500)))

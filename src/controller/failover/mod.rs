@@ -2,6 +2,7 @@
 //! takes over) and `execute` (the I/O that carries a decision out, and
 //! resumes one after a crash).
 
+pub mod broken;
 pub mod decide;
 pub mod execute;
 

@@ -262,19 +262,7 @@ async fn resume(
         status_patch(ctx, pg, json!({"targetPrimary": old})).await?;
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
-    let fence = !super::broken::fencing_disabled();
-    if let Some(p) = obs.pods.get(old).filter(|_| fence) {
-        label(ctx, &ns, old, Role::Fenced).await?;
-        let fenced = match decide::fence_for(p.ready) {
-            decide::Fence::Exec => run_verb(&ctx.client, &ns, old, &["fence"], EXEC_TIMEOUT)
-                .await
-                .is_ok(),
-            decide::Fence::DeletePod => false,
-        };
-        if !fenced {
-            delete_pod(ctx, &ns, old).await;
-        }
-    }
+    fence_old_primary(ctx, obs, &ns, old).await?;
     run_verb(&ctx.client, &ns, target, &["promote"], PROMOTE_TIMEOUT).await?;
     let promoted = now();
     label(ctx, &ns, target, Role::Primary).await?;
@@ -326,8 +314,32 @@ async fn resume(
     )
     .await;
     // The old primary comes back as a replica: a fresh Pod rewinds or re-clones.
-    if fence && obs.pods.contains_key(old) {
+    if !super::broken::fencing_disabled() && obs.pods.contains_key(old) {
         delete_pod(ctx, &ns, old).await;
     }
     Ok(Action::requeue(Duration::from_millis(500)))
+}
+
+/// Step 2: the old primary out of `-rw` (label `fenced`), then stopped by
+/// the `fence` verb when it is ready, or its Pod deleted (a not-ready Pod's
+/// kubelet may not answer an exec; `decide::fence_for`). Skipped only by
+/// the test switch in `broken.rs`.
+async fn fence_old_primary(ctx: &Ctx, obs: &Observed, ns: &str, old: &str) -> Result<(), Error> {
+    let Some(p) = obs.pods.get(old) else {
+        return Ok(());
+    };
+    if super::broken::fencing_disabled() {
+        return Ok(());
+    }
+    label(ctx, ns, old, Role::Fenced).await?;
+    let fenced = match decide::fence_for(p.ready) {
+        decide::Fence::Exec => run_verb(&ctx.client, ns, old, &["fence"], EXEC_TIMEOUT)
+            .await
+            .is_ok(),
+        decide::Fence::DeletePod => false,
+    };
+    if !fenced {
+        delete_pod(ctx, ns, old).await;
+    }
+    Ok(())
 }

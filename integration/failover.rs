@@ -10,38 +10,6 @@ use common::process as env;
 use env::{Env, NS, Writer, connect, rows};
 use std::time::Duration;
 
-async fn setup_table(e: &Env, cluster: &str) -> (String, String) {
-    let rw = e.service_ip(&format!("{cluster}-rw")).await;
-    let pw = e.password(cluster).await;
-    let mut tries = 0;
-    loop {
-        if let Ok(c) = connect(&rw, 5432, &pw).await
-            && c.batch_execute("CREATE TABLE IF NOT EXISTS marks (id bigint PRIMARY KEY)")
-                .await
-                .is_ok()
-        {
-            break;
-        }
-        tries += 1;
-        assert!(
-            tries < 300,
-            "could not create the table through {cluster}-rw"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    (rw, pw)
-}
-
-async fn wait_acked(e: &Env, w: &Writer, n: usize) {
-    let target = w.acked_count() + n;
-    e.wait(
-        &format!("{n} more acknowledged writes"),
-        Duration::from_secs(120),
-        || async { w.acked_count() >= target },
-    )
-    .await;
-}
-
 async fn one_primary(e: &Env, cluster: &str) -> String {
     let mut primaries = vec![];
     for p in e.pods().list(&Default::default()).await.unwrap() {
@@ -74,9 +42,9 @@ async fn killed_primary_fails_over_without_losing_acknowledged_writes() {
     )
     .await;
     let old = e.wait_healthy("ha", 3).await;
-    let (rw, pw) = setup_table(&e, "ha").await;
+    let (rw, pw) = e.setup_table("ha").await;
     let w = Writer::start(rw.clone(), 5432, pw.clone());
-    wait_acked(&e, &w, 50).await;
+    e.wait_acked(&w, 50).await;
     e.force_delete_pod(&old).await;
     e.wait("a new primary", Duration::from_secs(60), || async {
         e.status("ha")
@@ -85,7 +53,7 @@ async fn killed_primary_fails_over_without_losing_acknowledged_writes() {
             .is_some_and(|p| p != old)
     })
     .await;
-    wait_acked(&e, &w, 50).await;
+    e.wait_acked(&w, 50).await;
     let (acked, failed) = w.stop().await;
     let present = rows(&rw, &pw).await;
     let lost: Vec<_> = acked.difference(&present).collect();
@@ -112,6 +80,12 @@ async fn killed_primary_fails_over_without_losing_acknowledged_writes() {
         },
     )
     .await;
+    // ... by pg_rewind, not by a new copy of the whole database.
+    let logs = e.kubectl(&["logs", &old]);
+    assert!(
+        logs.contains("rewinding to follow") && !logs.contains("pg_rewind failed"),
+        "the old primary was not rewound:\n{logs}"
+    );
     eprintln!(
         "acked {} rows, {failed} failed transactions during failover",
         acked.len()
@@ -121,23 +95,12 @@ async fn killed_primary_fails_over_without_losing_acknowledged_writes() {
 /// `kubectl describe pgc` and `kubectl events --for` list the failover's
 /// Events (FailoverStarted, FailedOver) as on a real cluster.
 async fn failover_events_in_kubectl(e: &Env, cluster: &str, old: &str, new: &str) {
-    let kc = e.sim_cluster().kubeconfig.clone();
-    let kubectl = |args: Vec<String>| {
-        let out = std::process::Command::new("/usr/bin/kubectl")
-            .arg("--kubeconfig")
-            .arg(&kc)
-            .args(["-n", NS])
-            .args(&args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
     let started = format!("primary {old} lost; promoting {new}");
     e.wait(
         "failover Events in kubectl describe",
         Duration::from_secs(60),
         || async {
-            let d = kubectl(vec!["describe".into(), "pgc".into(), cluster.into()]);
+            let d = e.kubectl(&["describe", "pgc", cluster]);
             let events = d.split("Events:").nth(1).unwrap_or_default().to_string();
             events.contains("FailoverStarted")
                 && events.contains(&started)
@@ -146,11 +109,7 @@ async fn failover_events_in_kubectl(e: &Env, cluster: &str, old: &str, new: &str
         },
     )
     .await;
-    let listed = kubectl(vec![
-        "events".into(),
-        "--for".into(),
-        format!("pgc/{cluster}"),
-    ]);
+    let listed = e.kubectl(&["events", "--for", &format!("pgc/{cluster}")]);
     assert!(
         listed.contains("FailoverStarted") && listed.contains("FailedOver"),
         "{listed}"
@@ -168,7 +127,7 @@ async fn the_most_advanced_replica_wins() {
     )
     .await;
     let old = e.wait_healthy("adv", 3).await;
-    let (rw, pw) = setup_table(&e, "adv").await;
+    let (rw, pw) = e.setup_table("adv").await;
     let replicas: Vec<String> = (1..=3)
         .map(|i| format!("adv-{i}"))
         .filter(|n| *n != old)
@@ -189,7 +148,7 @@ async fn the_most_advanced_replica_wins() {
         .unwrap();
     c.batch_execute("SELECT pg_reload_conf()").await.unwrap();
     let w = Writer::start(rw.clone(), 5432, pw.clone());
-    wait_acked(&e, &w, 100).await;
+    e.wait_acked(&w, 100).await;
     let (acked, _) = w.stop().await;
     e.force_delete_pod(&old).await;
     e.wait("failover", Duration::from_secs(60), || async {
@@ -222,7 +181,7 @@ async fn a_frozen_primary_is_replaced_and_rejoins_as_replica() {
     )
     .await;
     let old = e.wait_healthy("fz", 2).await;
-    let (rw, pw) = setup_table(&e, "fz").await;
+    let (rw, pw) = e.setup_table("fz").await;
     e.wait_replicated("fz", &pw).await;
     e.runtime().freeze(NS, &old).unwrap();
     e.wait(
@@ -286,14 +245,14 @@ async fn switchover_through_the_pooler_fails_no_transaction() {
     let e = Env::start("so").await;
     e.create("so", serde_json::json!({"clusterSize": 2, "version": "15", "pooler": {"enabled": true, "instances": 1}})).await;
     let old = e.wait_healthy("so", 2).await;
-    let (rw, pw) = setup_table(&e, "so").await;
+    let (rw, pw) = e.setup_table("so").await;
     let pooler = e.service_ip("so-pooler").await;
     e.wait("pooler answers", Duration::from_secs(60), || async {
         connect(&pooler, 6432, &pw).await.is_ok()
     })
     .await;
     let w = Writer::start(pooler.clone(), 6432, pw.clone());
-    wait_acked(&e, &w, 50).await;
+    e.wait_acked(&w, 50).await;
     let before = *w.failed.lock().unwrap();
     e.pgc()
         .patch(
@@ -309,7 +268,7 @@ async fn switchover_through_the_pooler_fails_no_transaction() {
         st.switchover.is_none() && st.current_primary.is_some_and(|p| p != old)
     })
     .await;
-    wait_acked(&e, &w, 50).await;
+    e.wait_acked(&w, 50).await;
     let (acked, failed) = w.stop().await;
     assert_eq!(
         failed - before,
@@ -366,7 +325,7 @@ async fn switchover_through_the_pooler_fails_no_transaction() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    wait_acked(&e, &w, 50).await;
+    e.wait_acked(&w, 50).await;
     let (acked, failed) = w.stop().await;
     assert!(
         acked.is_subset(&rows(&rw, &pw).await),
@@ -432,14 +391,14 @@ async fn rolling_upgrade_through_the_pooler_fails_no_transaction() {
     )
     .await;
     let old = e.wait_healthy("roll", 3).await;
-    let (rw, pw) = setup_table(&e, "roll").await;
+    let (rw, pw) = e.setup_table("roll").await;
     let pooler = e.service_ip("roll-pooler").await;
     e.wait("pooler answers", Duration::from_secs(60), || async {
         connect(&pooler, 6432, &pw).await.is_ok()
     })
     .await;
     let w = Writer::start(pooler.clone(), 6432, pw.clone());
-    wait_acked(&e, &w, 50).await;
+    e.wait_acked(&w, 50).await;
     let before = *w.failed.lock().unwrap();
     e.pgc()
         .patch(
@@ -464,7 +423,7 @@ async fn rolling_upgrade_through_the_pooler_fails_no_transaction() {
         },
     )
     .await;
-    wait_acked(&e, &w, 50).await;
+    e.wait_acked(&w, 50).await;
     let (acked, failed) = w.stop().await;
     let st = e.status("roll").await;
     assert_eq!(
@@ -495,7 +454,7 @@ async fn a_replica_not_streaming_is_a_condition_an_event_and_a_metric() {
     e.create("st", serde_json::json!({"clusterSize": 2, "version": "15"}))
         .await;
     let primary = e.wait_healthy("st", 2).await;
-    let (_, pw) = setup_table(&e, "st").await;
+    let (_, pw) = e.setup_table("st").await;
     let replica = if primary == "st-1" { "st-2" } else { "st-1" };
     let gauge = |v: u8| {
         format!(

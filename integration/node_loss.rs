@@ -34,39 +34,6 @@ async fn pod_node(e: &Env, pod: &str) -> String {
 }
 
 /// Creates the table through `-rw`, retrying until the primary takes it.
-async fn setup_table(e: &Env, cluster: &str) -> (String, String) {
-    let rw = e.service_ip(&format!("{cluster}-rw")).await;
-    let pw = e.password(cluster).await;
-    e.wait(
-        "the table created through -rw",
-        Duration::from_secs(60),
-        || {
-            let (rw, pw) = (rw.clone(), pw.clone());
-            async move {
-                match connect(&rw, 5432, &pw).await {
-                    Ok(c) => c
-                        .batch_execute("CREATE TABLE IF NOT EXISTS marks (id bigint PRIMARY KEY)")
-                        .await
-                        .is_ok(),
-                    Err(_) => false,
-                }
-            }
-        },
-    )
-    .await;
-    (rw, pw)
-}
-
-async fn wait_acked(e: &Env, w: &Writer, n: usize) {
-    let target = w.acked_count() + n;
-    e.wait(
-        &format!("{n} more acknowledged writes"),
-        Duration::from_secs(180),
-        || async { w.acked_count() >= target },
-    )
-    .await;
-}
-
 /// The primary's node stops under a writer (synchronous quorum 1 of 2): the
 /// controller sees the primary not ready for failoverDelay, fences it by
 /// label (no exec into a dead pod), promotes a replica on another node, and
@@ -81,9 +48,9 @@ async fn primary_node_not_ready_fails_over_without_losing_acknowledged_writes() 
     )
     .await;
     let old = e.wait_healthy("nl", 3).await;
-    let (rw, pw) = setup_table(&e, "nl").await;
+    let (rw, pw) = e.setup_table("nl").await;
     let w = Writer::start(rw.clone(), 5432, pw.clone());
-    wait_acked(&e, &w, 50).await;
+    e.wait_acked(&w, 50).await;
     let lost_node = pod_node(&e, &old).await;
     pgfleet::sim::nodes::set_ready(&e.sim_cluster().cluster, &lost_node, false).unwrap();
     e.wait(
@@ -97,7 +64,7 @@ async fn primary_node_not_ready_fails_over_without_losing_acknowledged_writes() 
         },
     )
     .await;
-    wait_acked(&e, &w, 50).await;
+    e.wait_acked(&w, 50).await;
     let (acked, failed) = w.stop().await;
     let present = rows(&rw, &pw).await;
     let lost: Vec<_> = acked.difference(&present).collect();
@@ -161,7 +128,7 @@ async fn replica_on_a_deleted_node_is_rebuilt_elsewhere() {
     )
     .await;
     let primary = e.wait_healthy("nr", 3).await;
-    let (rw, pw) = setup_table(&e, "nr").await;
+    let (rw, pw) = e.setup_table("nr").await;
     let replica = (1..=3)
         .map(|i| format!("nr-{i}"))
         .find(|n| *n != primary)

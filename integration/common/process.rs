@@ -266,3 +266,60 @@ impl Env {
         .await;
     }
 }
+
+impl Env {
+    /// Creates the table `marks` through `<cluster>-rw` (retrying while the
+    /// Service has no ready endpoint); returns the Service address and the
+    /// superuser password.
+    pub async fn setup_table(&self, cluster: &str) -> (String, String) {
+        let rw = self.service_ip(&format!("{cluster}-rw")).await;
+        let pw = self.password(cluster).await;
+        self.wait(
+            "the table created through -rw",
+            Duration::from_secs(60),
+            || {
+                let (rw, pw) = (rw.clone(), pw.clone());
+                async move {
+                    match connect(&rw, 5432, &pw).await {
+                        Ok(c) => c
+                            .batch_execute(
+                                "CREATE TABLE IF NOT EXISTS marks (id bigint PRIMARY KEY)",
+                            )
+                            .await
+                            .is_ok(),
+                        Err(_) => false,
+                    }
+                }
+            },
+        )
+        .await;
+        (rw, pw)
+    }
+
+    /// Waits until the writer has `n` more acknowledged rows.
+    pub async fn wait_acked(&self, w: &Writer, n: usize) {
+        let target = w.acked_count() + n;
+        self.wait(
+            &format!("{n} more acknowledged writes"),
+            Duration::from_secs(180),
+            || async { w.acked_count() >= target },
+        )
+        .await;
+    }
+
+    /// `kubectl -n <NS> ARGS` against the member: stdout, then stderr.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("/usr/bin/kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.sim_cluster().kubeconfig)
+            .args(["-n", NS])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running kubectl {args:?}: {e}"));
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+}

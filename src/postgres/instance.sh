@@ -146,7 +146,17 @@ create_replicator() {
 \set pw `cat "$PGFLEET_PWFILE"`
 CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD :'pw';
 SQL
+  sql "$REWIND_GRANTS"
 }
+
+# What pg_rewind needs of its source server, granted to `replicator` so a
+# former primary rewinds over TCP without the superuser (which pg_hba
+# refuses there). Idempotent: also run after every promotion, which covers
+# clusters initialised before the grants existed.
+REWIND_GRANTS="GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean) TO replicator;
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text, boolean) TO replicator;
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO replicator;
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO replicator;"
 
 configure() {
   cp "$CONFIG/postgresql.conf" "$PGDATA/pgfleet.conf"
@@ -187,6 +197,10 @@ do_clone() {
   { rm -rf "${PGDATA:?}"/*
     PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_basebackup)" -h "$PGFLEET_PRIMARY_HOST" -U replicator \
       -D "$PGDATA" -X stream -c fast >&2; }
+  # A clone is a standby from birth: without the signal the run loop would
+  # take it for a former primary and "rewind" it, and pg_rewind's crash
+  # recovery of the copy would write WAL past the primary's.
+  touch "$PGDATA/standby.signal"
 }
 
 # `PGFLEET_INIT=restore`: restore from the SOURCE repository path, replay the
@@ -265,7 +279,7 @@ do_restore() {
 do_rewind() {
   log "rewinding to follow $PGFLEET_PRIMARY_HOST"
   if ! PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_rewind)" -D "$PGDATA" \
-      --source-server="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=postgres dbname=postgres" >&2; then
+      --source-server="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator dbname=postgres" >&2; then
     log "pg_rewind failed; re-cloning"
     do_clone
   fi
@@ -346,6 +360,11 @@ cmd_promote() {
   if [ "$(sql "SELECT pg_is_in_recovery()")" = t ]; then
     "$(bin pg_ctl)" -D "$PGDATA" -w -t 60 promote >&2
   fi
+  # In the background and committed locally: a synchronous cluster's other
+  # standbys still follow the old primary, so a synchronous commit here
+  # would wait for them (and the promotion with it).
+  # Should it fail, a former primary re-clones as before.
+  sql "SET synchronous_commit = local; $REWIND_GRANTS" >/dev/null 2>&1 </dev/null &
   sql "SELECT pg_is_in_recovery()" | grep -q f && echo "{\"contract\":$CONTRACT,\"promoted\":true}"
 }
 

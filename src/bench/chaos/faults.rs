@@ -4,7 +4,7 @@
 //! cluster's final state for the checker.
 
 use super::checker::Final;
-use super::schedule::{Fault, FaultKind, ROUND};
+use super::schedule::{API_ERROR_RATE, API_LATENCY_MS, Fault, FaultKind, ROUND};
 use super::workload::{ACCOUNTS, START_BALANCE, Target};
 use super::{CLUSTERS, RECOVERY};
 use crate::testkit::pg;
@@ -47,7 +47,7 @@ pub async fn round(env: &ProcessEnv, faults: &[Fault], t0: Instant) -> RoundOut 
             tokio::time::sleep(wait).await;
         }
         let (cluster, _, _) = CLUSTERS[f.cluster % CLUSTERS.len()];
-        let what = match inject(env, cluster, f.kind, &mut frozen).await {
+        let what = match inject(env, cluster, f, &mut frozen).await {
             Ok(w) => w,
             Err(e) => format!("{} on {cluster} not injected: {e:#}", f.kind),
         };
@@ -59,6 +59,9 @@ pub async fn round(env: &ProcessEnv, faults: &[Fault], t0: Instant) -> RoundOut 
     }
     if let Some(wait) = ROUND.checked_sub(start.elapsed()) {
         tokio::time::sleep(wait).await;
+    }
+    if let Ok(sim) = env.sim_cluster() {
+        sim.cluster.faults.clear();
     }
     if let Ok(rt) = env.runtime() {
         for pod in &frozen {
@@ -82,13 +85,18 @@ pub async fn round(env: &ProcessEnv, faults: &[Fault], t0: Instant) -> RoundOut 
     out
 }
 
-/// Injects one fault into `cluster`; returns the timeline line.
+/// Injects one fault into `cluster` (or its member); returns the timeline
+/// line.
 async fn inject(
     env: &ProcessEnv,
     cluster: &str,
-    kind: FaultKind,
+    fault: &Fault,
     frozen: &mut Vec<String>,
 ) -> anyhow::Result<String> {
+    let kind = fault.kind;
+    if kind.member_wide() {
+        return inject_api(env, fault);
+    }
     let primary = env
         .status(cluster)
         .await?
@@ -142,7 +150,50 @@ async fn inject(
                 .await?;
             Ok(format!("{kind} requested on {cluster} (primary {primary})"))
         }
+        FaultKind::RollingUpdate => {
+            // A value no earlier round used, so the template always changes.
+            let cpu = format!("{}m", 1000 + fault.round);
+            let req = serde_json::json!({"spec": {"resources": {"cpu": cpu}}});
+            env.pgc()
+                .patch(cluster, &PatchParams::default(), &Patch::Merge(&req))
+                .await?;
+            Ok(format!(
+                "{kind} of {cluster} (cpu {cpu}, primary {primary})"
+            ))
+        }
+        _ => inject_api(env, fault),
     }
+}
+
+/// A fault of the member's API server, added to those already set this
+/// round; the round's healing clears them all.
+fn inject_api(env: &ProcessEnv, fault: &Fault) -> anyhow::Result<String> {
+    let faults = &env.sim_cluster()?.cluster.faults;
+    let kind = fault.kind;
+    if kind == FaultKind::DropWatches {
+        faults.drop_watches();
+        return Ok(kind.to_string());
+    }
+    let mut spec = faults.get();
+    match kind {
+        FaultKind::ApiLatency => spec.latency_ms = API_LATENCY_MS,
+        FaultKind::ApiErrors => {
+            spec.error_rate = API_ERROR_RATE;
+            spec.error_code = if fault.round % 2 == 1 { 429 } else { 500 };
+        }
+        FaultKind::MemberUnreachable => spec.refuse_connections = true,
+        _ => anyhow::bail!("{kind} is not a fault of the API server"),
+    }
+    let what = match kind {
+        FaultKind::ApiErrors => format!(
+            "{kind}: {} of requests answered {}",
+            API_ERROR_RATE, spec.error_code
+        ),
+        FaultKind::ApiLatency => format!("{kind}: +{API_LATENCY_MS} ms per request"),
+        _ => kind.to_string(),
+    };
+    faults.set(spec);
+    Ok(what)
 }
 
 /// The final tables of a cluster, read through `-rw` once it is Healthy.

@@ -31,9 +31,11 @@ impl Prober {
         let (s, out) = (stop.clone(), samples.clone());
         let task = tokio::spawn(async move {
             let mut sessions: HashMap<String, tokio_postgres::Client> = HashMap::new();
+            let mut known: HashMap<String, Vec<(String, String)>> = HashMap::new();
             while !s.load(Ordering::Relaxed) {
                 for (cluster, pw) in &clusters {
-                    if let Some(sample) = probe(&env, cluster, pw, &mut sessions, t0).await
+                    let seen = known.entry(cluster.clone()).or_default();
+                    if let Some(sample) = probe(&env, cluster, pw, &mut sessions, seen, t0).await
                         && let Ok(mut o) = out.lock()
                     {
                         o.push(sample);
@@ -56,26 +58,36 @@ impl Prober {
     }
 }
 
-/// One sample of one cluster (None when the pods could not be listed).
+/// One sample of one cluster (None when the pods were never listed).
+/// While the member's API server is faulty the instances last listed
+/// (`known`) are asked: the databases keep running when only the manager
+/// is cut off, and that is when a second writer would matter most.
 async fn probe(
     env: &ProcessEnv,
     cluster: &str,
     pw: &str,
     sessions: &mut HashMap<String, tokio_postgres::Client>,
+    known: &mut Vec<(String, String)>,
     t0: Instant,
 ) -> Option<Sample> {
     let lp = ListParams::default().labels(&format!(
         "pgfleet.io/cluster={cluster},pgfleet.io/kind=instance"
     ));
-    let pods = env.pods().list(&lp).await.ok()?;
+    if let Ok(pods) = env.pods().list(&lp).await {
+        *known = pods
+            .items
+            .iter()
+            .filter_map(|p| Some((p.metadata.name.clone()?, pod_ip(p)?)))
+            .collect();
+    } else if known.is_empty() {
+        return None;
+    }
     let runtime = env.runtime().ok()?;
     let behind: Vec<String> = runtime.service_backends(&env.ns, &format!("{cluster}-rw"));
     let at_ms = t0.elapsed().as_millis() as u64;
     let mut writable = vec![];
-    for p in pods.items {
-        let (Some(name), Some(ip)) = (p.metadata.name.clone(), pod_ip(&p)) else {
-            continue;
-        };
+    for (name, ip) in known.iter() {
+        let (name, ip) = (name.clone(), ip.clone());
         let key = format!("{name}@{ip}");
         if sessions.get(&key).is_none_or(|c| c.is_closed()) {
             match pg::connect(&ip, 5432, pw, ASK).await {

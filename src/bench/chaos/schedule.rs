@@ -28,16 +28,53 @@ pub enum FaultKind {
     /// thawed before failure detection). It holds the round until the
     /// failover, so a second fault of that round may start late.
     FreezePrimaryUntilFailover,
+    /// Every API request of the member waits [`API_LATENCY_MS`] until the
+    /// round heals.
+    ApiLatency,
+    /// A share of the member's API requests ([`API_ERROR_RATE`]) answered
+    /// 429 (with Retry-After) in odd rounds and 500 in even ones, until the
+    /// round heals.
+    ApiErrors,
+    /// Every open watch of the member ends at once (the manager re-lists).
+    DropWatches,
+    /// The member's API server refuses every connection until the round
+    /// heals (the database pods keep running: the manager alone is cut off).
+    MemberUnreachable,
+    /// A pod-template change (`spec.resources.cpu`), so the cluster rolls
+    /// its instances, primary last, in the middle of everything else.
+    RollingUpdate,
 }
 
+/// Added to each API request by [`FaultKind::ApiLatency`].
+pub const API_LATENCY_MS: u64 = 400;
+/// The share of API requests [`FaultKind::ApiErrors`] refuses.
+pub const API_ERROR_RATE: f64 = 0.3;
+
 impl FaultKind {
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::KillPrimary,
         FaultKind::KillReplica,
         FaultKind::FreezePrimary,
         FaultKind::Switchover,
         FaultKind::FreezePrimaryUntilFailover,
+        FaultKind::ApiLatency,
+        FaultKind::ApiErrors,
+        FaultKind::DropWatches,
+        FaultKind::MemberUnreachable,
+        FaultKind::RollingUpdate,
     ];
+
+    /// Whether the fault hits the member's API server rather than one
+    /// PostgresCluster (it then needs no primary to aim at).
+    pub fn member_wide(self) -> bool {
+        matches!(
+            self,
+            FaultKind::ApiLatency
+                | FaultKind::ApiErrors
+                | FaultKind::DropWatches
+                | FaultKind::MemberUnreachable
+        )
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -46,6 +83,11 @@ impl FaultKind {
             FaultKind::FreezePrimary => "freeze primary",
             FaultKind::Switchover => "switchover",
             FaultKind::FreezePrimaryUntilFailover => "freeze primary until failover",
+            FaultKind::ApiLatency => "API server latency",
+            FaultKind::ApiErrors => "API server 429/500",
+            FaultKind::DropWatches => "watches dropped",
+            FaultKind::MemberUnreachable => "member unreachable",
+            FaultKind::RollingUpdate => "rolling update",
         }
     }
 }

@@ -127,12 +127,15 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
     // The Pods are listed again on every pass: a Pod the kubelet recreates
     // (the old primary rejoining) comes back with a new IP.
     let mut last;
+    // Standbys with the timeline they receive, for the failure message.
+    let mut standbys: Vec<(String, Option<i32>)> = vec![];
     let start = Instant::now();
     loop {
         let mut writable = 0;
         let mut primary_tl = None;
         let mut standby_tls = vec![];
         let mut unreachable = vec![];
+        standbys.clear();
         for p in pods.list(&Default::default()).await.unwrap().items {
             let name = p.metadata.name.clone().unwrap_or_default();
             let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
@@ -155,6 +158,7 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
                     .ok()
                     .flatten()
                     .and_then(|r| r.get(0));
+                standbys.push((name.clone(), rx));
                 standby_tls.push(rx);
             } else {
                 writable += 1;
@@ -172,10 +176,25 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
         if writable == 1 && standby_tls.len() == 2 && standby_tls.iter().all(|t| *t == primary_tl) {
             break;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "not one primary on one timeline: {last}"
-        );
+        if start.elapsed() > Duration::from_secs(120) {
+            let mut logs = String::new();
+            for (name, _) in standbys.iter().filter(|(_, tl)| *tl != primary_tl) {
+                let l = pods
+                    .logs(name, &kube::api::LogParams::default())
+                    .await
+                    .unwrap_or_else(|e| format!("(no logs: {e})"));
+                let lines: Vec<&str> = l.lines().collect();
+                let head = lines
+                    .iter()
+                    .take(60)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let tail = lines[lines.len().saturating_sub(10)..].join("\n");
+                logs.push_str(&format!("--- {name}\n{head}\n…\n{tail}\n"));
+            }
+            panic!("not one primary on one timeline: {last}\n{logs}");
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(

@@ -156,7 +156,8 @@ SQL
 REWIND_GRANTS="GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean) TO replicator;
 GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text, boolean) TO replicator;
 GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO replicator;
-GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO replicator;"
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO replicator;
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_control_checkpoint() TO replicator;"
 
 configure() {
   cp "$CONFIG/postgresql.conf" "$PGDATA/pgfleet.conf"
@@ -274,15 +275,42 @@ do_restore() {
   log "restore finished: promoted on timeline $("$(bin pg_controldata)" -D "$PGDATA" | sed -n 's/^Latest checkpoint.s TimeLineID: *//p')"
 }
 
+# True on a primary whose last checkpoint is on its current timeline.
+REWIND_SOURCE_READY="SELECT CASE WHEN pg_is_in_recovery() THEN false
+  ELSE timeline_id = ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END
+  FROM pg_control_checkpoint()"
+
 # A former primary told to be a replica rewinds to the new timeline first,
 # and re-clones when rewind cannot help.
 do_rewind() {
+  src="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator dbname=postgres"
+  # Only against a promoted primary whose pg_control names its timeline
+  # (its first checkpoint after the promotion completed): otherwise
+  # pg_rewind sees one timeline, finds "no rewind required", and this
+  # instance keeps WAL the new timeline forked off before — it could never
+  # stream again. A source that does not get there in time (or lacks the
+  # grants) means a re-clone, which is always safe.
+  n=0
+  until [ "$(PGPASSFILE="$PGDATA/../pgpass" "$(bin psql)" "$src" -XAtqc "$REWIND_SOURCE_READY" 2>/dev/null)" = t ]; do
+    n=$((n + 1))
+    if [ "$n" -gt 120 ]; then
+      log "$PGFLEET_PRIMARY_HOST is not a checkpointed primary after 120 s; re-cloning instead of rewinding"
+      do_clone
+      return
+    fi
+    sleep 1
+  done
   log "rewinding to follow $PGFLEET_PRIMARY_HOST"
-  if ! PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_rewind)" -D "$PGDATA" \
-      --source-server="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator dbname=postgres" >&2; then
+  if ! PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_rewind)" -D "$PGDATA" --source-server="$src" >&2; then
     log "pg_rewind failed; re-cloning"
     do_clone
+    return
   fi
+  # A clone creates its slot on the primary; a rewound instance must too
+  # (the new primary has none for it until the manager lists it).
+  PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_receivewal)" -h "$PGFLEET_PRIMARY_HOST" -p 5432 -U replicator \
+    --slot="$(echo "$POD_NAME" | tr '-' '_')" --create-slot --if-not-exists >&2 ||
+    log "could not create this instance's replication slot on $PGFLEET_PRIMARY_HOST"
 }
 
 # Supervises postgres instead of exec'ing it, so that a clean demotion or a
@@ -360,11 +388,13 @@ cmd_promote() {
   if [ "$(sql "SELECT pg_is_in_recovery()")" = t ]; then
     "$(bin pg_ctl)" -D "$PGDATA" -w -t 60 promote >&2
   fi
-  # In the background and committed locally: a synchronous cluster's other
-  # standbys still follow the old primary, so a synchronous commit here
-  # would wait for them (and the promotion with it).
-  # Should it fail, a former primary re-clones as before.
-  sql "SET synchronous_commit = local; $REWIND_GRANTS" >/dev/null 2>&1 </dev/null &
+  # In the background, so the promotion does not wait: pg_rewind's grants
+  # (committed locally: a synchronous cluster's other standbys still follow
+  # the old primary and a synchronous commit would wait for them), then a
+  # checkpoint, since until one completes pg_control names the old timeline
+  # and a former primary's pg_rewind would find "no rewind required".
+  # Should either fail, a former primary re-clones instead of rewinding.
+  ( sql "SET synchronous_commit = local; $REWIND_GRANTS"; sql "CHECKPOINT" ) >/dev/null 2>&1 </dev/null &
   sql "SELECT pg_is_in_recovery()" | grep -q f && echo "{\"contract\":$CONTRACT,\"promoted\":true}"
 }
 

@@ -308,7 +308,7 @@ do_rewind() {
   fi
   # A clone creates its slot on the primary; a rewound instance must too
   # (the new primary has none for it until the manager lists it).
-  PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_receivewal)" -h "$PGFLEET_PRIMARY_HOST" -p 5432 -U replicator \
+  PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_receivewal)" -d "$src" \
     --slot="$(echo "$POD_NAME" | tr '-' '_')" --create-slot --if-not-exists >&2 ||
     log "could not create this instance's replication slot on $PGFLEET_PRIMARY_HOST"
 }

@@ -42,10 +42,16 @@ within 240 s is a violation). A freeze lasts until healing (at most 12 s): with 
 instances' readiness probe (every 2 s, 5 s timeout, 3 failures) that is mostly \
 shorter than failure detection, so most freezes end in a thaw without failover; \
 a freeze until failover holds the primary stopped until the manager has promoted \
-another instance, then thaws it (what fencing must survive).\n\n\
-Not injected yet: network partitions, the manager killed or partitioned (two \
-replicas), API-server faults, a whole member unreachable, rolling updates, \
-several member clusters; no `-ro` staleness or read-your-writes probes.";
+another instance, then thaws it (what fencing must survive). Faults of the \
+member's API server last until healing: 400 ms added to every request, 30 % of \
+requests answered 429 (odd rounds) or 500 (even rounds), every connection refused \
+(the member unreachable: the manager is cut off, the databases keep running and \
+the prober keeps asking the instances it last listed); dropped watches happen \
+once. A rolling update changes `spec.resources.cpu`, so the cluster rolls its \
+instances (the primary by switchover, last) amid the other faults.\n\n\
+Not injected yet: network partitions between pods, the manager killed or \
+partitioned (two replicas), several member clusters; no `-ro` staleness or \
+read-your-writes probes.";
 
 fn pct(v: &mut [u64], p: f64) -> u64 {
     if v.is_empty() {

@@ -97,29 +97,26 @@ async fn inject(
     if kind.member_wide() {
         return inject_api(env, fault);
     }
-    let primary = env
-        .status(cluster)
-        .await?
-        .current_primary
-        .ok_or_else(|| anyhow::anyhow!("{cluster} has no primary"))?;
+    let primary = primary_of(env, cluster).await?;
     match kind {
-        FaultKind::KillPrimary => {
-            env.force_delete_pod(&primary).await?;
-            Ok(format!("{kind}: {primary}"))
-        }
+        FaultKind::KillPrimary => kill(env, kind, &primary).await,
         FaultKind::KillReplica => {
             let lp = ListParams::default().labels(&format!(
                 "pgfleet.io/cluster={cluster},pgfleet.io/kind=instance,pgfleet.io/role=replica"
             ));
-            let pods = env.pods().list(&lp).await?;
-            let victim = pods
-                .items
-                .iter()
-                .filter_map(|p| p.metadata.name.clone())
+            let listed = match env.pods().list(&lp).await {
+                Ok(pods) => pods
+                    .items
+                    .iter()
+                    .filter_map(|p| p.metadata.name.clone())
+                    .collect(),
+                Err(_) => backends(env, &format!("{cluster}-ro"))?,
+            };
+            let victim = listed
+                .into_iter()
                 .find(|n| *n != primary)
                 .ok_or_else(|| anyhow::anyhow!("{cluster} has no replica"))?;
-            env.force_delete_pod(&victim).await?;
-            Ok(format!("{kind}: {victim}"))
+            kill(env, kind, &victim).await
         }
         FaultKind::FreezePrimary => {
             env.runtime()?.freeze(&env.ns, &primary)?;
@@ -127,6 +124,9 @@ async fn inject(
             Ok(format!("{kind}: {primary}"))
         }
         FaultKind::FreezePrimaryUntilFailover => {
+            // Only while the manager can be watched failing over: with the
+            // API server refusing, the round could not heal until it gave up.
+            env.status(cluster).await?;
             let rt = env.runtime()?;
             rt.freeze(&env.ns, &primary)?;
             let failed_over = crate::testkit::wait::until(FAILOVER, "failover", || async {
@@ -162,6 +162,46 @@ async fn inject(
             ))
         }
         _ => inject_api(env, fault),
+    }
+}
+
+/// The primary the manager recorded; while the member's API server does
+/// not answer, the instance `-rw` forwards to (the proxy's own view), as a
+/// chaos tool on the nodes would find it.
+async fn primary_of(env: &ProcessEnv, cluster: &str) -> anyhow::Result<String> {
+    match env.status(cluster).await {
+        Ok(s) => s
+            .current_primary
+            .ok_or_else(|| anyhow::anyhow!("{cluster} has no primary")),
+        Err(e) => backends(env, &format!("{cluster}-rw"))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("{cluster}: no primary known ({e:#})")),
+    }
+}
+
+/// The Pods a Service of the process runtime forwards to, by name.
+fn backends(env: &ProcessEnv, service: &str) -> anyhow::Result<Vec<String>> {
+    Ok(env
+        .runtime()?
+        .service_backends(&env.ns, service)
+        .into_iter()
+        .filter_map(|b| b.split_once('/').map(|(_, n)| n.to_string()))
+        .collect())
+}
+
+/// SIGKILL every process of `pod`: a force delete (the Pod is recreated),
+/// or, while the API server refuses it, a kill of the instance container
+/// on its node (the kubelet restarts it in place).
+async fn kill(env: &ProcessEnv, kind: FaultKind, pod: &str) -> anyhow::Result<String> {
+    match env.force_delete_pod(pod).await {
+        Ok(()) => Ok(format!("{kind}: {pod}")),
+        Err(e) => {
+            env.runtime()?.kill_container(&env.ns, pod, "postgres")?;
+            Ok(format!(
+                "{kind}: {pod} (its container: the API server refused the delete: {e:#})"
+            ))
+        }
     }
 }
 

@@ -86,6 +86,8 @@ pub struct Ctx {
     pub restore_policy: crate::config::CrossNamespaceRestore,
     /// `[images]`: what `spec.image` may name (image_policy).
     pub images: Arc<crate::config::images::Images>,
+    /// `[roles.<set>]`: fleet role sets, applied by the access step.
+    pub role_sets: Arc<std::collections::BTreeMap<String, crate::config::roles::RoleSet>>,
     /// Consecutive failures per PostgresCluster, for the retry policy.
     pub failures: retry::Failures,
     /// Replicas seen without a streaming WAL receiver (`streaming`).
@@ -163,6 +165,7 @@ pub fn start(
     peers: Vec<Arc<Member>>,
     restore_policy: crate::config::CrossNamespaceRestore,
     images: Arc<crate::config::images::Images>,
+    role_sets: Arc<std::collections::BTreeMap<String, crate::config::roles::RoleSet>>,
 ) -> Handle {
     let shards = shards.max(1);
     let categories = error::Category::ALL.map(error::Category::label);
@@ -188,6 +191,7 @@ pub fn start(
         peers,
         restore_policy,
         images,
+        role_sets,
         failures: retry::Failures::default(),
         streaming: streaming::Watch::default(),
         contract: instance::ContractFailures::default(),

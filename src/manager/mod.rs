@@ -82,6 +82,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
     let peers = fleet.members.clone();
     let restore_policy = settings.tenancy.restore_policy();
     let images = Arc::new(settings.images.clone());
+    let role_sets = Arc::new(settings.roles.clone());
     let starter: crate::ha::Starter = Arc::new(move |member: Arc<crate::fleet::Member>| {
         // The default repository is a directory on this machine: only
         // the embedded runtimes' instances can reach it. Real clusters
@@ -95,6 +96,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
             peers.clone(),
             restore_policy,
             images.clone(),
+            role_sets.clone(),
         )
     });
     let identity = crate::ha::identity::resolve(m.identity.as_deref(), &m.state_dir)?;

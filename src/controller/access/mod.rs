@@ -19,6 +19,7 @@
 //! new primary is checked before anything else reads from it.
 
 mod app_secret;
+mod fleet;
 mod round;
 mod status;
 
@@ -38,7 +39,7 @@ use std::time::{Duration, Instant};
 pub const RECHECK: Duration = Duration::from_secs(20);
 
 /// When each cluster (member/ns/name) was last checked, and on which
-/// primary at which generation. In memory: after a restart of the manager
+/// primary (with its role set pins) at which generation. In memory: after a restart of the manager
 /// every cluster is checked once at its first reconcile.
 /// The interval is `None` where nothing is to be checked periodically (the
 /// virtual runtime, which runs no SQL).
@@ -111,10 +112,13 @@ pub async fn run(
         pg.name_any()
     );
     let generation = pg.metadata.generation.unwrap_or_default();
+    // A rollout moving a fleet role set's generation (an annotation, not a
+    // spec change) is applied at once too.
+    let marker = format!("{primary} {}", role_set_pins(pg));
     let due = {
         let last = last_checks().lock().unwrap_or_else(|e| e.into_inner());
         match last.get(&key) {
-            Some((at, p, g, every)) if p == primary && *g == generation => {
+            Some((at, p, g, every)) if *p == marker && *g == generation => {
                 Some(every.map(|e| e.checked_sub(at.elapsed())))
             }
             _ => None,
@@ -136,9 +140,20 @@ pub async fn run(
         .unwrap_or_else(|e| e.into_inner())
         .insert(
             key,
-            (Instant::now(), primary.to_string(), generation, every),
+            (Instant::now(), marker, generation, every),
         );
     every
+}
+
+/// The fleet role set generations the annotations pin, as one string.
+fn role_set_pins(pg: &PostgresCluster) -> String {
+    let prefix = crate::crd::access::role_set_annotation("");
+    pg.annotations()
+        .iter()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]

@@ -24,6 +24,10 @@ const EXEC_TIMEOUT: Duration = Duration::from_secs(30);
 struct Wanted {
     spec: RoleSpec,
     password: Result<Option<String>, String>,
+    /// The fleet role set declaring it (`None`: the spec).
+    set: Option<String>,
+    /// The fleet role's password generation.
+    generation: Option<u64>,
 }
 
 /// How a round went.
@@ -57,7 +61,10 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outco
             None
         }
     };
-    let wanted = wanted_roles(pg, app.as_ref(), &secrets).await;
+    let (wanted, conflicts) = merge_fleet(
+        wanted_roles(pg, app.as_ref(), &secrets).await,
+        super::fleet::roles_for(pg, &ctx.client, &ctx.role_sets).await,
+    );
     let dbs = wanted_databases(pg, app.as_ref());
     let names: Vec<&str> = dbs
         .iter()
@@ -100,6 +107,7 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outco
     st.roles = role_plans
         .iter()
         .map(|(p, w)| role_status(p, w, outcome.role_error(&p.name)))
+        .chain(conflicts)
         .collect();
     st.databases = db_plans
         .iter()
@@ -224,6 +232,8 @@ async fn wanted_roles(
         out.push(Wanted {
             spec: spec.clone(),
             password,
+            set: None,
+            generation: None,
         });
     }
     if let Some(a) = app
@@ -241,10 +251,44 @@ async fn wanted_roles(
             Wanted {
                 spec,
                 password: Ok(Some(a.password.clone())),
+                set: None,
+                generation: None,
             },
         );
     }
     out
+}
+
+/// The spec's roles without those a fleet role set declares (reported as
+/// refused, see `fleet`), then the fleet roles.
+fn merge_fleet(
+    spec: Vec<Wanted>,
+    fleet: Vec<super::fleet::FleetRole>,
+) -> (Vec<Wanted>, Vec<RoleStatus>) {
+    let mut conflicts = vec![];
+    let mut out: Vec<Wanted> = vec![];
+    for w in spec {
+        match fleet.iter().find(|f| f.spec.name == w.spec.name) {
+            Some(f) => conflicts.push(super::fleet::conflict(&w.spec.name, &f.set)),
+            None => out.push(w),
+        }
+    }
+    for f in fleet {
+        if out.iter().any(|w| w.spec.name == f.spec.name) {
+            continue; // two sets declaring one role: the first (by name) wins
+        }
+        let (generation, password) = match f.password {
+            Ok((g, p)) => (Some(g), Ok(Some(p))),
+            Err(e) => (None, Err(e)),
+        };
+        out.push(Wanted {
+            spec: f.spec,
+            password,
+            set: Some(f.set),
+            generation,
+        });
+    }
+    (out, conflicts)
 }
 
 /// The application database first, then `spec.databases` (an entry for the
@@ -381,9 +425,16 @@ fn role_status(p: &RolePlan, w: &Wanted, error: Option<&str>) -> RoleStatus {
         (Ok(Some(pw)), Ensure::Present) => Some(password_fingerprint(&p.name, pw)),
         _ => None,
     };
+    let source = match &w.set {
+        Some(set) => format!("fleet:{set}"),
+        None => "spec".into(),
+    };
     RoleStatus {
         name: p.name.clone(),
         state: state.into(),
+        source: Some(source),
+        // Only once applied: a rollout counts a cluster as moved when it is.
+        generation: w.generation.filter(|_| error.is_none() && p.refusal.is_none()),
         drift: p.drift.clone(),
         password_hash,
         message,

@@ -22,6 +22,8 @@ pub(super) struct FleetRole {
     pub set: String,
     pub spec: RoleSpec,
     pub password: Result<(u64, String), String>,
+    /// The generation `status.access` reports applied.
+    pub applied: Option<u64>,
 }
 
 /// The sets selecting `pg`, with their passwords read from the source
@@ -47,6 +49,7 @@ pub(super) async fn roles_for(
             set: name.clone(),
             spec: role_spec(set),
             password,
+            applied: pg.role_set_applied(name),
         });
     }
     out

@@ -28,6 +28,9 @@ struct Wanted {
     set: Option<String>,
     /// The fleet role's password generation.
     generation: Option<u64>,
+    /// The fleet role's generation applied before this round: still the
+    /// one in place when this round cannot apply `generation`.
+    previous: Option<u64>,
 }
 
 /// How a round went.
@@ -88,6 +91,9 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outco
                 "CatalogUnreadable",
                 msg,
             ));
+            // What was last seen stays (with the fleet generations that
+            // pin clusters no rollout has moved yet).
+            st.roles = previous_roles(pg);
             status::write(pg, ctx, st).await;
             return Outcome::Unreadable;
         }
@@ -234,6 +240,7 @@ async fn wanted_roles(
             password,
             set: None,
             generation: None,
+            previous: None,
         });
     }
     if let Some(a) = app
@@ -253,6 +260,7 @@ async fn wanted_roles(
                 password: Ok(Some(a.password.clone())),
                 set: None,
                 generation: None,
+                previous: None,
             },
         );
     }
@@ -286,9 +294,18 @@ fn merge_fleet(
             password,
             set: Some(f.set),
             generation,
+            previous: f.applied,
         });
     }
     (out, conflicts)
+}
+
+fn previous_roles(pg: &PostgresCluster) -> Vec<RoleStatus> {
+    pg.status
+        .as_ref()
+        .and_then(|s| s.access.as_ref())
+        .map(|a| a.roles.clone())
+        .unwrap_or_default()
 }
 
 /// The application database first, then `spec.databases` (an entry for the
@@ -434,7 +451,10 @@ fn role_status(p: &RolePlan, w: &Wanted, error: Option<&str>) -> RoleStatus {
         state: state.into(),
         source: Some(source),
         // Only once applied: a rollout counts a cluster as moved when it is.
-        generation: w.generation.filter(|_| error.is_none() && p.refusal.is_none()),
+        generation: match state {
+            "failed" | "refused" => w.previous,
+            _ => w.generation,
+        },
         drift: p.drift.clone(),
         password_hash,
         message,

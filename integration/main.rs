@@ -61,6 +61,8 @@ mod process_fs;
 mod process_portforward;
 #[path = "process_runtime.rs"]
 mod process_runtime;
+#[path = "role_sets.rs"]
+mod role_sets;
 #[path = "rolling_update.rs"]
 mod rolling_update;
 #[path = "rollout.rs"]

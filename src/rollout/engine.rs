@@ -446,7 +446,9 @@ impl Engine {
         for r in &d.start {
             let Some(p) = find(r) else { continue };
             let span = self.trace.span("rollout.start", r, root);
-            let patch = self.target.start_patch(name, &p.spec_version, target, self.now());
+            let patch = self
+                .target
+                .start_patch(name, &p.spec_version, target, self.now());
             if let Err(e) = self.patch(r, patch).instrument(span.clone()).await {
                 tracing::warn!(rollout = %name, error = %e, "could not start");
                 continue;

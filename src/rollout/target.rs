@@ -45,7 +45,9 @@ impl Target {
                 let renamed: BTreeMap<String, String> =
                     [ROLLOUT, PREVIOUS, STARTED, FINISHED, FAILED, REVERTED]
                         .iter()
-                        .filter_map(|k| Some((k.to_string(), annotations.get(&self.key(k))?.clone())))
+                        .filter_map(|k| {
+                            Some((k.to_string(), annotations.get(&self.key(k))?.clone()))
+                        })
                         .collect();
                 marks::read(&renamed)
             }
@@ -63,7 +65,11 @@ impl Target {
             .status
             .as_ref()
             .and_then(|s| s.access.as_ref())
-            .and_then(|a| a.roles.iter().find(|r| r.source.as_deref() == Some(&source)));
+            .and_then(|a| {
+                a.roles
+                    .iter()
+                    .find(|r| r.source.as_deref() == Some(&source))
+            });
         pgc.spec_version = pg
             .role_set_pinned(set)
             .map(|g| g.to_string())
@@ -143,7 +149,10 @@ mod tests {
         let ann = &p["metadata"]["annotations"];
         assert_eq!(ann["roles.pgfleet.io/monitor"], "2");
         assert_eq!(ann["roles.pgfleet.io/monitor-rollout"], "rot");
-        assert_eq!(ann["roles.pgfleet.io/monitor-rollout-previous-version"], "1");
+        assert_eq!(
+            ann["roles.pgfleet.io/monitor-rollout-previous-version"],
+            "1"
+        );
         assert!(ann.get(ROLLOUT).is_none());
         let read: BTreeMap<String, String> = ann
             .as_object()
@@ -152,7 +161,10 @@ mod tests {
             .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
             .collect();
         let m = t.read(&read).unwrap();
-        assert_eq!((m.rollout.as_str(), m.previous_version.as_str()), ("rot", "1"));
+        assert_eq!(
+            (m.rollout.as_str(), m.previous_version.as_str()),
+            ("rot", "1")
+        );
         assert!(Target::Version.read(&read).is_none());
         let back = t.revert_patch("");
         assert!(back["metadata"]["annotations"]["roles.pgfleet.io/monitor"].is_null());

@@ -151,8 +151,14 @@ mod tests {
     #[test]
     fn a_new_cluster_takes_the_newest_a_pinned_one_keeps_its_generation() {
         let s = secret(&[("password-1", "one"), ("password-2", "two")]);
-        assert_eq!(pick("m", &set(), Some(&s), None).unwrap(), (2, "two".into()));
-        assert_eq!(pick("m", &set(), Some(&s), Some(1)).unwrap(), (1, "one".into()));
+        assert_eq!(
+            pick("m", &set(), Some(&s), None).unwrap(),
+            (2, "two".into())
+        );
+        assert_eq!(
+            pick("m", &set(), Some(&s), Some(1)).unwrap(),
+            (1, "one".into())
+        );
     }
 
     #[test]

@@ -138,10 +138,7 @@ pub async fn run(
     last_checks()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(
-            key,
-            (Instant::now(), marker, generation, every),
-        );
+        .insert(key, (Instant::now(), marker, generation, every));
     every
 }
 

@@ -341,6 +341,11 @@ async fn applications_connect_with_the_app_secret_and_roles_follow_the_spec() {
         .unwrap()
         .get(0);
     assert!(n >= 100, "rows after failover: {n}");
+    // The declared role came over with its attributes and its password.
+    assert_eq!(role_row(&app, "reader").await, Some((false, 5, true)));
+    login(&e, "reader", "Reader-pw-2", "reports")
+        .await
+        .expect("reader logs in on the new primary with its password");
     by_hand(&e, "ALTER ROLE reader NOCREATEDB CONNECTION LIMIT 2").await;
     e.wait("drift corrected on the new primary", LONG, || async {
         role_row(&app, "reader").await == Some((false, 5, true))

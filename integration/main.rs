@@ -17,6 +17,8 @@ mod s8_support;
 
 #[path = "access.rs"]
 mod access;
+#[path = "access_restore.rs"]
+mod access_restore;
 #[path = "api.rs"]
 mod api;
 #[path = "backup.rs"]

@@ -132,8 +132,16 @@ async fn pgc(client: &kube::Client) -> PostgresCluster {
 /// `password` logs in there (and the other generation's does not).
 async fn wait_generation(client: &kube::Client, member: &str, g: u64, password: &str, other: &str) {
     common::eventually_within(LONG, &format!("{member} at generation {g}"), || async {
-        let applied = pgc(client).await.role_set_applied("monitor");
-        (applied == Some(g) && login(client, password).await.is_ok()).then_some(())
+        let pg = pgc(client).await;
+        let applied = pg.role_set_applied("monitor");
+        let access = pg.status.and_then(|s| s.access);
+        match login(client, password).await {
+            Ok(_) if applied == Some(g) => Ok(()),
+            other => Err(format!(
+                "applied {applied:?}, login {:?}, access {access:?}",
+                other.err()
+            )),
+        }
     })
     .await;
     assert!(

@@ -139,7 +139,14 @@ impl RoleSet {
             ));
         }
         for r in &self.in_roles {
-            if let Some(why) = role_name_refusal(r) {
+            // Memberships in pg_ roles (pg_monitor, pg_read_all_data) are
+            // what fleet roles are for; pgfleet's own roles are not.
+            let why = match r.as_str() {
+                "postgres" | "replicator" => Some("is one of pgfleet's own roles"),
+                _ if r.starts_with("pg_") => None,
+                _ => role_name_refusal(r),
+            };
+            if let Some(why) = why {
                 out.push(("in_roles", format!("role {r:?} {why}")));
             }
         }

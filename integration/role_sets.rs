@@ -33,7 +33,10 @@ password_secret = "monitor-password"
 password_secret_namespace = "fleet-secrets"
 connection_limit = 7
 comment = "fleet monitoring"
+"#;
 
+/// Given to the test's engine only: the manager would run it by itself.
+const ROLLOUT_TOML: &str = r#"
 [rollouts.rot]
 role_set = "monitor"
 generation = 2
@@ -244,7 +247,9 @@ async fn a_fleet_role_set_rotates_across_three_member_clusters_stage_by_stage() 
         source_secret(&client(&mgr, m), &[(1, GEN1), (2, GEN2)]).await;
     }
 
-    let settings = pgfleet::config::load_str(&toml, "test").unwrap_or_else(|e| panic!("{e}"));
+    let with_rollout = format!("{toml}{ROLLOUT_TOML}");
+    let settings =
+        pgfleet::config::load_str(&with_rollout, "test").unwrap_or_else(|e| panic!("{e}"));
     let clock = Arc::new(ManualClock::new(SystemTime::now()));
     let mut e = Engine::new("rot", &settings, mgr.fleet.clone(), clock.clone()).unwrap();
     e.tick = Duration::from_millis(100);

@@ -22,6 +22,7 @@ mod app_secret;
 mod fleet;
 mod round;
 mod status;
+mod superuser;
 
 pub use app_secret::{AppLogin, data as app_secret_data, name as app_secret_name, pct};
 
@@ -69,6 +70,15 @@ pub fn superuser_network_access(pg: &PostgresCluster) -> bool {
             None => st.is_some_and(|s| s.current_primary.is_some()),
         }
     })
+}
+
+/// Whether the cluster gets a `<name>-superuser` Secret: only when the
+/// superuser may log in over the network, or the pooler (which logs in as
+/// the superuser) runs. The manager itself needs no superuser password: it
+/// runs everything through exec on the local socket. A Secret that exists
+/// is never removed (clusters from before keep theirs).
+pub fn superuser_secret_needed(pg: &PostgresCluster) -> bool {
+    superuser_network_access(pg) || pg.spec.pooler.as_ref().is_some_and(|p| p.enabled)
 }
 
 /// The pg_hba lines in front of pgfleet's own: with superuser access off,

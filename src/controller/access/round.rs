@@ -74,30 +74,22 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outco
         .filter(|(d, _)| d.ensure == Ensure::Present && name_refusal(&d.name).is_none())
         .map(|(d, _)| d.name.as_str())
         .collect();
-    let catalog = match read_catalog(ctx, &ns, primary, &names).await {
-        Ok(c) if c.emulated => {
-            let msg = "the virtual runtime runs no SQL; roles and databases are not managed".into();
-            st.conditions
-                .push(status::cond(pg, "RolesReconciled", true, "Emulated", msg));
-            status::write(pg, ctx, st).await;
-            return Outcome::Emulated;
-        }
+    let catalog = match checked_catalog(pg, ctx, &ns, primary, &names, &mut st).await {
         Ok(c) => c,
-        Err(msg) => {
-            st.conditions.push(status::cond(
-                pg,
-                "RolesReconciled",
-                false,
-                "CatalogUnreadable",
-                msg,
-            ));
-            // What was last seen stays (with the fleet generations that
-            // pin clusters no rollout has moved yet).
-            st.roles = previous_roles(pg);
+        Err(outcome) => {
             status::write(pg, ctx, st).await;
-            return Outcome::Unreadable;
+            return outcome;
         }
     };
+    if let Err(msg) = super::superuser::ensure(pg, ctx, &secrets, primary, &catalog).await {
+        st.conditions.push(status::cond(
+            pg,
+            "SuperuserPasswordSet",
+            false,
+            "Failed",
+            msg,
+        ));
+    }
     let role_plans: Vec<(RolePlan, &Wanted)> = wanted
         .iter()
         .map(|w| {
@@ -122,6 +114,40 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outco
         .collect();
     status::conclude(pg, ctx, app.as_ref(), st).await;
     Outcome::Checked
+}
+
+/// The primary's catalog, or the outcome of a round that stops here (the
+/// virtual runtime, an unreadable catalog) with its condition in `st`.
+async fn checked_catalog(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    ns: &str,
+    primary: &str,
+    names: &[&str],
+    st: &mut AccessStatus,
+) -> Result<Catalog, Outcome> {
+    match read_catalog(ctx, ns, primary, names).await {
+        Ok(c) if c.emulated => {
+            let msg = "the virtual runtime runs no SQL; roles and databases are not managed".into();
+            st.conditions
+                .push(status::cond(pg, "RolesReconciled", true, "Emulated", msg));
+            Err(Outcome::Emulated)
+        }
+        Ok(c) => Ok(c),
+        Err(msg) => {
+            st.conditions.push(status::cond(
+                pg,
+                "RolesReconciled",
+                false,
+                "CatalogUnreadable",
+                msg,
+            ));
+            // What was last seen stays (with the fleet generations that
+            // pin clusters no rollout has moved yet).
+            st.roles = previous_roles(pg);
+            Err(Outcome::Unreadable)
+        }
+    }
 }
 
 /// The application owner's login: database and owner from
@@ -406,7 +432,7 @@ async fn apply_all(
 
 /// Runs statements in order, one `apply-sql` per run of statements in the
 /// same database.
-async fn apply(ctx: &Ctx, ns: &str, pod: &str, stmts: &[Stmt]) -> Result<(), String> {
+pub(super) async fn apply(ctx: &Ctx, ns: &str, pod: &str, stmts: &[Stmt]) -> Result<(), String> {
     let mut i = 0;
     while i < stmts.len() {
         let db = stmts[i].db.clone();

@@ -155,6 +155,17 @@ impl Handle {
     }
 }
 
+/// What the fleet config tells the controllers of every member cluster.
+#[derive(Clone)]
+pub struct FleetConfig {
+    /// `[tenancy] restore_across_namespaces`.
+    pub restore_policy: crate::config::CrossNamespaceRestore,
+    /// `[images]`.
+    pub images: Arc<crate::config::images::Images>,
+    /// `[roles.<set>]`.
+    pub role_sets: Arc<std::collections::BTreeMap<String, crate::config::roles::RoleSet>>,
+}
+
 /// Starts the shard controllers, the child watches and the shard labeller of
 /// one member cluster; they run (reconnecting with backoff) until dropped.
 pub fn start(
@@ -163,10 +174,13 @@ pub fn start(
     workers: u32,
     backup: Option<Arc<crate::pgbackrest::repo::BackupEnv>>,
     peers: Vec<Arc<Member>>,
-    restore_policy: crate::config::CrossNamespaceRestore,
-    images: Arc<crate::config::images::Images>,
-    role_sets: Arc<std::collections::BTreeMap<String, crate::config::roles::RoleSet>>,
+    config: FleetConfig,
 ) -> Handle {
+    let FleetConfig {
+        restore_policy,
+        images,
+        role_sets,
+    } = config;
     let shards = shards.max(1);
     let categories = error::Category::ALL.map(error::Category::label);
     crate::metrics::reconcile::member_started(&member.name, &categories);

@@ -50,6 +50,19 @@ fn the_role_set_example_is_accepted() {
         (r.role_set.as_deref(), r.generation),
         (Some("monitor"), Some(2))
     );
+    let summary = s.summary();
+    assert!(
+        summary.contains(
+            "role set monitor: role \"monitor\" on PostgresClusters \"monitoring=on\", \
+             password from Secret pgfleet-system/monitor-password (password-<N>)"
+        ),
+        "{summary}"
+    );
+    assert!(
+        summary
+            .contains("rollout rotate-monitor-2: to role set monitor generation 2 in 2 stage(s)"),
+        "{summary}"
+    );
 }
 
 #[test]

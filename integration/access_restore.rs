@@ -3,7 +3,9 @@
 //! one's backup brings the source's roles in its data, and its own
 //! `spec.roles` are then reconciled on the new primary — attributes changed,
 //! a new role created, passwords from its own Secrets (the source's no
-//! longer logs in). Proven by logins and `pg_roles`, nothing timed.
+//! longer logs in). Both clusters run with superuser access off, so
+//! backup and restore are shown to need no superuser Secret. Proven by
+//! logins and `pg_roles`, nothing timed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -102,7 +104,7 @@ async fn a_restored_cluster_gets_its_spec_roles_reconciled() {
     .await;
     e.create(
         "src",
-        serde_json::json!({"clusterSize": 1, "version": "15",
+        serde_json::json!({"clusterSize": 1, "version": "15", "enableSuperuserAccess": false,
             "roles": [{"name": "reader", "login": true, "passwordSecret": "src-reader",
                        "connectionLimit": 5}]}),
     )
@@ -130,7 +132,7 @@ async fn a_restored_cluster_gets_its_spec_roles_reconciled() {
     // The restore declares reader differently and a role the source lacks.
     e.create(
         "dst",
-        serde_json::json!({"clusterSize": 1, "version": "15",
+        serde_json::json!({"clusterSize": 1, "version": "15", "enableSuperuserAccess": false,
             "bootstrap": {"fromBackup": {"cluster": "src", "backup": "src-full"}},
             "roles": [
                 {"name": "reader", "login": true, "passwordSecret": "dst-reader",
@@ -170,6 +172,15 @@ async fn a_restored_cluster_gets_its_spec_roles_reconciled() {
             "{st:?}"
         );
         assert_eq!(st.source.as_deref(), Some("spec"));
+    }
+    // Backup and restore needed no superuser Secret (superuser access off).
+    let secrets = Api::<Secret>::namespaced(e.client.clone(), NS);
+    for c in ["src", "dst"] {
+        let name = format!("{c}-superuser");
+        assert!(
+            secrets.get_opt(&name).await.unwrap().is_none(),
+            "{name} exists"
+        );
     }
     drop(store);
 }

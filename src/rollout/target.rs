@@ -173,4 +173,22 @@ mod tests {
             "true"
         );
     }
+
+    #[test]
+    fn a_rotation_has_no_major_version_check_and_is_done_once_applied() {
+        use crate::rollout::plan::{PgcState, pgc_state, tests as t};
+        let mut spec = t::spec(vec![]);
+        spec.role_set = Some("monitor".into());
+        spec.target_version = "2".into();
+        let mut p = t::pgc("m", "db", 0);
+        p.spec_version = "1".into();
+        p.current_version = Some("1".into());
+        assert_eq!(pgc_state(&spec, &p), PgcState::Pending);
+        p.spec_version = "2".into();
+        p.current_version = Some("2".into());
+        assert!(matches!(pgc_state(&spec, &p), PgcState::Done { .. }));
+        spec.role_set = None;
+        p.spec_version = "1".into();
+        assert!(matches!(pgc_state(&spec, &p), PgcState::Ineligible { .. }));
+    }
 }

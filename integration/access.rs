@@ -176,11 +176,14 @@ async fn applications_connect_with_the_app_secret_and_roles_follow_the_spec() {
         );
     }
 
-    // The superuser is not reachable over the network.
-    let su = e.password("acc").await;
+    // The superuser is not reachable over the network, and has no Secret.
     assert!(
-        login(&e, "postgres", &su, "postgres").await.is_err(),
-        "the superuser logged in over TCP with enableSuperuserAccess unset"
+        secret_key(&e, "acc-superuser", "password").await.is_none(),
+        "a superuser Secret was created with enableSuperuserAccess false"
+    );
+    assert!(
+        login(&e, "postgres", "", "postgres").await.is_err(),
+        "the superuser logged in over TCP with enableSuperuserAccess false"
     );
 
     // Declared roles and databases; the reserved one refused, the missing
@@ -341,9 +344,37 @@ async fn applications_connect_with_the_app_secret_and_roles_follow_the_spec() {
         .unwrap()
         .get(0);
     assert!(n >= 100, "rows after failover: {n}");
+    // The declared role came over with its attributes and its password.
+    assert_eq!(role_row(&app, "reader").await, Some((false, 5, true)));
+    login(&e, "reader", "Reader-pw-2", "reports")
+        .await
+        .expect("reader logs in on the new primary with its password");
     by_hand(&e, "ALTER ROLE reader NOCREATEDB CONNECTION LIMIT 2").await;
     e.wait("drift corrected on the new primary", LONG, || async {
         role_row(&app, "reader").await == Some((false, 5, true))
     })
     .await;
+
+    // Superuser access turned on later: the Secret appears and its
+    // password opens a superuser session over TCP.
+    e.pgc()
+        .patch(
+            "acc",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"enableSuperuserAccess": true}})),
+        )
+        .await
+        .unwrap();
+    e.wait(
+        "the superuser logs in with its new Secret",
+        LONG,
+        || async {
+            match secret_key(&e, "acc-superuser", "password").await {
+                Some(pw) => login(&e, "postgres", &pw, "postgres").await.is_ok(),
+                None => false,
+            }
+        },
+    )
+    .await;
+    assert!(has_event(&e, "SuperuserPasswordSet", "acc-superuser").await);
 }

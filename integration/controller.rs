@@ -114,8 +114,7 @@ async fn three_instances_become_ready_with_one_primary_and_services_by_role() {
             "orders-app",
             "orders-backup-encryption",
             "orders-backup-tls",
-            "orders-replication",
-            "orders-superuser"
+            "orders-replication"
         ]
     );
     assert_eq!(kids.config_maps, ["orders-config"]);
@@ -154,8 +153,9 @@ async fn three_instances_become_ready_with_one_primary_and_services_by_role() {
         pdb.spec.unwrap().selector.unwrap().match_labels.unwrap()[LABEL_CLUSTER],
         "orders"
     );
+    // No superuser Secret: enableSuperuserAccess is off by default.
     let pw = Api::<Secret>::namespaced(client.clone(), "shop")
-        .get("orders-superuser")
+        .get("orders-replication")
         .await
         .unwrap();
     assert!(pw.data.unwrap_or_default().contains_key("password"));

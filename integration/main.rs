@@ -17,6 +17,8 @@ mod s8_support;
 
 #[path = "access.rs"]
 mod access;
+#[path = "access_restore.rs"]
+mod access_restore;
 #[path = "api.rs"]
 mod api;
 #[path = "backup.rs"]
@@ -61,6 +63,8 @@ mod process_fs;
 mod process_portforward;
 #[path = "process_runtime.rs"]
 mod process_runtime;
+#[path = "role_sets.rs"]
+mod role_sets;
 #[path = "rolling_update.rs"]
 mod rolling_update;
 #[path = "rollout.rs"]

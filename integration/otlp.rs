@@ -153,7 +153,8 @@ async fn a_rollout_is_one_trace_across_the_clusters_it_touched() {
             .unwrap();
         let mut pg = pgc_object(
             "pg0",
-            json!({"clusterSize": 2, "version": "15.18", "storage": {"size": "1Gi"}}),
+            json!({"clusterSize": 2, "version": "15.18", "storage": {"size": "1Gi"},
+                "enableSuperuserAccess": true}),
         );
         pg.metadata.labels = Some([("app".to_string(), "otlp".to_string())].into());
         pgcs.create(&PostParams::default(), &pg).await.unwrap();

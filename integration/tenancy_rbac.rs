@@ -69,7 +69,7 @@ fn token_for(kubectl: &Kubectl, creator: Option<&str>, ns: &str, sa: &str, secre
 fn pgc(ns: &str, name: &str) -> String {
     format!(
         "apiVersion: pgfleet.io/v1\nkind: PostgresCluster\nmetadata:\n  name: {name}\n  namespace: {ns}\n\
-         spec:\n  clusterSize: 1\n  version: \"15.20\"\n  storage:\n    size: 1Gi\n"
+         spec:\n  clusterSize: 1\n  version: \"15.20\"\n  enableSuperuserAccess: true\n  storage:\n    size: 1Gi\n"
     )
 }
 

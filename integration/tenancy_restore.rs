@@ -23,7 +23,8 @@ use std::collections::BTreeMap;
 const CONSENT: &str = "pgfleet.io/restore-allowed-namespaces";
 
 fn spec(size: u32) -> Value {
-    json!({"clusterSize": size, "version": "15.20"})
+    // Superuser access on: the restores copy the source's superuser Secret.
+    json!({"clusterSize": size, "version": "15.20", "enableSuperuserAccess": true})
 }
 
 fn restore_spec(from: Value) -> Value {

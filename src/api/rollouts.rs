@@ -53,6 +53,8 @@ pub fn rollout_json(engine: &Engine, obs: &Observation, d: &Decision) -> Value {
     json!({
         "name": engine.spec.name,
         "targetVersion": engine.spec.target_version,
+        // A role set rotation: targetVersion is then the password generation.
+        "roleSet": engine.spec.role_set,
         "state": state,
         "detail": detail,
         "summary": d.status.to_string(),

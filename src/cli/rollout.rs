@@ -113,10 +113,11 @@ pub async fn run(config: Option<&Path>, cmd: RolloutCommand) -> anyhow::Result<i
         }
         RolloutCommand::Status { .. } => {
             let d = engine.decide(&obs);
-            println!(
-                "rollout {name} → {}: {}",
-                engine.spec.target_version, d.status
-            );
+            let target = match &engine.spec.role_set {
+                Some(set) => format!("role set {set} generation {}", engine.spec.target_version),
+                None => engine.spec.target_version.clone(),
+            };
+            println!("rollout {name} → {target}: {}", d.status);
             for s in &d.status.stages {
                 println!("  {s}");
                 for (r, why) in &s.failures {

@@ -26,6 +26,7 @@ pub mod images;
 mod lines;
 mod load;
 mod report;
+pub mod roles;
 pub mod rollouts;
 mod schema;
 pub mod selector;
@@ -80,6 +81,8 @@ pub struct Settings {
     pub images: images::Images,
     /// Rollouts by name (the `<name>` in `[rollouts.<name>]`).
     pub rollouts: BTreeMap<String, Rollout>,
+    /// Fleet role sets by name (`[roles.<set>]`, config::roles).
+    pub roles: BTreeMap<String, roles::RoleSet>,
     pub tenancy: Tenancy,
 }
 

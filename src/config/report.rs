@@ -115,12 +115,28 @@ impl Settings {
         }
         for (name, r) in &self.rollouts {
             let stages: Vec<&str> = r.stages.iter().map(|s| s.name.as_str()).collect();
+            let target = match (&r.role_set, r.generation) {
+                (Some(set), Some(g)) => format!("role set {set} generation {g}"),
+                _ => r.target_version.to_string(),
+            };
             let _ = writeln!(
                 out,
-                "  rollout {name}: to {} in {} stage(s): {}",
-                r.target_version,
+                "  rollout {name}: to {target} in {} stage(s): {}",
                 stages.len(),
                 stages.join(" → ")
+            );
+        }
+        for (name, set) in &self.roles {
+            let _ = writeln!(
+                out,
+                "  role set {name}: role {:?} on PostgresClusters {:?}, password from Secret {}/{} (password-<N>)",
+                set.role,
+                set.postgresclusters
+                    .as_ref()
+                    .map(|s| s.to_string())
+                    .unwrap_or_default(),
+                set.password_secret_namespace,
+                set.password_secret
             );
         }
         let _ = write!(

@@ -15,8 +15,13 @@ use super::values::{Checked, Concurrency, HumanDuration, PgVersion};
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default)]
 pub struct Rollout {
-    /// The version to reach, `"MAJOR.MINOR"` (required).
+    /// The version to reach, `"MAJOR.MINOR"` (required unless `role_set`).
     pub target_version: Checked<PgVersion>,
+    /// Instead of a version: rotate fleet role set `[roles.<set>]`, moving
+    /// each selected PostgresCluster to password `generation`.
+    pub role_set: Option<String>,
+    /// The role set's password generation to reach (with `role_set`).
+    pub generation: Option<u64>,
     pub on_failure: Checked<OnFailure>,
     /// Failed clusters tolerated before `on_failure` applies (0 = the first).
     pub max_failures: u32,
@@ -31,6 +36,8 @@ impl Default for Rollout {
     fn default() -> Self {
         Self {
             target_version: Checked::default(),
+            role_set: None,
+            generation: None,
             on_failure: Checked::new("pause"),
             max_failures: 0,
             progress_deadline: Checked::new("30m"),

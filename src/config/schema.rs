@@ -43,6 +43,7 @@ pub(crate) fn known_keys(parent: &[Seg]) -> &'static [&'static str] {
         ["tenancy"] => fields_of::<Tenancy>(),
         ["rollouts", _] => fields_of::<Rollout>(),
         ["rollouts", _, "stages", "[]"] => fields_of::<Stage>(),
+        ["roles", _] => fields_of::<super::roles::RoleSet>(),
         _ => &[],
     }
 }

@@ -38,6 +38,58 @@ pub(super) fn find<'a>(errs: &'a ConfigErrors, key: &str) -> &'a ConfigError {
 }
 
 #[test]
+fn the_role_set_example_is_accepted() {
+    let example = include_str!("../../config/examples/role-sets.toml");
+    let toml = format!("{EMBEDDED_DEFAULTS}\n{example}");
+    let s = load_str(&toml, "fleet.toml").unwrap_or_else(|e| panic!("{e}"));
+    let set = &s.roles["monitor"];
+    assert_eq!(set.role, "monitor");
+    assert_eq!(set.password_secret_namespace, "pgfleet-system");
+    let r = &s.rollouts["rotate-monitor-2"];
+    assert_eq!(
+        (r.role_set.as_deref(), r.generation),
+        (Some("monitor"), Some(2))
+    );
+    let summary = s.summary();
+    assert!(
+        summary.contains(
+            "role set monitor: role \"monitor\" on PostgresClusters \"monitoring=on\", \
+             password from Secret pgfleet-system/monitor-password (password-<N>)"
+        ),
+        "{summary}"
+    );
+    assert!(
+        summary
+            .contains("rollout rotate-monitor-2: to role set monitor generation 2 in 2 stage(s)"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn role_set_mistakes_name_their_keys() {
+    let toml = format!(
+        "{EMBEDDED_DEFAULTS}\n[roles.Bad_Set]\nrole = \"postgres\"\nconection_limit = 3\n\
+         valid_until = \"tomorrow\"\n\n[rollouts.rot]\nrole_set = \"nope\"\n\
+         target_version = \"15.19\"\n[[rollouts.rot.stages]]\nname = \"a\"\nclusters = \"\"\n"
+    );
+    let errs = load_str(&toml, "t.toml").unwrap_err();
+    let text = errs.to_string();
+    for part in [
+        "roles.Bad_Set: role set name",
+        "roles.Bad_Set.role: role \"postgres\" is reserved",
+        "roles.Bad_Set.postgresclusters: is required",
+        "roles.Bad_Set.password_secret: is required",
+        "roles.Bad_Set.valid_until: must be an RFC 3339 time",
+        "did you mean \"connection_limit\"",
+        "rollouts.rot.target_version: a rollout has either target_version or role_set",
+        "rollouts.rot.role_set: names no [roles.<set>] section",
+        "rollouts.rot.generation: is required with role_set",
+    ] {
+        assert!(text.contains(part), "{part:?} missing in:\n{text}");
+    }
+}
+
+#[test]
 fn default_file_loads() {
     let s = load_str(EMBEDDED_DEFAULTS, "fleet.toml").unwrap();
     let names: Vec<&str> = s.clusters.iter().map(|c| c.name.as_str()).collect();

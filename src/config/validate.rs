@@ -41,10 +41,23 @@ pub(crate) fn validate(settings: &Settings) -> Vec<Problem> {
             v.err(at(&base, field), message);
         }
     }
+    for (set, r) in &settings.roles {
+        let base = [Seg::key("roles"), Seg::key(set)];
+        for (field, message) in r.problems(set) {
+            let path = if field.is_empty() {
+                base.to_vec()
+            } else {
+                at(&base, field)
+            };
+            v.err(path, message);
+        }
+        v.opt_checked(at(&base, "postgresclusters"), r.postgresclusters.as_ref());
+    }
     for (name, rollout) in &settings.rollouts {
-        v.rollout(name, rollout);
+        v.rollout(name, rollout, &settings.roles);
         // Rollouts move clusters between catalog entries.
         if let Some(t) = rollout.target_version.parsed()
+            && rollout.role_set.is_none()
             && let Err(e) = settings.images.resolve(&t.to_string())
         {
             let msg = e.replace("spec.version: ", "");

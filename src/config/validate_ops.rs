@@ -98,7 +98,12 @@ impl Checker {
         }
     }
 
-    pub(super) fn rollout(&mut self, name: &str, r: &Rollout) {
+    pub(super) fn rollout(
+        &mut self,
+        name: &str,
+        r: &Rollout,
+        sets: &BTreeMap<String, super::roles::RoleSet>,
+    ) {
         let base = vec![Seg::key("rollouts"), Seg::key(name)];
         if !is_dns_label(name) {
             self.err(
@@ -106,7 +111,7 @@ impl Checker {
                 format!("rollout name {name:?} must be a DNS-1123 label (lowercase letters, digits and '-')"),
             );
         }
-        self.checked(at(&base, "target_version"), &r.target_version);
+        self.rollout_target(&base, r, sets);
         self.checked(at(&base, "on_failure"), &r.on_failure);
         self.duration(
             at(&base, "progress_deadline"),
@@ -145,6 +150,43 @@ impl Checker {
             self.opt_checked(at(&sb, "postgresclusters"), s.postgresclusters.as_ref());
             self.checked(at(&sb, "max_concurrency"), &s.max_concurrency);
             self.duration(at(&sb, "soak"), &s.soak, bounds::SOAK);
+        }
+    }
+
+    /// A rollout moves either a version or a role set's password
+    /// generation, never both.
+    fn rollout_target(
+        &mut self,
+        base: &[Seg],
+        r: &Rollout,
+        sets: &BTreeMap<String, super::roles::RoleSet>,
+    ) {
+        let Some(set) = &r.role_set else {
+            self.checked(at(base, "target_version"), &r.target_version);
+            if r.generation.is_some() {
+                self.err(at(base, "generation"), "is only meaningful with role_set");
+            }
+            return;
+        };
+        if !r.target_version.is_missing() {
+            self.err(
+                at(base, "target_version"),
+                "a rollout has either target_version or role_set, not both",
+            );
+        }
+        if !sets.contains_key(set) {
+            self.err(
+                at(base, "role_set"),
+                format!("names no [roles.<set>] section ({set:?})"),
+            );
+        }
+        match r.generation {
+            None => self.err(
+                at(base, "generation"),
+                "is required with role_set (the password generation to reach, at least 1)",
+            ),
+            Some(0) => self.err(at(base, "generation"), "must be at least 1"),
+            Some(_) => {}
         }
     }
 }

@@ -97,7 +97,11 @@ pub fn pod(
         termination_grace_period_seconds: Some(30),
         enable_service_links: Some(false),
         containers: vec![container],
-        volumes: Some(volumes(o, &name)),
+        volumes: Some(volumes(
+            o,
+            &name,
+            super::access::superuser_secret_needed(pg),
+        )),
         ..PodSpec::default()
     };
     super::placement::instance(&mut spec, o, pg);
@@ -151,7 +155,9 @@ fn container(pg: &PostgresCluster, env: Vec<EnvVar>) -> Container {
     }
 }
 
-fn volumes(o: &Owner, name: &str) -> Vec<Volume> {
+/// `superuser`: whether the cluster has a `<name>-superuser` Secret; without
+/// one the projection is optional and initdb gives `postgres` no password.
+fn volumes(o: &Owner, name: &str, superuser: bool) -> Vec<Volume> {
     let volume = |name: &str| Volume {
         name: name.into(),
         ..Volume::default()
@@ -205,7 +211,7 @@ fn volumes(o: &Owner, name: &str) -> Vec<Volume> {
         Volume {
             projected: Some(ProjectedVolumeSource {
                 sources: Some(vec![
-                    password("superuser", "superuser-password"),
+                    optional(password("superuser", "superuser-password"), !superuser),
                     password("replication", "replication-password"),
                 ]),
                 ..ProjectedVolumeSource::default()
@@ -213,6 +219,15 @@ fn volumes(o: &Owner, name: &str) -> Vec<Volume> {
             ..volume("secrets")
         },
     ]
+}
+
+/// A Secret projection that may be missing (left as it was otherwise, so
+/// the pods of clusters that have the Secret do not change).
+fn optional(mut v: VolumeProjection, optional: bool) -> VolumeProjection {
+    if optional && let Some(s) = v.secret.as_mut() {
+        s.optional = Some(true);
+    }
+    v
 }
 
 /// An exec probe through the shell.

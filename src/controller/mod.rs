@@ -86,6 +86,8 @@ pub struct Ctx {
     pub restore_policy: crate::config::CrossNamespaceRestore,
     /// `[images]`: what `spec.image` may name (image_policy).
     pub images: Arc<crate::config::images::Images>,
+    /// `[roles.<set>]`: fleet role sets, applied by the access step.
+    pub role_sets: Arc<std::collections::BTreeMap<String, crate::config::roles::RoleSet>>,
     /// Consecutive failures per PostgresCluster, for the retry policy.
     pub failures: retry::Failures,
     /// Replicas seen without a streaming WAL receiver (`streaming`).
@@ -153,6 +155,17 @@ impl Handle {
     }
 }
 
+/// What the fleet config tells the controllers of every member cluster.
+#[derive(Clone)]
+pub struct FleetConfig {
+    /// `[tenancy] restore_across_namespaces`.
+    pub restore_policy: crate::config::CrossNamespaceRestore,
+    /// `[images]`.
+    pub images: Arc<crate::config::images::Images>,
+    /// `[roles.<set>]`.
+    pub role_sets: Arc<std::collections::BTreeMap<String, crate::config::roles::RoleSet>>,
+}
+
 /// Starts the shard controllers, the child watches and the shard labeller of
 /// one member cluster; they run (reconnecting with backoff) until dropped.
 pub fn start(
@@ -161,9 +174,13 @@ pub fn start(
     workers: u32,
     backup: Option<Arc<crate::pgbackrest::repo::BackupEnv>>,
     peers: Vec<Arc<Member>>,
-    restore_policy: crate::config::CrossNamespaceRestore,
-    images: Arc<crate::config::images::Images>,
+    config: FleetConfig,
 ) -> Handle {
+    let FleetConfig {
+        restore_policy,
+        images,
+        role_sets,
+    } = config;
     let shards = shards.max(1);
     let categories = error::Category::ALL.map(error::Category::label);
     crate::metrics::reconcile::member_started(&member.name, &categories);
@@ -188,6 +205,7 @@ pub fn start(
         peers,
         restore_policy,
         images,
+        role_sets,
         failures: retry::Failures::default(),
         streaming: streaming::Watch::default(),
         contract: instance::ContractFailures::default(),

@@ -1,5 +1,6 @@
 //! The Secrets a PostgresCluster's instances need, made once and never
-//! overwritten: credentials (superuser, replication) and, when backups are
+//! overwritten: credentials (replication; superuser only where superuser
+//! access or the pooler needs it, `access::superuser_secret_needed`) and, when backups are
 //! configured, the pgBackRest TLS pair (pgbackrest::tls).
 
 use super::Ctx;
@@ -27,9 +28,13 @@ pub async fn credentials(
     owner: &Owner,
     restore: Option<&Authorized>,
 ) -> Result<(), Error> {
+    let superuser = super::access::superuser_secret_needed(pg);
     for (which, user) in [("superuser", "postgres"), ("replication", "replicator")] {
         let sname = owner.secret_name(which);
-        if obs.secrets.contains(&sname) {
+        // No superuser Secret where nobody may use it: the manager works
+        // through exec and the local socket (issue 13). One that exists
+        // stays.
+        if obs.secrets.contains(&sname) || (which == "superuser" && !superuser) {
             continue;
         }
         let inherited = match restore {

@@ -179,6 +179,15 @@ pub struct RoleStatus {
     /// What differed from the spec on the primary (empty when nothing did).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<String>,
+    /// Where the role is declared: `spec` (the tenant's `spec.roles` or
+    /// the initdb owner) or `fleet:<set>` (`[roles.<set>]` of the fleet
+    /// config, which the spec cannot override).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// For a fleet role: the password generation last applied (the source
+    /// Secret's key `password-<generation>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
     /// SHA-256 (hex, first 16 characters) of the password last applied,
     /// salted with the role name: tells a changed Secret apart without
     /// keeping the password.
@@ -198,4 +207,38 @@ pub struct DatabaseStatus {
     pub state: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// The annotation naming the password generation of fleet role set `set`
+/// a PostgresCluster is to use: written by a rollout with `role_set`.
+pub fn role_set_annotation(set: &str) -> String {
+    format!("roles.pgfleet.io/{set}")
+}
+
+impl super::PostgresCluster {
+    /// The generation of fleet role set `set` applied last, as reported in
+    /// `status.access` (for the role the set declares).
+    pub fn role_set_applied(&self, set: &str) -> Option<u64> {
+        let source = format!("fleet:{set}");
+        self.status
+            .as_ref()?
+            .access
+            .as_ref()?
+            .roles
+            .iter()
+            .find(|r| r.source.as_deref() == Some(source.as_str()))
+            .and_then(|r| r.generation)
+    }
+
+    /// The generation of `set` this cluster is to use: the annotation a
+    /// rollout wrote, else the one it has (a cluster never moves to a new
+    /// password outside a rollout), else `None` (a new cluster: the newest).
+    pub fn role_set_pinned(&self, set: &str) -> Option<u64> {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(&role_set_annotation(set)))
+            .and_then(|g| g.trim().parse().ok())
+            .or_else(|| self.role_set_applied(set))
+    }
 }

@@ -80,8 +80,11 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
     let embedded_names: std::collections::BTreeSet<String> = kubeconfigs.keys().cloned().collect();
     let env = backup_env.clone();
     let peers = fleet.members.clone();
-    let restore_policy = settings.tenancy.restore_policy();
-    let images = Arc::new(settings.images.clone());
+    let config = controller::FleetConfig {
+        restore_policy: settings.tenancy.restore_policy(),
+        images: Arc::new(settings.images.clone()),
+        role_sets: Arc::new(settings.roles.clone()),
+    };
     let starter: crate::ha::Starter = Arc::new(move |member: Arc<crate::fleet::Member>| {
         // The default repository is a directory on this machine: only
         // the embedded runtimes' instances can reach it. Real clusters
@@ -93,8 +96,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
             workers,
             backup,
             peers.clone(),
-            restore_policy,
-            images.clone(),
+            config.clone(),
         )
     });
     let identity = crate::ha::identity::resolve(m.identity.as_deref(), &m.state_dir)?;

@@ -180,8 +180,11 @@ configure() {
 
 do_initdb() {
   log "initdb in $PGDATA"
-  "$(bin initdb)" -D "$PGDATA" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
-    --pwfile="$SECRETS/superuser-password" --data-checksums >&2
+  # Without a superuser Secret (superuser access off) postgres gets no
+  # password: it can only log in on the local socket.
+  set -- -D "$PGDATA" -U postgres --auth-local=trust --auth-host=scram-sha-256 --data-checksums
+  [ -s "$SECRETS/superuser-password" ] && set -- "$@" --pwfile="$SECRETS/superuser-password"
+  "$(bin initdb)" "$@" >&2
   "$(bin pg_ctl)" -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=$SOCKDIR" start >&2
   create_replicator >&2
   "$(bin pg_ctl)" -D "$PGDATA" -w -m fast stop >&2

@@ -119,6 +119,23 @@ fn flags(spec: &RoleSpec, actual: Option<&ActualRole>) -> Vec<(&'static str, boo
     ]
 }
 
+/// The statement giving the superuser `password`, unless its stored
+/// verifier was derived from it already. Used when superuser access is
+/// turned on for a cluster initialised without a superuser password.
+pub fn superuser_password(password: &str, catalog: &Catalog) -> Option<Stmt> {
+    let current = catalog.roles.iter().find(|r| r.name == "postgres");
+    if current
+        .and_then(|r| r.verifier.as_deref())
+        .is_some_and(|v| verifier_matches(v, password))
+    {
+        return None;
+    }
+    Some(Stmt::on_postgres(format!(
+        "ALTER ROLE postgres WITH PASSWORD {}",
+        literal(&scram_verifier_random(password))
+    )))
+}
+
 /// The plan for one declared role. `password` is the Secret's (None: the
 /// spec names no Secret, the password is left alone).
 pub fn plan(spec: &RoleSpec, password: Option<&str>, catalog: &Catalog) -> RolePlan {

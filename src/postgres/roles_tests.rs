@@ -188,3 +188,27 @@ fn duplicates_are_found() {
     ];
     assert_eq!(duplicates(&s), ["a"]);
 }
+
+#[test]
+fn the_superuser_gets_the_secret_password_only_when_it_differs() {
+    use crate::postgres::catalog::{ActualRole, Catalog};
+    let pw = "Su-pw-1";
+    let none = Catalog {
+        roles: vec![ActualRole {
+            name: "postgres".into(),
+            superuser: true,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let s = super::superuser_password(pw, &none).expect("no password yet: set it");
+    assert!(
+        s.sql
+            .starts_with("ALTER ROLE postgres WITH PASSWORD 'SCRAM-SHA-256$")
+    );
+    assert!(!s.sql.contains(pw));
+    let verifier = crate::postgres::sql::scram_verifier_random(pw);
+    let mut same = none.clone();
+    same.roles[0].verifier = Some(verifier);
+    assert!(super::superuser_password(pw, &same).is_none());
+}

@@ -1,12 +1,12 @@
 //! The rollout engine: observe every member cluster, ask the planner, apply
-//! its decision, repeat. It only changes `spec.version` (and its marks) on
+//! its decision, repeat. It only changes `spec.version` — or, for a role set
+//! rotation, the set's generation annotation (`target`) — and its marks on
 //! PostgresClusters; each cluster's controller carries out the rolling
 //! update. Nothing lives only in memory: marks are on the PostgresClusters,
 //! operator commands and halts in the control ConfigMaps, so a restarted
 //! engine decides exactly what the stopped one would have.
 
 use super::control::{self, Stored};
-use super::marks;
 use super::plan::{
     self, ControlState, Decision, Halt, Member, Pgc, PgcRef, RolloutSpec, RolloutState, StageSpec,
     Unreachable,
@@ -42,6 +42,10 @@ pub struct Observation {
 pub struct Engine {
     pub spec: RolloutSpec,
     config: Rollout,
+    /// What the rollout moves on each PostgresCluster.
+    target: super::target::Target,
+    /// The role set of a rotation (which PostgresClusters have the role).
+    role_set: Option<crate::config::roles::RoleSet>,
     fleet: Arc<Fleet>,
     /// The member holding the only trusted copy of the control.
     home: Arc<crate::fleet::Member>,
@@ -60,7 +64,11 @@ pub struct Engine {
 pub fn spec_of(name: &str, r: &Rollout) -> RolloutSpec {
     RolloutSpec {
         name: name.to_string(),
-        target_version: r.version().to_string(),
+        target_version: match (&r.role_set, r.generation) {
+            (Some(_), Some(g)) => g.to_string(),
+            _ => r.version().to_string(),
+        },
+        role_set: r.role_set.clone(),
         stages: r
             .stages
             .iter()
@@ -94,10 +102,23 @@ impl Engine {
             .ok_or_else(|| {
                 anyhow::anyhow!("[manager] control_member names no member cluster of the fleet")
             })?;
+        let spec = spec_of(name, &config);
+        let role_set = match &config.role_set {
+            Some(set) => Some(settings.roles.get(set).cloned().ok_or_else(|| {
+                anyhow::anyhow!("rollout {name}: no role set named {set:?} in [roles]")
+            })?),
+            None => None,
+        };
+        let target = match &config.role_set {
+            Some(set) => super::target::Target::RoleSet(set.clone()),
+            None => super::target::Target::Version,
+        };
         Ok(Engine {
             home,
-            trace: super::trace::RolloutTrace::new(name, &config.version().to_string()),
-            spec: spec_of(name, &config),
+            trace: super::trace::RolloutTrace::new(name, &spec.target_version),
+            spec,
+            target,
+            role_set,
             config,
             windows: settings
                 .clusters
@@ -160,10 +181,11 @@ impl Engine {
                     .iter()
                     .map(|pg| {
                         let labels = pg.metadata.labels.clone().unwrap_or_default();
+                        let has_role = self.role_set.as_ref().is_none_or(|r| r.selects(&labels));
                         let stage = self.config.stages.iter().position(|s| {
                             s.selects(&m.labels) && s.selects_postgrescluster(&labels)
                         });
-                        marks::observe(&m.name, pg, stage)
+                        self.target.observe(&m.name, pg, stage.filter(|_| has_role))
                     })
                     .collect();
             pgcs.extend(mine.iter().cloned());
@@ -353,7 +375,7 @@ impl Engine {
                 self.trace.wait(root, r, m.started, *at);
             }
             let span = self.trace.span("rollout.finish", r, root);
-            let patched = self.patch(r, marks::finish_patch(*at));
+            let patched = self.patch(r, self.target.finish_patch(*at));
             if let Err(e) = patched.instrument(span.clone()).await {
                 tracing::warn!(rollout = %name, error = %e, "could not record a finish");
                 continue;
@@ -369,7 +391,7 @@ impl Engine {
         }
         for (r, reason) in &d.fail {
             let span = self.trace.span("rollout.fail", r, root);
-            let patched = self.patch(r, marks::fail_patch(reason));
+            let patched = self.patch(r, self.target.fail_patch(reason));
             if patched.instrument(span.clone()).await.is_ok() {
                 self.event(
                     r,
@@ -406,7 +428,7 @@ impl Engine {
                 continue;
             };
             let span = self.trace.span("rollout.revert", r, root);
-            let patched = self.patch(r, marks::revert_patch(&prev));
+            let patched = self.patch(r, self.target.revert_patch(&prev));
             if let Err(e) = patched.instrument(span.clone()).await {
                 // Retried next round (the decision is made again).
                 tracing::warn!(rollout = %name, error = %e, "could not revert");
@@ -424,7 +446,9 @@ impl Engine {
         for r in &d.start {
             let Some(p) = find(r) else { continue };
             let span = self.trace.span("rollout.start", r, root);
-            let patch = marks::start_patch(name, &p.spec_version, target, self.now());
+            let patch = self
+                .target
+                .start_patch(name, &p.spec_version, target, self.now());
             if let Err(e) = self.patch(r, patch).instrument(span.clone()).await {
                 tracing::warn!(rollout = %name, error = %e, "could not start");
                 continue;

@@ -37,8 +37,11 @@ pub struct StageSpec {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RolloutSpec {
     pub name: String,
-    /// `"MAJOR.MINOR"`, e.g. `"15.20"`.
+    /// `"MAJOR.MINOR"`, e.g. `"15.20"`; for a role set rotation the
+    /// password generation (rollout::target).
     pub target_version: String,
+    /// A rotation of this fleet role set instead of a version rollout.
+    pub role_set: Option<String>,
     pub stages: Vec<StageSpec>,
     pub max_failures: u32,
     pub progress_deadline: Duration,
@@ -210,7 +213,7 @@ pub fn pgc_state(spec: &RolloutSpec, pgc: &Pgc) -> PgcState {
         };
     }
     let (from, to) = (major(&pgc.spec_version), major(target));
-    if from != to {
+    if from != to && spec.role_set.is_none() {
         return PgcState::Ineligible {
             reason: format!("major upgrade {from}→{to} needs pg_upgrade; not done by a rollout"),
         };

@@ -27,6 +27,7 @@ pub(crate) fn spec(stages: Vec<StageSpec>) -> RolloutSpec {
     RolloutSpec {
         name: "minor-15-20".to_owned(),
         target_version: TARGET.to_owned(),
+        role_set: None,
         stages,
         max_failures: 0,
         progress_deadline: 30 * MIN,

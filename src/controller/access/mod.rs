@@ -19,8 +19,10 @@
 //! new primary is checked before anything else reads from it.
 
 mod app_secret;
+mod fleet;
 mod round;
 mod status;
+mod superuser;
 
 pub use app_secret::{AppLogin, data as app_secret_data, name as app_secret_name, pct};
 
@@ -38,7 +40,7 @@ use std::time::{Duration, Instant};
 pub const RECHECK: Duration = Duration::from_secs(20);
 
 /// When each cluster (member/ns/name) was last checked, and on which
-/// primary at which generation. In memory: after a restart of the manager
+/// primary (with its role set pins) at which generation. In memory: after a restart of the manager
 /// every cluster is checked once at its first reconcile.
 /// The interval is `None` where nothing is to be checked periodically (the
 /// virtual runtime, which runs no SQL).
@@ -68,6 +70,15 @@ pub fn superuser_network_access(pg: &PostgresCluster) -> bool {
             None => st.is_some_and(|s| s.current_primary.is_some()),
         }
     })
+}
+
+/// Whether the cluster gets a `<name>-superuser` Secret: only when the
+/// superuser may log in over the network, or the pooler (which logs in as
+/// the superuser) runs. The manager itself needs no superuser password: it
+/// runs everything through exec on the local socket. A Secret that exists
+/// is never removed (clusters from before keep theirs).
+pub fn superuser_secret_needed(pg: &PostgresCluster) -> bool {
+    superuser_network_access(pg) || pg.spec.pooler.as_ref().is_some_and(|p| p.enabled)
 }
 
 /// The pg_hba lines in front of pgfleet's own: with superuser access off,
@@ -111,10 +122,13 @@ pub async fn run(
         pg.name_any()
     );
     let generation = pg.metadata.generation.unwrap_or_default();
+    // A rollout moving a fleet role set's generation (an annotation, not a
+    // spec change) is applied at once too.
+    let marker = format!("{primary} {}", role_set_pins(pg));
     let due = {
         let last = last_checks().lock().unwrap_or_else(|e| e.into_inner());
         match last.get(&key) {
-            Some((at, p, g, every)) if p == primary && *g == generation => {
+            Some((at, p, g, every)) if *p == marker && *g == generation => {
                 Some(every.map(|e| e.checked_sub(at.elapsed())))
             }
             _ => None,
@@ -134,11 +148,19 @@ pub async fn run(
     last_checks()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(
-            key,
-            (Instant::now(), primary.to_string(), generation, every),
-        );
+        .insert(key, (Instant::now(), marker, generation, every));
     every
+}
+
+/// The fleet role set generations the annotations pin, as one string.
+fn role_set_pins(pg: &PostgresCluster) -> String {
+    let prefix = crate::crd::access::role_set_annotation("");
+    pg.annotations()
+        .iter()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]

@@ -24,6 +24,13 @@ const EXEC_TIMEOUT: Duration = Duration::from_secs(30);
 struct Wanted {
     spec: RoleSpec,
     password: Result<Option<String>, String>,
+    /// The fleet role set declaring it (`None`: the spec).
+    set: Option<String>,
+    /// The fleet role's password generation.
+    generation: Option<u64>,
+    /// The fleet role's generation applied before this round: still the
+    /// one in place when this round cannot apply `generation`.
+    previous: Option<u64>,
 }
 
 /// How a round went.
@@ -57,34 +64,32 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outco
             None
         }
     };
-    let wanted = wanted_roles(pg, app.as_ref(), &secrets).await;
+    let (wanted, conflicts) = merge_fleet(
+        wanted_roles(pg, app.as_ref(), &secrets).await,
+        super::fleet::roles_for(pg, &ctx.client, &ctx.role_sets).await,
+    );
     let dbs = wanted_databases(pg, app.as_ref());
     let names: Vec<&str> = dbs
         .iter()
         .filter(|(d, _)| d.ensure == Ensure::Present && name_refusal(&d.name).is_none())
         .map(|(d, _)| d.name.as_str())
         .collect();
-    let catalog = match read_catalog(ctx, &ns, primary, &names).await {
-        Ok(c) if c.emulated => {
-            let msg = "the virtual runtime runs no SQL; roles and databases are not managed".into();
-            st.conditions
-                .push(status::cond(pg, "RolesReconciled", true, "Emulated", msg));
-            status::write(pg, ctx, st).await;
-            return Outcome::Emulated;
-        }
+    let catalog = match checked_catalog(pg, ctx, &ns, primary, &names, &mut st).await {
         Ok(c) => c,
-        Err(msg) => {
-            st.conditions.push(status::cond(
-                pg,
-                "RolesReconciled",
-                false,
-                "CatalogUnreadable",
-                msg,
-            ));
+        Err(outcome) => {
             status::write(pg, ctx, st).await;
-            return Outcome::Unreadable;
+            return outcome;
         }
     };
+    if let Err(msg) = super::superuser::ensure(pg, ctx, &secrets, primary, &catalog).await {
+        st.conditions.push(status::cond(
+            pg,
+            "SuperuserPasswordSet",
+            false,
+            "Failed",
+            msg,
+        ));
+    }
     let role_plans: Vec<(RolePlan, &Wanted)> = wanted
         .iter()
         .map(|w| {
@@ -100,6 +105,7 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outco
     st.roles = role_plans
         .iter()
         .map(|(p, w)| role_status(p, w, outcome.role_error(&p.name)))
+        .chain(conflicts)
         .collect();
     st.databases = db_plans
         .iter()
@@ -108,6 +114,40 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outco
         .collect();
     status::conclude(pg, ctx, app.as_ref(), st).await;
     Outcome::Checked
+}
+
+/// The primary's catalog, or the outcome of a round that stops here (the
+/// virtual runtime, an unreadable catalog) with its condition in `st`.
+async fn checked_catalog(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    ns: &str,
+    primary: &str,
+    names: &[&str],
+    st: &mut AccessStatus,
+) -> Result<Catalog, Outcome> {
+    match read_catalog(ctx, ns, primary, names).await {
+        Ok(c) if c.emulated => {
+            let msg = "the virtual runtime runs no SQL; roles and databases are not managed".into();
+            st.conditions
+                .push(status::cond(pg, "RolesReconciled", true, "Emulated", msg));
+            Err(Outcome::Emulated)
+        }
+        Ok(c) => Ok(c),
+        Err(msg) => {
+            st.conditions.push(status::cond(
+                pg,
+                "RolesReconciled",
+                false,
+                "CatalogUnreadable",
+                msg,
+            ));
+            // What was last seen stays (with the fleet generations that
+            // pin clusters no rollout has moved yet).
+            st.roles = previous_roles(pg);
+            Err(Outcome::Unreadable)
+        }
+    }
 }
 
 /// The application owner's login: database and owner from
@@ -224,6 +264,9 @@ async fn wanted_roles(
         out.push(Wanted {
             spec: spec.clone(),
             password,
+            set: None,
+            generation: None,
+            previous: None,
         });
     }
     if let Some(a) = app
@@ -241,10 +284,54 @@ async fn wanted_roles(
             Wanted {
                 spec,
                 password: Ok(Some(a.password.clone())),
+                set: None,
+                generation: None,
+                previous: None,
             },
         );
     }
     out
+}
+
+/// The spec's roles without those a fleet role set declares (reported as
+/// refused, see `fleet`), then the fleet roles.
+fn merge_fleet(
+    spec: Vec<Wanted>,
+    fleet: Vec<super::fleet::FleetRole>,
+) -> (Vec<Wanted>, Vec<RoleStatus>) {
+    let mut conflicts = vec![];
+    let mut out: Vec<Wanted> = vec![];
+    for w in spec {
+        match fleet.iter().find(|f| f.spec.name == w.spec.name) {
+            Some(f) => conflicts.push(super::fleet::conflict(&w.spec.name, &f.set)),
+            None => out.push(w),
+        }
+    }
+    for f in fleet {
+        if out.iter().any(|w| w.spec.name == f.spec.name) {
+            continue; // two sets declaring one role: the first (by name) wins
+        }
+        let (generation, password) = match f.password {
+            Ok((g, p)) => (Some(g), Ok(Some(p))),
+            Err(e) => (None, Err(e)),
+        };
+        out.push(Wanted {
+            spec: f.spec,
+            password,
+            set: Some(f.set),
+            generation,
+            previous: f.applied,
+        });
+    }
+    (out, conflicts)
+}
+
+fn previous_roles(pg: &PostgresCluster) -> Vec<RoleStatus> {
+    pg.status
+        .as_ref()
+        .and_then(|s| s.access.as_ref())
+        .map(|a| a.roles.clone())
+        .unwrap_or_default()
 }
 
 /// The application database first, then `spec.databases` (an entry for the
@@ -345,7 +432,7 @@ async fn apply_all(
 
 /// Runs statements in order, one `apply-sql` per run of statements in the
 /// same database.
-async fn apply(ctx: &Ctx, ns: &str, pod: &str, stmts: &[Stmt]) -> Result<(), String> {
+pub(super) async fn apply(ctx: &Ctx, ns: &str, pod: &str, stmts: &[Stmt]) -> Result<(), String> {
     let mut i = 0;
     while i < stmts.len() {
         let db = stmts[i].db.clone();
@@ -381,9 +468,19 @@ fn role_status(p: &RolePlan, w: &Wanted, error: Option<&str>) -> RoleStatus {
         (Ok(Some(pw)), Ensure::Present) => Some(password_fingerprint(&p.name, pw)),
         _ => None,
     };
+    let source = match &w.set {
+        Some(set) => format!("fleet:{set}"),
+        None => "spec".into(),
+    };
     RoleStatus {
         name: p.name.clone(),
         state: state.into(),
+        source: Some(source),
+        // Only once applied: a rollout counts a cluster as moved when it is.
+        generation: match state {
+            "failed" | "refused" => w.previous,
+            _ => w.generation,
+        },
         drift: p.drift.clone(),
         password_hash,
         message,

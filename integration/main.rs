@@ -45,6 +45,8 @@ mod ha;
 mod kubectl_day;
 #[path = "layering.rs"]
 mod layering;
+#[path = "major_rollout.rs"]
+mod major_rollout;
 #[path = "major_upgrade.rs"]
 mod major_upgrade;
 #[path = "member_permissions.rs"]

@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use super::choices::{OnFailure, UnreachablePolicy};
+use super::choices::{MajorMethod, OnFailure, UnreachablePolicy};
 use super::selector::Selector;
 use super::values::{Checked, Concurrency, HumanDuration, PgVersion};
 
@@ -15,8 +15,12 @@ use super::values::{Checked, Concurrency, HumanDuration, PgVersion};
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default)]
 pub struct Rollout {
-    /// The version to reach, `"MAJOR.MINOR"` (required).
+    /// The version to reach, `"MAJOR.MINOR"` or `"MAJOR"` (required; in the
+    /// image catalog).
     pub target_version: Checked<PgVersion>,
+    /// How clusters whose major differs from the target's are upgraded
+    /// (`"inPlace"`); without it they are reported ineligible.
+    pub method: Option<Checked<MajorMethod>>,
     pub on_failure: Checked<OnFailure>,
     /// Failed clusters tolerated before `on_failure` applies (0 = the first).
     pub max_failures: u32,
@@ -31,6 +35,7 @@ impl Default for Rollout {
     fn default() -> Self {
         Self {
             target_version: Checked::default(),
+            method: None,
             on_failure: Checked::new("pause"),
             max_failures: 0,
             progress_deadline: Checked::new("30m"),
@@ -44,6 +49,11 @@ impl Rollout {
     /// The validated target version.
     pub fn version(&self) -> PgVersion {
         self.target_version.get()
+    }
+
+    /// The validated major-upgrade method, if one is set.
+    pub fn major_method(&self) -> Option<MajorMethod> {
+        self.method.as_ref().map(Checked::get)
     }
 }
 

@@ -9,5 +9,6 @@ pub mod engine;
 pub mod marks;
 pub mod metrics;
 pub mod plan;
+pub mod preflight;
 pub mod status;
 pub mod trace;

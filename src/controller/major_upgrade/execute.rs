@@ -10,7 +10,7 @@ use crate::controller::plan::Observed;
 use crate::controller::reconcile::{Error, event, kerr};
 use crate::controller::record::status_patch;
 use crate::crd::PostgresCluster;
-use crate::crd::major_upgrade::MajorUpgradeStatus;
+use crate::crd::major_upgrade::{MajorUpgradeStatus, PreFlightStatus};
 use crate::postgres::exec::run_verb;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::DeleteParams;
@@ -111,7 +111,7 @@ fn soon(mut round: Round, secs: u64) -> Round {
 impl Step<'_> {
     async fn carry_out(&self, next: Next, mut round: Round) -> Result<Round, Error> {
         match next {
-            Next::Idle => Ok(round),
+            Next::Idle => self.check_only(round).await,
             Next::Clear => {
                 status_patch(self.ctx, self.pg, json!({"majorUpgrade": null})).await?;
                 round.record = Some(None);
@@ -161,6 +161,45 @@ impl Step<'_> {
     fn bin_dir(&self, version: &str) -> String {
         let run = self.ctx.images.resolve(version).ok();
         run.and_then(|r| r.bin_dir).unwrap_or_default()
+    }
+
+    /// A pre-flight asked for by the annotation (`check.rs`): recorded in
+    /// `status.preFlight`, nothing else changes. The round ends here so its
+    /// status write cannot put back the previous result.
+    async fn check_only(&self, round: Round) -> Result<Round, Error> {
+        use kube::ResourceExt;
+        let status = self.pg.status.clone().unwrap_or_default();
+        let requested = self.pg.annotations().get(super::check::ANNOTATION);
+        let running = status.current_version.as_deref();
+        let Some(to) = super::check::wanted(
+            requested.map(String::as_str),
+            running,
+            status.pre_flight.as_ref(),
+        ) else {
+            return Ok(round);
+        };
+        let ready = |p: &String| self.obs.pods.get(p).is_some_and(|i| i.ready && !i.deleting);
+        let Some(primary) = self.primary.clone().filter(ready) else {
+            return Ok(round);
+        };
+        let outcome = match self.ctx.images.resolve(&to) {
+            Err(e) => Err(format!("{to} is not in the image catalog: {e}")),
+            Ok(run) => {
+                let bin = run.bin_dir.unwrap_or_default();
+                let verb = ["upgrade-check", bin.as_str()];
+                let ran = run_verb(&self.ctx.client, self.ns, &primary, &verb, LONG_VERB).await;
+                ran.map(|_| ()).map_err(|e| reason(&e))
+            }
+        };
+        let result = PreFlightStatus {
+            version: to,
+            from_version: running.unwrap_or_default().to_string(),
+            ok: outcome.is_ok(),
+            reason: outcome.err(),
+            checked_at: Some(now()),
+        };
+        status_patch(self.ctx, self.pg, json!({ "preFlight": result })).await?;
+        Ok(soon(round, 1))
     }
 
     async fn pre_flight(&self, from: &str, to: &str, mut round: Round) -> Result<Round, Error> {

@@ -49,6 +49,8 @@ mod layering;
 mod major_rollout;
 #[path = "major_upgrade.rs"]
 mod major_upgrade;
+#[path = "major_upgrade_resume.rs"]
+mod major_upgrade_resume;
 #[path = "member_permissions.rs"]
 mod member_permissions;
 #[path = "node_loss.rs"]

@@ -103,6 +103,18 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// A step done and the next one recorded: go on at once, not after a
+/// pause — from `Stopping` to the new primary's start every second is
+/// downtime (`pgfleet bench major-upgrade`).
+fn at_once(round: Round) -> Round {
+    soon_ms(round, 50)
+}
+
+fn soon_ms(mut round: Round, ms: u64) -> Round {
+    round.done = Some(Action::requeue(Duration::from_millis(ms)));
+    round
+}
+
 fn soon(mut round: Round, secs: u64) -> Round {
     round.done = Some(Action::requeue(Duration::from_secs(secs)));
     round
@@ -191,6 +203,12 @@ impl Step<'_> {
                 ran.map(|_| ()).map_err(|e| reason(&e))
             }
         };
+        if outcome
+            .as_ref()
+            .is_err_and(|why| why.starts_with("upgrade-check: already running"))
+        {
+            return Ok(soon(round, 2));
+        }
         let result = PreFlightStatus {
             version: to,
             from_version: running.unwrap_or_default().to_string(),
@@ -227,7 +245,9 @@ impl Step<'_> {
             .await;
         }
         let new_bin = self.bin_dir(to);
-        let verb = ["upgrade-check", new_bin.as_str()];
+        // `keep`: the checked new cluster is the one `upgrade` links into,
+        // so its initdb happens now, not while the instances are down.
+        let verb = ["upgrade-check", new_bin.as_str(), "256", "keep"];
         match run_verb(&self.ctx.client, self.ns, &primary, &verb, LONG_VERB).await {
             Ok(_) => {
                 r.step = decide::STOPPING.into();
@@ -241,7 +261,11 @@ impl Step<'_> {
                     note,
                 )
                 .await;
-                Ok(soon(round, 1))
+                Ok(at_once(round))
+            }
+            // A run from before a restart is still checking: wait for it.
+            Err(e) if reason(&e).starts_with("upgrade-check: already running") => {
+                Ok(soon(round, 2))
             }
             Err(e) => {
                 let why = format!(
@@ -286,7 +310,7 @@ impl Step<'_> {
             ..r
         };
         self.record(&r).await?;
-        Ok(soon(round, 1))
+        Ok(at_once(round))
     }
 
     async fn upgrade(&self, round: Round) -> Result<Round, Error> {
@@ -311,6 +335,7 @@ impl Step<'_> {
                     note,
                 )
                 .await;
+                return Ok(at_once(round));
             }
             // A run of the verb from before a restart still works on the
             // volume: wait for it, never roll back under it.
@@ -368,7 +393,7 @@ impl Step<'_> {
                 name,
             )?;
         }
-        Ok(soon(round, 2))
+        Ok(soon_ms(round, 250))
     }
 
     async fn analyze(&self, mut round: Round) -> Result<Round, Error> {

@@ -24,16 +24,18 @@ pub struct Args {
     /// Rows in each table.
     #[arg(long, default_value_t = 1000)]
     pub rows: u32,
-    /// Instances of the upgraded PostgresCluster.
+    /// Instances of each upgraded PostgresCluster.
     #[arg(long, default_value_t = 2)]
     pub instances: i32,
+    /// Upgrades to measure (one PostgresCluster each, each with its floor).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
     /// Where the embedded cluster keeps its state (a temp dir by default).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
 }
 
 const NS: &str = "bench";
-const NAME: &str = "mu";
 const FLOOR_PORT: &str = "55433";
 const FLOOR: &str = include_str!("major_upgrade_floor.sh");
 const LIMIT: Duration = Duration::from_secs(1200);
@@ -95,45 +97,71 @@ impl Writer {
 }
 
 pub async fn run(args: Args) -> Result<()> {
-    ensure!(args.instances >= 1, "--instances must be at least 1");
+    ensure!(
+        args.instances >= 1 && args.runs >= 1,
+        "--instances and --runs must be at least 1"
+    );
     let catalog = crate::config::catalog::builtin();
     let bin = |v: &str| -> Result<String> {
         let r = crate::config::catalog::resolve(&catalog, v).map_err(anyhow::Error::msg)?;
         r.bin_dir.context("no bin_dir in the built-in catalog")
     };
     let (old, new) = (bin("15")?, bin("18")?);
+    let owned = args.dir.is_none();
     let dir = args.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("pgfleet-bench-major-{}", std::process::id()))
     });
     let b = ProcessEnv::start(ProcessOptions {
-        dir,
+        dir: dir.clone(),
         member: "bench".into(),
         namespace: NS.into(),
         extra_toml: String::new(),
     })
     .await?;
-    let spec = serde_json::json!({"clusterSize": args.instances, "version": "15",
-        "enableSuperuserAccess": true, "majorUpgrade": {"method": "inPlace"}});
-    b.create(NAME, spec).await?;
-    let primary = b.wait_healthy(NAME, args.instances, true, LIMIT).await?;
-    let (rw, pw) = (
-        b.service_ip(&format!("{NAME}-rw")).await?,
-        b.password(NAME).await?,
-    );
-    load(&rw, &pw, &args).await?;
-    println!(
-        "PostgreSQL 15 → 18, {} tables × {} rows, {} instance(s)",
-        args.tables, args.rows, args.instances
-    );
-    let floor = floor(&b, &primary, &pw, &old, &new).await?;
-    let (down, timeline) = in_place(&b, &rw, &pw).await?;
-    println!("\nin place, timeline (s from the version change):");
-    for (what, at) in &timeline {
-        println!("  {at:>8.2}  {what}");
+    let result = measure(&b, &args, [&old, &new]).await;
+    drop(b);
+    if owned {
+        // The instances stop with the manager; their files go after.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    result
+}
+
+async fn measure(b: &ProcessEnv, args: &Args, bins: [&str; 2]) -> Result<()> {
+    let names: Vec<String> = (0..args.runs).map(|i| format!("mu{i}")).collect();
+    for name in &names {
+        let spec = serde_json::json!({"clusterSize": args.instances, "version": "15",
+            "enableSuperuserAccess": true, "majorUpgrade": {"method": "inPlace"}});
+        b.create(name, spec).await?;
     }
     println!(
+        "PostgreSQL 15 → 18, {} tables × {} rows, {} instance(s), {} run(s)",
+        args.tables, args.rows, args.instances, args.runs
+    );
+    let (mut downs, mut floors) = (vec![], vec![]);
+    for name in &names {
+        let primary = b.wait_healthy(name, args.instances, true, LIMIT).await?;
+        let rw = b.service_ip(&format!("{name}-rw")).await?;
+        let pw = b.password(name).await?;
+        load(&rw, &pw, args).await?;
+        let floor = floor(b, &primary, &pw, bins[0], bins[1]).await?;
+        let (down, timeline) = in_place(b, name, &rw, &pw).await?;
+        println!(
+            "{name}: in place {down:.0} ms, floor {floor:.0} ms; steps (s from the version change):"
+        );
+        for (what, at) in &timeline {
+            println!("  {at:>8.2}  {what}");
+        }
+        downs.push(down);
+        floors.push(floor);
+    }
+    let ratios: Vec<f64> = downs.iter().zip(&floors).map(|(d, f)| d / f).collect();
+    let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+    let (down, floor) = (median(downs), median(floors));
+    println!(
         "\n{:<46} {:>9} {:>9} {:>7}",
-        "figure (ms)", "in place", "floor", "ratio"
+        "figure (ms, median)", "in place", "floor", "ratio"
     );
     println!(
         "{:<46} {:>9.0} {:>9.0} {:>7.2}",
@@ -142,7 +170,21 @@ pub async fn run(args: Args) -> Result<()> {
         floor,
         down / floor
     );
+    println!(
+        "ratio per run: {} (median {:.2})",
+        each.join(", "),
+        median(ratios)
+    );
     Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 async fn load(rw: &str, pw: &str, args: &Args) -> Result<()> {
@@ -203,18 +245,23 @@ async fn floor(b: &ProcessEnv, primary: &str, pw: &str, old: &str, new: &str) ->
 }
 
 /// The in-place upgrade's writer-seen downtime in ms, and its step timeline.
-async fn in_place(b: &ProcessEnv, rw: &str, pw: &str) -> Result<(f64, Vec<(String, f64)>)> {
+async fn in_place(
+    b: &ProcessEnv,
+    name: &str,
+    rw: &str,
+    pw: &str,
+) -> Result<(f64, Vec<(String, f64)>)> {
     let w = Writer::start(rw.to_owned(), 5432, pw.to_owned());
     wait_for(|| w.count() > 20, "the writer").await?;
     let t0 = Instant::now();
     let patch = serde_json::json!({"spec": {"version": "18"}});
     b.pgc()
-        .patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     let mut timeline: Vec<(String, f64)> = vec![];
     let since = |t: Instant| t.duration_since(t0).as_secs_f64();
     loop {
-        let st = b.status(NAME).await?;
+        let st = b.status(name).await?;
         let step = st.major_upgrade.as_ref().map(|m| m.step.clone());
         if let Some(s) = step.filter(|s| timeline.last().is_none_or(|(l, _)| l != s)) {
             ensure!(

@@ -47,8 +47,12 @@ mod ha;
 mod kubectl_day;
 #[path = "layering.rs"]
 mod layering;
+#[path = "major_rollout.rs"]
+mod major_rollout;
 #[path = "major_upgrade.rs"]
 mod major_upgrade;
+#[path = "major_upgrade_resume.rs"]
+mod major_upgrade_resume;
 #[path = "member_permissions.rs"]
 mod member_permissions;
 #[path = "node_loss.rs"]

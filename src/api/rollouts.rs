@@ -39,6 +39,10 @@ fn stage_json(s: &StageStatus) -> Value {
 pub fn rollout_json(engine: &Engine, obs: &Observation, d: &Decision) -> Value {
     let (state, detail) = match &d.status.state {
         RolloutState::Running => ("Running", None),
+        RolloutState::PreFlight { waiting } => (
+            "PreFlight",
+            Some(format!("waiting for {waiting} cluster(s)")),
+        ),
         RolloutState::WaitingApproval { stage } => ("WaitingApproval", Some(stage.clone())),
         RolloutState::Soaking { stage, until } => (
             "Soaking",

@@ -8,6 +8,7 @@ pub mod emulator;
 pub mod failover;
 mod failover_node;
 pub mod fleet;
+pub mod major_upgrade;
 pub mod rollout;
 
 #[derive(clap::Subcommand, Debug)]
@@ -18,6 +19,8 @@ pub enum BenchCommand {
     Fleet(fleet::Args),
     /// Real PostgreSQL: failover unavailability and switchover write stall.
     Failover(failover::Args),
+    /// In-place major upgrade 15 → 18: writer-seen downtime against bare pg_upgrade.
+    MajorUpgrade(major_upgrade::Args),
     /// Fleet rollout pacing against the ideal for its stages, and failure → halt.
     Rollout(rollout::Args),
     /// Backup throughput against bare pgBackRest, and scheduled start spread.
@@ -32,6 +35,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Fleet(a) => fleet::run(a).await,
         BenchCommand::Failover(a) => failover::run(a).await,
         BenchCommand::Rollout(a) => rollout::run(a).await,
+        BenchCommand::MajorUpgrade(a) => major_upgrade::run(a).await,
         BenchCommand::Backup(a) => backup::run(a).await,
         BenchCommand::Chaos(a) => chaos::run(a).await,
     }

@@ -111,3 +111,14 @@ choice!(
         Allow => "allow",
     } default Consent
 );
+
+choice!(
+    /// How a rollout whose target crosses a major version upgrades each
+    /// PostgresCluster (written to its `spec.majorUpgrade.method`).
+    /// `blueGreen` is not built yet and is refused by name.
+    MajorMethod {
+        /// Offline `pg_upgrade --link` on the primary's volume
+        /// (docs/major-upgrades.md).
+        InPlace => "inPlace",
+    } default InPlace
+);

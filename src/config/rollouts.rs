@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use super::choices::{OnFailure, UnreachablePolicy};
+use super::choices::{MajorMethod, OnFailure, UnreachablePolicy};
 use super::selector::Selector;
 use super::values::{Checked, Concurrency, HumanDuration, PgVersion};
 
@@ -15,8 +15,12 @@ use super::values::{Checked, Concurrency, HumanDuration, PgVersion};
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default)]
 pub struct Rollout {
-    /// The version to reach, `"MAJOR.MINOR"` (required unless `role_set`).
+    /// The version to reach, `"MAJOR.MINOR"` or `"MAJOR"` (required unless
+    /// `role_set`; in the image catalog).
     pub target_version: Checked<PgVersion>,
+    /// How clusters whose major differs from the target's are upgraded
+    /// (`"inPlace"`); without it they are reported ineligible.
+    pub method: Option<Checked<MajorMethod>>,
     /// Instead of a version: rotate fleet role set `[roles.<set>]`, moving
     /// each selected PostgresCluster to password `generation`.
     pub role_set: Option<String>,
@@ -38,6 +42,7 @@ impl Default for Rollout {
             target_version: Checked::default(),
             role_set: None,
             generation: None,
+            method: None,
             on_failure: Checked::new("pause"),
             max_failures: 0,
             progress_deadline: Checked::new("30m"),
@@ -51,6 +56,11 @@ impl Rollout {
     /// The validated target version.
     pub fn version(&self) -> PgVersion {
         self.target_version.get()
+    }
+
+    /// The validated major-upgrade method, if one is set.
+    pub fn major_method(&self) -> Option<MajorMethod> {
+        self.method.as_ref().map(Checked::get)
     }
 }
 

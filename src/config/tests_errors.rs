@@ -78,7 +78,7 @@ fn missing_file_is_reported() {
 fn semantic_checks() {
     let toml = format!(
         "{BASE}\n[manager.extra]\n\n[backups]\nretention = {{ count = 0 }}\nrepository = {{}}\n\n\
-         [rollouts.Bad]\ntarget_version = \"15\"\nstages = [{{ name = \"x\", clusters = \"env in (a\" }}, {{ name = \"x\", clusters = \"\" }}]\n"
+         [rollouts.Bad]\ntarget_version = \"15.1.2\"\nstages = [{{ name = \"x\", clusters = \"env in (a\" }}, {{ name = \"x\", clusters = \"\" }}]\n"
     );
     let errs = errors(&toml);
     for key in [
@@ -119,4 +119,24 @@ fn lease_timings_must_let_a_holder_stop_before_a_takeover() {
     );
     let s = load_str(&ok, "t.toml").unwrap();
     assert_eq!(s.manager.identity.as_deref(), Some("m1"));
+}
+
+#[test]
+fn a_major_rollout_method_is_checked_and_blue_green_is_refused_by_name() {
+    let rollout = |method: &str| {
+        format!(
+            "{BASE}\n[rollouts.major]\ntarget_version = \"18\"\nmethod = \"{method}\"\n\
+             stages = [{{ name = \"all\", clusters = \"\" }}]\n"
+        )
+    };
+    let s = crate::config::load_str(&rollout("inPlace"), "t").unwrap();
+    let r = &s.rollouts["major"];
+    assert_eq!(r.version().to_string(), "18");
+    assert_eq!(r.major_method(), Some(choices::MajorMethod::InPlace));
+    let errs = errors(&rollout("blueGreen"));
+    let e = find(&errs, "rollouts.major.method");
+    assert!(e.message.contains("not available yet"), "{}", e.message);
+    let errs = errors(&rollout("offline"));
+    let e = find(&errs, "rollouts.major.method");
+    assert!(e.message.contains("inPlace"), "{}", e.message);
 }

@@ -112,7 +112,7 @@ fn default_file_loads() {
         r.version(),
         PgVersion {
             major: 15,
-            minor: 19
+            minor: Some(19)
         }
     );
     assert_eq!(r.on_failure.get(), OnFailure::Pause);
@@ -171,7 +171,7 @@ fn env_overrides_nested_keys() {
         Some("http://collector:4318")
     );
     assert_eq!(s.manager.embedded.runtime.get(), EmbeddedRuntime::Process);
-    assert_eq!(s.rollouts["minor-15-19"].version().minor, 21);
+    assert_eq!(s.rollouts["minor-15-19"].version().minor, Some(21));
     // Untouched keys keep the file's values; a whole array is replaced.
     assert_eq!(s.manager.workers_per_cluster, 8);
     assert_eq!(s.clusters.len(), 1);

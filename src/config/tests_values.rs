@@ -139,10 +139,11 @@ fn durations_crons_and_versions() {
         Checked::<PgVersion>::new("15.20").get(),
         PgVersion {
             major: 15,
-            minor: 20
+            minor: Some(20)
         }
     );
-    for bad in ["15", "15.", "15.2.1", "v15.2", ".2"] {
+    assert_eq!(Checked::<PgVersion>::new("18").get().to_string(), "18");
+    for bad in ["15.", "15.2.1", "v15.2", ".2", "", "x"] {
         assert!(Checked::<PgVersion>::new(bad).error().is_some(), "{bad:?}");
     }
     assert_eq!(

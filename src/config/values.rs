@@ -201,25 +201,34 @@ impl CheckedValue for SocketAddr {
 pub(crate) const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
 
-/// A PostgreSQL `MAJOR.MINOR` version as used by `target_version`.
+/// A PostgreSQL version as used by `target_version`: `MAJOR.MINOR`, or a
+/// bare `MAJOR` (a major target whose catalog entry names the image, as
+/// `spec.version` may).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PgVersion {
     pub major: u32,
-    pub minor: u32,
+    pub minor: Option<u32>,
 }
 
 impl fmt::Display for PgVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.major, self.minor)
+        match self.minor {
+            Some(minor) => write!(f, "{}.{minor}", self.major),
+            None => write!(f, "{}", self.major),
+        }
     }
 }
 
 impl CheckedValue for PgVersion {
-    const EXPECTED: &'static str = "a PostgreSQL version \"MAJOR.MINOR\" such as \"15.20\"";
+    const EXPECTED: &'static str =
+        "a PostgreSQL version \"MAJOR.MINOR\" or \"MAJOR\" such as \"15.20\" or \"18\"";
     const ALLOW_NON_STRING: bool = false;
     fn parse_raw(raw: &str) -> Result<Self, String> {
         let bad = || format!("{raw:?} is not {}", Self::EXPECTED);
-        let (major, minor) = raw.split_once('.').ok_or_else(bad)?;
+        let (major, minor) = match raw.split_once('.') {
+            Some((major, minor)) => (major, Some(minor)),
+            None => (raw, None),
+        };
         let num = |s: &str| -> Result<u32, String> {
             if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(bad());
@@ -228,7 +237,7 @@ impl CheckedValue for PgVersion {
         };
         Ok(Self {
             major: num(major)?,
-            minor: num(minor)?,
+            minor: minor.map(num).transpose()?,
         })
     }
 }

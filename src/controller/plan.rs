@@ -209,6 +209,7 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         // Written by the access step (controller::access) only.
         access: prev.access.clone(),
         major_upgrade: prev.major_upgrade.clone(),
+        pre_flight: prev.pre_flight.clone(),
     }
 }
 

@@ -374,6 +374,10 @@ pub struct PostgresClusterStatus {
     /// (controller::major_upgrade).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub major_upgrade: Option<super::major_upgrade::MajorUpgradeStatus>,
+    /// A pre-flight for a major upgrade asked for without upgrading (a
+    /// fleet rollout checks every cluster before it starts any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_flight: Option<super::major_upgrade::PreFlightStatus>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]

@@ -51,3 +51,22 @@ pub struct MajorUpgradeStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
 }
+
+/// The result of a pre-flight asked for without upgrading (the annotation
+/// `pgfleet.io/preflight-version`, written by a fleet rollout before it
+/// starts anything): `pg_upgrade --check` and the other checks of the
+/// `PreFlight` step, run against the running primary, nothing changed.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreFlightStatus {
+    /// The version checked against (the annotation's value then).
+    pub version: String,
+    /// The version the instances ran when it was checked.
+    pub from_version: String,
+    pub ok: bool,
+    /// Why not, when not ok.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_at: Option<String>,
+}

@@ -5,6 +5,7 @@
 //! so a contract change breaks its build rather than its tests.
 
 pub mod images;
+pub mod virtual_extensions;
 pub mod virtual_kubelet;
 
 use pgfleet_sim::{RuntimeKind, SimOptions};

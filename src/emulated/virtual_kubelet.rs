@@ -8,6 +8,7 @@
 //! whose pod is labelled replica rejoins on the primary's timeline; the data
 //! (role, timeline) lives with the PVC, so it outlives the pod.
 
+use super::virtual_extensions;
 use crate::postgres::{CONTRACT_VERSION, InstanceReport, contract, format_lsn};
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -39,6 +40,9 @@ struct Instance {
     since: Instant,
     fenced: bool,
     version: String,
+    /// Created with `CREATE EXTENSION` (virtual_extensions); a clone
+    /// carries the primary's.
+    extensions: std::collections::BTreeSet<String>,
 }
 
 #[derive(Default)]
@@ -157,6 +161,10 @@ impl VirtualRuntime {
                 since: Instant::now(),
                 fenced: false,
                 version: version.clone(),
+                extensions: primary
+                    .as_ref()
+                    .map(|p| p.extensions.clone())
+                    .unwrap_or_default(),
             }
         });
         inst.version = version;
@@ -224,7 +232,7 @@ impl VirtualRuntime {
     }
 
     /// Runs one `pgfleet-instance` verb against the model.
-    fn verb(&self, pod_id: &str, verb: &str) -> Result<Value, String> {
+    fn verb(&self, pod_id: &str, verb: &str, args: &[String]) -> Result<Value, String> {
         let key = Self::lock(&self.pods)
             .get(pod_id)
             .cloned()
@@ -339,11 +347,15 @@ impl VirtualRuntime {
                 contract: CONTRACT_VERSION,
                 backups: None,
             }),
-            "query" => reply(contract::QueryResult {
-                contract: CONTRACT_VERSION,
-                ok: true,
-                rows: 1,
-            }),
+            "query" => {
+                let sql = args.first().map(String::as_str).unwrap_or_default();
+                inst.extensions.extend(virtual_extensions::created(sql));
+                reply(contract::QueryResult {
+                    contract: CONTRACT_VERSION,
+                    ok: true,
+                    rows: 1,
+                })
+            }
             // No SQL here: the access step reports that and changes nothing.
             "catalog" => reply(crate::postgres::catalog::Catalog {
                 contract: CONTRACT_VERSION,
@@ -367,7 +379,13 @@ impl VirtualRuntime {
             }),
             // In-place major upgrade: the model has no data to convert; the
             // version follows the image of the Pods built afterwards.
-            "upgrade-check" => reply(contract::UpgradeStep::ok()),
+            "upgrade-check" => {
+                let new_bin = args.first().map(String::as_str).unwrap_or_default();
+                match virtual_extensions::missing(&inst.extensions, new_bin) {
+                    Some(why) => Err(why),
+                    None => reply(contract::UpgradeStep::ok()),
+                }
+            }
             "upgrade" => reply(contract::UpgradeStep {
                 upgraded: Some(true),
                 ..contract::UpgradeStep::ok()
@@ -571,15 +589,19 @@ impl Runtime for VirtualRuntime {
         let pod_id = format!("{}/{}", req.namespace, req.pod);
         let is_instance = req.command.iter().any(|a| a.ends_with("pgfleet-instance"));
         // The verb follows the script path (`sh …/pgfleet-instance slots a b`).
-        let verb = req
+        let at = req
             .command
             .iter()
-            .position(|a| a.ends_with("pgfleet-instance"))
+            .position(|a| a.ends_with("pgfleet-instance"));
+        let verb = at
             .and_then(|i| req.command.get(i + 1))
             .cloned()
             .unwrap_or_default();
+        let args = at
+            .and_then(|i| req.command.get(i + 2..))
+            .unwrap_or_default();
         let result = if is_instance {
-            self.verb(&pod_id, &verb)
+            self.verb(&pod_id, &verb, args)
         } else {
             Err(format!(
                 "the virtual runtime only runs pgfleet-instance verbs, not {:?}",

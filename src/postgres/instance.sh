@@ -663,12 +663,14 @@ upgrade_fail() { log "$1"; echo "{\"contract\":$CONTRACT,\"ok\":false,\"reason\"
 major_of_bin() { "$1/postgres" --version 2>/dev/null | sed -n 's/.* \([0-9][0-9]*\)[.0-9a-z]*$/\1/p' | head -1; }
 running_bin() { d=$(command -v "$(bin postgres)") && dirname "$d"; }
 
-# `upgrade-check NEW_BIN [MIN_FREE_MB]`: on the running primary, the
+# `upgrade-check NEW_BIN [MIN_FREE_MB [keep]]`: on the running primary, the
 # pre-flight of an in-place upgrade to the binaries in NEW_BIN. Changes
-# nothing the old version uses (a throwaway new cluster is made next to
-# PGDATA and removed). Prints ok or the first reason it would fail.
+# nothing the old version uses (a new cluster is made next to PGDATA for
+# `pg_upgrade --check`). With `keep` that checked, empty new cluster stays
+# as pgdata.new for `upgrade`, so its initdb is not inside the downtime;
+# without, it is removed. Prints ok or the first reason it would fail.
 cmd_upgrade_check() {
-  new=${2:-}; min_free_mb=${3:-256}
+  new=${2:-}; min_free_mb=${3:-256}; keep=${4:-}
   case "$min_free_mb" in ''|*[!0-9]*) upgrade_fail "upgrade-check: MIN_FREE_MB must be a number" ;; esac
   [ -n "$new" ] && [ -x "$new/pg_upgrade" ] && [ -x "$new/initdb" ] ||
     upgrade_fail "the new version's binaries are not in ${new:-(no directory given)}: pg_upgrade and initdb are needed"
@@ -676,6 +678,15 @@ cmd_upgrade_check() {
   old=$(running_bin) || upgrade_fail "the running version's binaries are not on PATH"
   [ "$(sql "SELECT pg_is_in_recovery()")" = f ] || upgrade_fail "upgrade-check runs on the primary"
   base=$(upgrade_base)
+  # One check at a time: a manager killed mid-check runs the verb again
+  # while the first run (its exec session gone) may still initialise the
+  # same directory.
+  lock="$base/pgfleet.upgrade-check.pid"
+  if [ -s "$lock" ] && kill -0 "$(cat "$lock")" 2>/dev/null; then
+    upgrade_fail "upgrade-check: already running (pid $(cat "$lock")); try again when it has finished"
+  fi
+  echo $$ > "$lock"
+  trap 'rm -f "$lock"' EXIT
   # Extensions: each one installed in any database must exist in the new
   # installation (pg_upgrade would only find the missing library later).
   share=$("$new/pg_config" --sharedir 2>/dev/null) || share="$new/../share"
@@ -706,7 +717,13 @@ cmd_upgrade_check() {
     cat "$out" >&2; rm -rf "$work"
     upgrade_fail "pg_upgrade --check: ${why:-see the instance log}"
   fi
-  cat "$out" >&2; rm -rf "$work"
+  cat "$out" >&2
+  if [ "$keep" = keep ]; then
+    rm -f "$base/pgfleet.upgrade-prepared"; rm -rf "$base/pgdata.new"
+    mv "$work" "$base/pgdata.new" && major_of_bin "$new" > "$base/pgfleet.upgrade-prepared"
+  else
+    rm -rf "$work"
+  fi
   echo "{\"contract\":$CONTRACT,\"ok\":true,\"checksums\":$([ "${sums:-0}" = 0 ] && echo false || echo true),\"freeKb\":${free_kb:-0}}"
 }
 
@@ -748,9 +765,15 @@ cmd_upgrade() {
   if [ -e "$base/pgfleet.upgrade-linked" ] && [ -s "$newdata/PG_VERSION" ]; then
     swap_data "$newdata" "$olddata"; return
   fi
-  rm -rf "$newdata"
   [ ! -e "$PGDATA/global/pg_control.old" ] || mv "$PGDATA/global/pg_control.old" "$PGDATA/global/pg_control"
-  new_initdb "$new" "$newdata" "$base" >&2 || { rm -rf "$newdata"; upgrade_fail "initdb of the new version failed"; }
+  # The pre-flight's checked, empty new cluster (upgrade-check keep) is used
+  # once: the marker goes first, so a run that dies below initialises anew.
+  if [ "$(cat "$base/pgfleet.upgrade-prepared" 2>/dev/null)" = "$want" ] && [ -s "$newdata/PG_VERSION" ]; then
+    rm -f "$base/pgfleet.upgrade-prepared"
+  else
+    rm -f "$base/pgfleet.upgrade-prepared"; rm -rf "$newdata"
+    new_initdb "$new" "$newdata" "$base" >&2 || { rm -rf "$newdata"; upgrade_fail "initdb of the new version failed"; }
+  fi
   out="$base/pgfleet.upgrade.log"
   if ! (cd "$base" && "$new/pg_upgrade" --link -b "$old" -B "$new" -d "$PGDATA" -D "$newdata" -U postgres \
       -s "$SOCKDIR" -p 50432 -P 50433) >"$out" 2>&1; then
@@ -781,7 +804,7 @@ cmd_analyze() {
   if "$(bin vacuumdb)" --help 2>/dev/null | grep -q -- --missing-stats-only; then set -- "$@" --missing-stats-only; fi
   "$(bin vacuumdb)" -h "$SOCKDIR" -U postgres "$@" >&2 || upgrade_fail "vacuumdb --analyze-in-stages failed"
   base=$(upgrade_base)
-  rm -rf "$base/pgdata.old" "$base/pgfleet.upgrade-locale" "$base/pgfleet.upgrade-checksums" "$base/delete_old_cluster.sh"
+  rm -rf "$base/pgdata.old" "$base/pgfleet.upgrade-prepared" "$base/pgfleet.upgrade-locale" "$base/pgfleet.upgrade-checksums" "$base/delete_old_cluster.sh"
   echo "{\"contract\":$CONTRACT,\"ok\":true,\"analyzed\":true}"
 }
 

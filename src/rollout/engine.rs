@@ -69,6 +69,7 @@ pub fn spec_of(name: &str, r: &Rollout) -> RolloutSpec {
             _ => r.version().to_string(),
         },
         role_set: r.role_set.clone(),
+        method: r.major_method(),
         stages: r
             .stages
             .iter()
@@ -364,6 +365,7 @@ impl Engine {
             && d.fail.is_empty()
             && d.revert.is_empty()
             && d.start.is_empty()
+            && d.pre_flight.is_empty()
             && d.halt.is_none();
         let root = match idle {
             true => None,
@@ -443,12 +445,20 @@ impl Engine {
             .instrument(span)
             .await;
         }
+        for r in &d.pre_flight {
+            let span = self.trace.span("rollout.pre_flight", r, root);
+            let patched = self.patch(r, super::marks::pre_flight_patch(target));
+            if let Err(e) = patched.instrument(span).await {
+                tracing::warn!(rollout = %name, error = %e, "could not ask for a pre-flight");
+            }
+        }
         for r in &d.start {
             let Some(p) = find(r) else { continue };
             let span = self.trace.span("rollout.start", r, root);
+            let method = super::preflight::method_for(&self.spec, p);
             let patch = self
                 .target
-                .start_patch(name, &p.spec_version, target, self.now());
+                .start_patch(name, &p.spec_version, target, self.now(), method);
             if let Err(e) = self.patch(r, patch).instrument(span.clone()).await {
                 tracing::warn!(rollout = %name, error = %e, "could not start");
                 continue;

@@ -4,6 +4,8 @@
 //! record of what it was before.
 
 use super::plan::{Mark, Pgc};
+use super::preflight::PreFlight;
+use crate::config::choices::MajorMethod;
 use crate::crd::PostgresCluster;
 use kube::ResourceExt;
 use serde_json::{Value, json};
@@ -16,6 +18,8 @@ pub const STARTED: &str = "pgfleet.io/rollout-started";
 pub const FINISHED: &str = "pgfleet.io/rollout-finished";
 pub const FAILED: &str = "pgfleet.io/rollout-failed";
 pub const REVERTED: &str = "pgfleet.io/rollout-reverted";
+/// Asks for a pre-flight without upgrading (controller::major_upgrade::check).
+pub const PRE_FLIGHT: &str = crate::controller::major_upgrade::check::ANNOTATION;
 
 /// Failure reasons are kept short: they come from instance status lines.
 const MAX_REASON: usize = 512;
@@ -53,19 +57,60 @@ pub fn observe(member: &str, pg: &PostgresCluster, stage: Option<usize>) -> Pgc 
         spec_version: pg.spec.version.clone(),
         current_version: st.current_version.clone(),
         healthy: st.phase == Some(crate::crd::Phase::Healthy),
-        update_failure: st.rolling_update.and_then(|r| r.failure),
+        update_failure: st
+            .rolling_update
+            .and_then(|r| r.failure)
+            .or_else(|| major_upgrade_failure(&pg.spec.version, st.major_upgrade.as_ref())),
         mark: read(pg.annotations()),
         instances: pg.spec.cluster_size.max(1) as u32,
+        pre_flight_requested: pg.annotations().get(PRE_FLIGHT).cloned(),
+        pre_flight: st.pre_flight.map(|p| PreFlight {
+            version: p.version,
+            from_version: p.from_version,
+            failure: match p.ok {
+                true => None,
+                false => Some(p.reason.unwrap_or_else(|| "failed".into())),
+            },
+        }),
     }
 }
 
+/// A major upgrade to `spec.version` that stopped on the old version (its
+/// pre-flight or `pg_upgrade` failed): the rollout's failure for the PGC.
+fn major_upgrade_failure(
+    spec_version: &str,
+    record: Option<&crate::crd::major_upgrade::MajorUpgradeStatus>,
+) -> Option<String> {
+    use crate::controller::major_upgrade::decide::{FAILED, PRE_FLIGHT_FAILED};
+    let r = record.filter(|r| r.to_version == spec_version)?;
+    [PRE_FLIGHT_FAILED, FAILED]
+        .contains(&r.step.as_str())
+        .then(|| r.failure.clone().unwrap_or_else(|| r.step.clone()))
+}
+
+/// Asks the PGC's controller for a pre-flight against `version`.
+pub fn pre_flight_patch(version: &str) -> Value {
+    json!({"metadata": {"annotations": {PRE_FLIGHT: version}}})
+}
+
 /// Starting: the new version and the mark, in one merge patch.
-pub fn start_patch(rollout: &str, from: &str, to: &str, now: SystemTime) -> Value {
-    json!({
+/// Across a major, `spec.majorUpgrade.method` is set in the same patch.
+pub fn start_patch(
+    rollout: &str,
+    from: &str,
+    to: &str,
+    now: SystemTime,
+    method: Option<MajorMethod>,
+) -> Value {
+    let mut p = json!({
         "metadata": {"annotations": {ROLLOUT: rollout, PREVIOUS: from, STARTED: format_time(now),
             FINISHED: null, FAILED: null, REVERTED: null}},
         "spec": {"version": to},
-    })
+    });
+    if let Some(m) = method {
+        p["spec"]["majorUpgrade"] = json!({"method": m.as_str()});
+    }
+    p
 }
 
 pub fn finish_patch(at: SystemTime) -> Value {
@@ -92,7 +137,10 @@ mod tests {
     #[test]
     fn a_start_patch_reads_back_as_an_in_flight_mark() {
         let t = parse_time("2026-12-02T10:00:00.250Z").unwrap();
-        let p = start_patch("minor", "15.18", "15.20", t);
+        let p = start_patch("minor", "15.18", "15.20", t, None);
+        assert!(p["spec"].get("majorUpgrade").is_none());
+        let major = start_patch("major", "15", "18", t, Some(MajorMethod::InPlace));
+        assert_eq!(major["spec"]["majorUpgrade"]["method"], "inPlace");
         assert_eq!(p["spec"]["version"], "15.20");
         let ann: BTreeMap<String, String> = p["metadata"]["annotations"]
             .as_object()

@@ -8,6 +8,7 @@ use super::plan::{RolloutState, RolloutStatus};
 /// Every value of the `state` label of `pgfleet_rollout_state`.
 pub const STATES: &[&str] = &[
     "running",
+    "pre_flight",
     "waiting_approval",
     "soaking",
     "paused",
@@ -20,6 +21,7 @@ pub const STATES: &[&str] = &[
 pub fn state_name(s: &RolloutState) -> &'static str {
     match s {
         RolloutState::Running => "running",
+        RolloutState::PreFlight { .. } => "pre_flight",
         RolloutState::WaitingApproval { .. } => "waiting_approval",
         RolloutState::Soaking { .. } => "soaking",
         RolloutState::Paused { .. } => "paused",

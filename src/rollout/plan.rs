@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use crate::config::choices::MajorMethod;
 use crate::config::values::Concurrency;
 
 pub use super::status::{
@@ -37,11 +38,13 @@ pub struct StageSpec {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RolloutSpec {
     pub name: String,
-    /// `"MAJOR.MINOR"`, e.g. `"15.20"`; for a role set rotation the
-    /// password generation (rollout::target).
+    /// `"MAJOR.MINOR"` or `"MAJOR"`, e.g. `"15.20"`, `"18"`; for a role set
+    /// rotation the password generation (rollout::target).
     pub target_version: String,
     /// A rotation of this fleet role set instead of a version rollout.
     pub role_set: Option<String>,
+    /// How PGCs of another major are upgraded; `None`: they are ineligible.
+    pub method: Option<MajorMethod>,
     pub stages: Vec<StageSpec>,
     pub max_failures: u32,
     pub progress_deadline: Duration,
@@ -89,6 +92,10 @@ pub struct Pgc {
     pub mark: Option<Mark>,
     /// `spec.clusterSize`, for duration estimates only.
     pub instances: u32,
+    /// The version its pre-flight annotation asks a check for.
+    pub pre_flight_requested: Option<String>,
+    /// `status.preFlight` (rollouts across a major, `preflight`).
+    pub pre_flight: Option<super::preflight::PreFlight>,
 }
 
 /// The operator's standing command, stored durably by the engine.
@@ -176,6 +183,8 @@ pub struct Decision {
     pub fail: Vec<(PgcRef, String)>,
     /// Set `spec.version` back to the mark's previous version and set `reverted`.
     pub revert: Vec<PgcRef>,
+    /// Ask for a pre-flight against the target (rollouts across a major).
+    pub pre_flight: Vec<PgcRef>,
     pub halt: Option<Halt>,
     pub status: RolloutStatus,
     /// When to decide again at the latest: the earliest soak end or progress
@@ -213,9 +222,11 @@ pub fn pgc_state(spec: &RolloutSpec, pgc: &Pgc) -> PgcState {
         };
     }
     let (from, to) = (major(&pgc.spec_version), major(target));
-    if from != to && spec.role_set.is_none() {
+    if from != to && spec.role_set.is_none() && spec.method.is_none() {
         return PgcState::Ineligible {
-            reason: format!("major upgrade {from}→{to} needs pg_upgrade; not done by a rollout"),
+            reason: format!(
+                "major upgrade {from}→{to} needs pg_upgrade: set method = \"inPlace\" on the rollout"
+            ),
         };
     }
     match mark {
@@ -224,9 +235,7 @@ pub fn pgc_state(spec: &RolloutSpec, pgc: &Pgc) -> PgcState {
     }
 }
 
-fn major(version: &str) -> &str {
-    version.split('.').next().unwrap_or(version).trim()
-}
+use super::preflight::major;
 
 fn own_mark<'a>(spec: &RolloutSpec, pgc: &'a Pgc) -> Option<&'a Mark> {
     pgc.mark.as_ref().filter(|m| m.rollout == spec.name)
@@ -314,6 +323,10 @@ pub(super) enum Gate {
         until: SystemTime,
     },
     Approval,
+    /// The fleet-wide pre-flight waits for `waiting` results.
+    PreFlight {
+        waiting: usize,
+    },
 }
 
 /// Where the rollout stands among its stages.
@@ -378,6 +391,14 @@ pub fn decide(
             );
         }
     }
+    if active {
+        let due = |e: &Entry| e.reachable && position.startable(e.stage);
+        for e in all.iter_mut().filter(|e| due(e)) {
+            if let Some(why) = super::preflight::failure(spec, e) {
+                e.fail(why, &mut fail);
+            }
+        }
+    }
     fail.sort();
 
     let failed: Vec<&Entry> = all
@@ -417,6 +438,7 @@ pub fn decide(
         finish,
         fail,
         revert,
+        pre_flight: super::preflight::requests(spec, &all),
         halt,
         status,
         wake_after,
@@ -481,7 +503,9 @@ fn locate(spec: &RolloutSpec, all: &[Entry], control: &Control, now: SystemTime)
     let frontier = all.iter().filter(|e| e.marked).map(|e| e.stage).max();
     let complete = |i: usize| all.iter().filter(|e| e.stage == i).all(Entry::settled);
     let current = (0..spec.stages.len()).find(|&i| !complete(i) && frontier.is_none_or(|f| i >= f));
+    let waiting = super::preflight::waiting(spec, all);
     let gate = match current {
+        Some(_) if frontier.is_none() && waiting > 0 => Gate::PreFlight { waiting },
         Some(c) if frontier.is_none_or(|f| f < c) => entry_gate(spec, all, control, c, now),
         _ => Gate::Open,
     };
@@ -548,7 +572,7 @@ fn revert(
                     && e.state != PgcState::Reverted
                     && e.pgc.spec_version == spec.target_version
             }
-        };
+        } && !super::preflight::no_way_back(spec, e.pgc);
         if back {
             e.state = PgcState::Reverted;
             e.deferred = false;

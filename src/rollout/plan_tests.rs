@@ -28,6 +28,7 @@ pub(crate) fn spec(stages: Vec<StageSpec>) -> RolloutSpec {
         name: "minor-15-20".to_owned(),
         target_version: TARGET.to_owned(),
         role_set: None,
+        method: None,
         stages,
         max_failures: 0,
         progress_deadline: 30 * MIN,
@@ -57,6 +58,8 @@ pub(crate) fn pgc(member: &str, name: &str, stage: usize) -> Pgc {
         update_failure: None,
         instances: 2,
         mark: None,
+        pre_flight_requested: None,
+        pre_flight: None,
     }
 }
 
@@ -564,7 +567,8 @@ fn major_version_is_ineligible_and_does_not_block() {
         spec_version: "14.11".to_owned(),
         ..pgc("m1", "old", 0)
     };
-    let why = "major upgrade 14→15 needs pg_upgrade; not done by a rollout".to_owned();
+    let why =
+        "major upgrade 14→15 needs pg_upgrade: set method = \"inPlace\" on the rollout".to_owned();
     assert_eq!(pgc_state(&s, &old), PgcState::Ineligible { reason: why });
     let pgcs = [old, finished(pgc("m1", "c1", 0), t0()), pgc("m1", "w1", 1)];
     let d = run(&s, &pgcs, &active(), t0() + 10 * MIN);

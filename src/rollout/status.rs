@@ -11,11 +11,17 @@ use super::plan::{
     Control, ControlState, Entry, Gate, Halt, Member, OnFailure, Pgc, PgcRef, PgcState, Position,
     RolloutSpec, entries,
 };
+use super::preflight;
 
 /// The rollout as a whole.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RolloutState {
     Running,
+    /// Nothing started yet: the fleet-wide pre-flight of a rollout across a
+    /// major waits for `waiting` clusters' results (`preflight`).
+    PreFlight {
+        waiting: usize,
+    },
     /// The next stage needs an operator's approval.
     WaitingApproval {
         stage: String,
@@ -81,6 +87,8 @@ pub struct RolloutStatus {
 pub struct PlannedPgc {
     pub pgc: PgcRef,
     pub from_version: String,
+    /// Across a major: `passed`, `FAILED: why`, or `not reported yet`.
+    pub pre_flight: Option<String>,
 }
 
 /// One stage of the dry run.
@@ -108,6 +116,10 @@ pub struct PlannedStage {
 pub struct DryRun {
     pub rollout: String,
     pub target_version: String,
+    /// `inPlace` for a rollout across a major; `None` for a minor one.
+    pub method: Option<String>,
+    /// The downtime each updated PGC sees (`preflight::downtime_class`).
+    pub downtime: String,
     pub stages: Vec<PlannedStage>,
     /// PGCs no stage selects.
     pub unselected: usize,
@@ -160,7 +172,14 @@ pub fn plan(spec: &RolloutSpec, members: &[Member], pgcs: &[Pgc], estimate: &Est
                     PgcState::Pending | PgcState::InFlight { .. } => {
                         planned.pgcs.push(PlannedPgc {
                             pgc: e.r.clone(),
-                            from_version: e.pgc.spec_version.clone(),
+                            from_version: e
+                                .pgc
+                                .mark
+                                .as_ref()
+                                .filter(|_| e.marked)
+                                .map_or(&e.pgc.spec_version, |m| &m.previous_version)
+                                .clone(),
+                            pre_flight: pre_flight_note(spec, e.pgc),
                         })
                     }
                     PgcState::Failed { .. } | PgcState::Reverted => {}
@@ -186,15 +205,33 @@ pub fn plan(spec: &RolloutSpec, members: &[Member], pgcs: &[Pgc], estimate: &Est
             planned
         })
         .collect();
+    let crossing = pgcs.iter().find(|p| preflight::crosses_major(spec, p));
     DryRun {
         rollout: spec.name.clone(),
         target_version: spec.target_version.clone(),
+        method: spec.method.map(|m| m.as_str().to_owned()),
+        downtime: match (crossing, pgcs.first()) {
+            (Some(p), _) | (None, Some(p)) => preflight::downtime_class(spec, p).to_owned(),
+            (None, None) => String::new(),
+        },
         estimate: stages
             .iter()
             .fold(Duration::ZERO, |sum, s| sum.saturating_add(s.estimate)),
         stages,
         unselected: pgcs.len() - all.len(),
     }
+}
+
+/// What the plan shows of a PGC's pre-flight (only across a major).
+fn pre_flight_note(spec: &RolloutSpec, pgc: &Pgc) -> Option<String> {
+    if spec.method.is_none() || !preflight::crosses_major(spec, pgc) {
+        return None;
+    }
+    Some(match preflight::result(spec, pgc) {
+        Some(Ok(())) => "pre-flight passed".to_owned(),
+        Some(Err(why)) => format!("pre-flight FAILED: {why}"),
+        None => "pre-flight not reported yet".to_owned(),
+    })
 }
 
 /// Builds the status from the entries as the decision left them.
@@ -226,7 +263,7 @@ pub(super) fn summarize(
                 (false, Some(c)) if i == c => match gate {
                     Gate::Open => StageState::Running,
                     Gate::Approval => StageState::WaitingApproval,
-                    Gate::Soak { .. } => StageState::Pending,
+                    Gate::Soak { .. } | Gate::PreFlight { .. } => StageState::Pending,
                 },
                 // Passed, with PGCs started late after their member came back.
                 (false, Some(c)) if i < c => StageState::Running,
@@ -265,6 +302,7 @@ pub(super) fn summarize(
             (Gate::Approval, Some(c)) => RolloutState::WaitingApproval {
                 stage: spec.stages[c].name.clone(),
             },
+            (Gate::PreFlight { waiting }, _) => RolloutState::PreFlight { waiting },
             _ => RolloutState::Running,
         },
     };
@@ -325,6 +363,9 @@ impl fmt::Display for RolloutStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.state {
             RolloutState::Running => write!(f, "running")?,
+            RolloutState::PreFlight { waiting } => {
+                write!(f, "pre-flight: waiting for {waiting} cluster(s)")?
+            }
             RolloutState::WaitingApproval { stage } => {
                 write!(f, "waiting for approval of {stage}")?
             }
@@ -394,6 +435,9 @@ impl fmt::Display for DryRun {
             self.unselected,
             format_duration(self.estimate),
         )?;
+        if let Some(m) = &self.method {
+            writeln!(f, "method {m}; downtime per cluster: {}", self.downtime)?;
+        }
         let w = self
             .stages
             .iter()
@@ -423,11 +467,15 @@ impl fmt::Display for DryRun {
             writeln!(f)?;
             writeln!(f, "stage {} (members: {}):", s.name, s.members.join(", "))?;
             for p in &s.pgcs {
-                writeln!(
+                write!(
                     f,
                     "  {}  {} → {}",
                     p.pgc, p.from_version, self.target_version
                 )?;
+                match &p.pre_flight {
+                    Some(note) => writeln!(f, "  {note}")?,
+                    None => writeln!(f)?,
+                }
             }
             if s.already_at_target > 0 {
                 writeln!(

@@ -13,6 +13,7 @@
 
 use super::marks::{self, FAILED, FINISHED, PREVIOUS, REVERTED, ROLLOUT, STARTED};
 use super::plan::Pgc;
+use crate::config::choices::MajorMethod;
 use crate::crd::PostgresCluster;
 use crate::crd::access::role_set_annotation;
 use serde_json::{Value, json};
@@ -83,8 +84,15 @@ impl Target {
     }
 
     /// Starting: the new target and the mark, in one merge patch.
-    pub fn start_patch(&self, rollout: &str, from: &str, to: &str, now: SystemTime) -> Value {
-        let mut p = marks::start_patch(rollout, from, to, now);
+    pub fn start_patch(
+        &self,
+        rollout: &str,
+        from: &str,
+        to: &str,
+        now: SystemTime,
+        method: Option<MajorMethod>,
+    ) -> Value {
+        let mut p = marks::start_patch(rollout, from, to, now, method);
         if let Target::RoleSet(set) = self {
             p = json!({"metadata": {"annotations": self.rename(&p)}});
             p["metadata"]["annotations"][role_set_annotation(set)] = json!(to);
@@ -144,7 +152,7 @@ mod tests {
     fn a_rotation_pins_the_generation_and_marks_under_its_own_keys() {
         let t = Target::RoleSet("monitor".into());
         let now = marks::parse_time("2026-12-04T10:00:00Z").unwrap();
-        let p = t.start_patch("rot", "1", "2", now);
+        let p = t.start_patch("rot", "1", "2", now, None);
         assert!(p.get("spec").is_none(), "no version change: {p}");
         let ann = &p["metadata"]["annotations"];
         assert_eq!(ann["roles.pgfleet.io/monitor"], "2");

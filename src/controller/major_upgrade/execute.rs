@@ -10,7 +10,7 @@ use crate::controller::plan::Observed;
 use crate::controller::reconcile::{Error, event, kerr};
 use crate::controller::record::status_patch;
 use crate::crd::PostgresCluster;
-use crate::crd::major_upgrade::MajorUpgradeStatus;
+use crate::crd::major_upgrade::{MajorUpgradeStatus, PreFlightStatus};
 use crate::postgres::exec::run_verb;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::DeleteParams;
@@ -103,6 +103,18 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// A step done and the next one recorded: go on at once, not after a
+/// pause — from `Stopping` to the new primary's start every second is
+/// downtime (`pgfleet bench major-upgrade`).
+fn at_once(round: Round) -> Round {
+    soon_ms(round, 50)
+}
+
+fn soon_ms(mut round: Round, ms: u64) -> Round {
+    round.done = Some(Action::requeue(Duration::from_millis(ms)));
+    round
+}
+
 fn soon(mut round: Round, secs: u64) -> Round {
     round.done = Some(Action::requeue(Duration::from_secs(secs)));
     round
@@ -111,7 +123,7 @@ fn soon(mut round: Round, secs: u64) -> Round {
 impl Step<'_> {
     async fn carry_out(&self, next: Next, mut round: Round) -> Result<Round, Error> {
         match next {
-            Next::Idle => Ok(round),
+            Next::Idle => self.check_only(round).await,
             Next::Clear => {
                 status_patch(self.ctx, self.pg, json!({"majorUpgrade": null})).await?;
                 round.record = Some(None);
@@ -163,6 +175,51 @@ impl Step<'_> {
         run.and_then(|r| r.bin_dir).unwrap_or_default()
     }
 
+    /// A pre-flight asked for by the annotation (`check.rs`): recorded in
+    /// `status.preFlight`, nothing else changes. The round ends here so its
+    /// status write cannot put back the previous result.
+    async fn check_only(&self, round: Round) -> Result<Round, Error> {
+        use kube::ResourceExt;
+        let status = self.pg.status.clone().unwrap_or_default();
+        let requested = self.pg.annotations().get(super::check::ANNOTATION);
+        let running = status.current_version.as_deref();
+        let Some(to) = super::check::wanted(
+            requested.map(String::as_str),
+            running,
+            status.pre_flight.as_ref(),
+        ) else {
+            return Ok(round);
+        };
+        let ready = |p: &String| self.obs.pods.get(p).is_some_and(|i| i.ready && !i.deleting);
+        let Some(primary) = self.primary.clone().filter(ready) else {
+            return Ok(round);
+        };
+        let outcome = match self.ctx.images.resolve(&to) {
+            Err(e) => Err(format!("{to} is not in the image catalog: {e}")),
+            Ok(run) => {
+                let bin = run.bin_dir.unwrap_or_default();
+                let verb = ["upgrade-check", bin.as_str()];
+                let ran = run_verb(&self.ctx.client, self.ns, &primary, &verb, LONG_VERB).await;
+                ran.map(|_| ()).map_err(|e| reason(&e))
+            }
+        };
+        if outcome
+            .as_ref()
+            .is_err_and(|why| why.starts_with("upgrade-check: already running"))
+        {
+            return Ok(soon(round, 2));
+        }
+        let result = PreFlightStatus {
+            version: to,
+            from_version: running.unwrap_or_default().to_string(),
+            ok: outcome.is_ok(),
+            reason: outcome.err(),
+            checked_at: Some(now()),
+        };
+        status_patch(self.ctx, self.pg, json!({ "preFlight": result })).await?;
+        Ok(soon(round, 1))
+    }
+
     async fn pre_flight(&self, from: &str, to: &str, mut round: Round) -> Result<Round, Error> {
         let Some(primary) = self.primary.clone() else {
             return Ok(round);
@@ -188,7 +245,9 @@ impl Step<'_> {
             .await;
         }
         let new_bin = self.bin_dir(to);
-        let verb = ["upgrade-check", new_bin.as_str()];
+        // `keep`: the checked new cluster is the one `upgrade` links into,
+        // so its initdb happens now, not while the instances are down.
+        let verb = ["upgrade-check", new_bin.as_str(), "256", "keep"];
         match run_verb(&self.ctx.client, self.ns, &primary, &verb, LONG_VERB).await {
             Ok(_) => {
                 r.step = decide::STOPPING.into();
@@ -202,7 +261,11 @@ impl Step<'_> {
                     note,
                 )
                 .await;
-                Ok(soon(round, 1))
+                Ok(at_once(round))
+            }
+            // A run from before a restart is still checking: wait for it.
+            Err(e) if reason(&e).starts_with("upgrade-check: already running") => {
+                Ok(soon(round, 2))
             }
             Err(e) => {
                 let why = format!(
@@ -247,7 +310,7 @@ impl Step<'_> {
             ..r
         };
         self.record(&r).await?;
-        Ok(soon(round, 1))
+        Ok(at_once(round))
     }
 
     async fn upgrade(&self, round: Round) -> Result<Round, Error> {
@@ -272,6 +335,7 @@ impl Step<'_> {
                     note,
                 )
                 .await;
+                return Ok(at_once(round));
             }
             // A run of the verb from before a restart still works on the
             // volume: wait for it, never roll back under it.
@@ -329,7 +393,7 @@ impl Step<'_> {
                 name,
             )?;
         }
-        Ok(soon(round, 2))
+        Ok(soon_ms(round, 250))
     }
 
     async fn analyze(&self, mut round: Round) -> Result<Round, Error> {

@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
-use crate::kubectl::Kubectl;
+use crate::kubectl::KUBECTL;
 use common::process as env;
 
 use env::{Env, Writer, connect, rows};
@@ -128,17 +128,32 @@ async fn draining_the_primarys_node_switches_over_first_with_no_failed_transacti
     let dir = e.dir.clone();
     let node = drained.clone();
     let out = tokio::task::spawn_blocking(move || {
-        Kubectl::new(&kc, &dir).ok(&[
-            "drain",
-            &node,
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-            "--timeout=300s",
-        ])
+        std::process::Command::new(KUBECTL)
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .arg("--cache-dir")
+            .arg(dir.join("kubectl-cache"))
+            .args([
+                "drain",
+                &node,
+                "--ignore-daemonsets",
+                "--delete-emptydir-data",
+            ])
+            .arg("--timeout=300s")
+            .env_remove("KUBECONFIG")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
     })
     .await
     .unwrap();
-    eprintln!("kubectl drain: {out}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kubectl drain failed: {stderr}");
+    // The primary's budget refused its eviction until it was a replica.
+    assert!(
+        stderr.contains("Cannot evict pod as it would violate the pod's disruption budget"),
+        "the primary's eviction was never refused: {stderr}"
+    );
 
     let st = e.status("dr").await;
     let new = st.current_primary.clone().unwrap();

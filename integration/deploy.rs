@@ -147,7 +147,9 @@ async fn member_manifests_apply_and_the_manager_works_under_their_rbac() {
     std::fs::write(&sa_kubeconfig, made).unwrap();
     let as_manager = Kubectl::new(&sa_kubeconfig, &dir);
     as_manager.ok(&["get", "pods", "-A"]);
-    let (_, err) = as_manager.fails(&["get", "nodes"]);
+    // Nodes: list and watch only (which are cordoned), no GET, no write.
+    as_manager.ok(&["get", "nodes"]);
+    let (_, err) = as_manager.fails(&["get", "node", "sim-node"]);
     assert!(err.contains("forbidden") && err.contains(SA_USER), "{err}");
 
     // The manager, under that kubeconfig, while the audit log records.

@@ -311,20 +311,62 @@ fn ports(suffix: &str) -> Vec<ServicePort> {
     ports
 }
 
-/// At most one instance voluntarily disrupted at a time.
-pub fn pdb(o: &Owner) -> PodDisruptionBudget {
-    with_hash(PodDisruptionBudget {
-        metadata: o.meta(&o.name, &[], true),
-        spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(1)),
-            selector: Some(LabelSelector {
-                match_labels: Some(string_map(&[(LABEL_CLUSTER, &o.name)])),
-                ..LabelSelector::default()
+/// The name of the budget that guards the primary. A dot cannot occur in
+/// a PostgresCluster name (a DNS-1035 label), so no other cluster's budget
+/// can be called this.
+pub fn primary_pdb_name(cluster: &str) -> String {
+    format!("{cluster}.primary")
+}
+
+/// The two disruption budgets of a cluster, disjoint as the eviction API
+/// requires (a pod under two budgets cannot be evicted at all), the way
+/// CloudNativePG splits them:
+/// - `<name>`: the replicas, at most one voluntarily disrupted at a time;
+/// - `<name>.primary`: the primary, never evicted while it is healthy
+///   (`minAvailable: 1`). A `kubectl drain` of its node then retries,
+///   and the controller, seeing the node cordoned, switches over to a
+///   replica elsewhere (`controller::drain`); the old primary is then a
+///   replica the first budget lets go. With a single instance there is
+///   nothing to switch over to and the budget allows the eviction
+///   (`minAvailable: 0`), so a drain is never blocked forever.
+///
+/// Pooler pods are under neither: stateless, a drain may move them.
+pub fn pdbs(o: &Owner, instances: i32) -> Vec<PodDisruptionBudget> {
+    let budget = |name: String, role: &str, spec: PodDisruptionBudgetSpec| {
+        with_hash(PodDisruptionBudget {
+            metadata: o.meta(&name, &[], true),
+            spec: Some(PodDisruptionBudgetSpec {
+                selector: Some(LabelSelector {
+                    match_labels: Some(string_map(&[
+                        (LABEL_CLUSTER, &o.name),
+                        (LABEL_KIND, "instance"),
+                        (LABEL_ROLE, role),
+                    ])),
+                    ..LabelSelector::default()
+                }),
+                ..spec
             }),
-            ..PodDisruptionBudgetSpec::default()
-        }),
-        ..PodDisruptionBudget::default()
-    })
+            ..PodDisruptionBudget::default()
+        })
+    };
+    vec![
+        budget(
+            o.name.clone(),
+            Role::Replica.as_str(),
+            PodDisruptionBudgetSpec {
+                max_unavailable: Some(IntOrString::Int(1)),
+                ..PodDisruptionBudgetSpec::default()
+            },
+        ),
+        budget(
+            primary_pdb_name(&o.name),
+            Role::Primary.as_str(),
+            PodDisruptionBudgetSpec {
+                min_available: Some(IntOrString::Int(i32::from(instances > 1))),
+                ..PodDisruptionBudgetSpec::default()
+            },
+        ),
+    ]
 }
 
 #[cfg(test)]

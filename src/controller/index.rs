@@ -118,6 +118,7 @@ impl ChildIndex {
                             .map(|r| crate::crd::Role::from_label(r)),
                         ready: pod.as_ref().is_some_and(|p| p.ready),
                         ready_changed: pod.as_ref().and_then(|p| p.since.clone()),
+                        node: pod.as_ref().and_then(|p| p.node.clone()),
                         waiting: pod.and_then(|p| p.waiting),
                         deleting: meta.deletion_timestamp.is_some(),
                         hash: ann(ANN_HASH),
@@ -143,7 +144,9 @@ impl ChildIndex {
                 o.config_hash = ann(ANN_HASH);
                 o.config_params = ann(ANN_PARAMETERS).and_then(|p| serde_json::from_str(&p).ok());
             }
-            Kind::Pdb => o.pdb_hash = ann(ANN_HASH),
+            Kind::Pdb => {
+                o.pdbs.insert(name, ann(ANN_HASH).unwrap_or_default());
+            }
         });
         Some(key)
     }
@@ -170,9 +173,22 @@ impl ChildIndex {
                 o.config_hash = None;
                 o.config_params = None;
             }
-            Kind::Pdb => o.pdb_hash = None,
+            Kind::Pdb => {
+                o.pdbs.remove(&name);
+            }
         });
         Some(key)
+    }
+
+    /// The clusters with an instance on `node` (a cordon concerns them).
+    pub fn owners_on_node(&self, node: &str) -> Vec<(String, String)> {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, o)| o.pods.values().any(|p| p.node.as_deref() == Some(node)))
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// Drops an owner's entry (after its deletion).
@@ -205,6 +221,8 @@ pub(super) struct PodLive {
     since: Option<String>,
     /// Why a container waits instead of running (image pull, crash loop).
     waiting: Option<String>,
+    /// The node it was scheduled to.
+    node: Option<String>,
 }
 
 fn pod_ready(p: &Pod) -> PodLive {
@@ -235,6 +253,7 @@ fn pod_ready(p: &Pod) -> PodLive {
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0.to_string()),
         waiting,
+        node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod access;
 pub mod blocked;
 pub mod build;
 mod config;
+pub mod drain;
 pub mod error;
 pub mod expect;
 pub mod failover;
@@ -94,6 +95,8 @@ pub struct Ctx {
     pub streaming: streaming::Watch,
     /// Instance pods that cannot run the instance script (`blocked`).
     pub contract: instance::ContractFailures,
+    /// The member's cordoned Nodes (`drain`).
+    pub cordoned: Arc<drain::Cordoned>,
 }
 
 /// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
@@ -209,6 +212,7 @@ pub fn start(
         failures: retry::Failures::default(),
         streaming: streaming::Watch::default(),
         contract: instance::ContractFailures::default(),
+        cordoned: Arc::new(drain::Cordoned::default()),
     });
     let tasks = Arc::new(Tasks::default());
     let mut senders = vec![];
@@ -226,6 +230,12 @@ pub fn start(
             let _ = senders[s].unbounded_send(r);
         })
     };
+    tasks.spawn(drain::watch(
+        client.clone(),
+        ctx.cordoned.clone(),
+        idx.clone(),
+        trigger.clone(),
+    ));
     tasks.spawn(index::run(client.clone(), idx, trigger));
     tasks.spawn(label_shards(client, shards, member.name.clone()));
     Handle {

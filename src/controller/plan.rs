@@ -22,6 +22,8 @@ pub struct PodInfo {
     pub config: Option<String>,
     /// Why the container is not running ("ImagePullBackOff: …"), if it waits.
     pub waiting: Option<String>,
+    /// The node it is scheduled to (`spec.nodeName`).
+    pub node: Option<String>,
 }
 
 /// Children of one PostgresCluster, as observed (from the watch caches).
@@ -34,7 +36,8 @@ pub struct Observed {
     pub secrets: BTreeSet<String>,
     pub config_hash: Option<String>,
     pub config_params: Option<BTreeMap<String, String>>,
-    pub pdb_hash: Option<String>,
+    /// Disruption budgets: name → hash annotation.
+    pub pdbs: BTreeMap<String, String>,
     /// PgBouncer pods (`pgfleet.io/kind=pooler`).
     pub pooler_pods: BTreeMap<String, PodInfo>,
     pub pooler_config_hash: Option<String>,

@@ -209,6 +209,7 @@ impl Cluster {
                 }
                 let mut v = obj;
                 self.finish(rt, ns, &name, None, &mut v, Sub::Main, opts.strict)?;
+                super::storage::admit(view, rt, None, &mut v)?;
                 if let Some(q) = super::quota::Admission::prepare(view, rt, ns) {
                     q.admit(&name, &mut v)?;
                 }
@@ -281,6 +282,9 @@ impl Cluster {
                 .then(|| v.pointer("/metadata/managedFields").cloned())
                 .flatten();
             self.finish(rt, ns, name, old, &mut v, sub, opts.strict)?;
+            if sub == Sub::Main {
+                super::storage::admit(view, rt, old, &mut v)?;
+            }
             if old.is_none() {
                 if let Some(q) = super::quota::Admission::prepare(view, rt, ns) {
                     q.admit(name, &mut v)?;
@@ -468,7 +472,10 @@ impl Cluster {
                 reg.register_crd(&obj.value);
             }
         }
-        if kind == EventType::Deleted || obj.value.pointer("/metadata/deletionTimestamp").is_some()
+        // Claims too: the PV controller and the resizer run in gc's pass.
+        if kind == EventType::Deleted
+            || obj.value.pointer("/metadata/deletionTimestamp").is_some()
+            || (rt.group.is_empty() && rt.plural == "persistentvolumeclaims")
         {
             self.gc_wake.notify_one();
         }

@@ -115,6 +115,7 @@ pub fn sweep(c: &Arc<Cluster>) {
         }
     }
     super::pvc_protection::sweep(c, &all);
+    super::storage::sweep(c, &all);
     // Objects of a deleted CRD go with it.
     for k in c.store.kinds() {
         if c.type_of(&k).is_none() {

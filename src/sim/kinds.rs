@@ -41,6 +41,18 @@ pub fn on_write(
             *v = super::events::core_view(v);
             Ok(())
         }
+        // The API server's defaults for a class.
+        ("storage.k8s.io", "storageclasses") => {
+            for (k, d) in [
+                ("reclaimPolicy", "Delete"),
+                ("volumeBindingMode", "Immediate"),
+            ] {
+                if v.get(k).is_none_or(Value::is_null) {
+                    v[k] = json!(d);
+                }
+            }
+            Ok(())
+        }
         ("", "secrets") => {
             secret_string_data(v);
             secret_type_immutable(old, v)?;

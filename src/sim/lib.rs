@@ -38,6 +38,7 @@ pub mod scheduler;
 pub mod schema;
 pub mod selector;
 pub mod server;
+pub mod storage;
 pub mod store;
 pub mod table;
 pub mod tls;
@@ -276,7 +277,8 @@ fn runtime_for(opts: &SimOptions) -> Option<Arc<dyn runtime::Runtime>> {
     }
 }
 
-/// The objects a fresh cluster has: the standard namespaces and the nodes.
+/// The objects a fresh cluster has: the standard namespaces, the default
+/// StorageClass and the nodes.
 fn bootstrap(c: &Arc<Cluster>, layout: &nodes::NodeLayout) {
     let opts = WriteOpts {
         field_manager: "kube-apiserver".into(),
@@ -287,6 +289,9 @@ fn bootstrap(c: &Arc<Cluster>, layout: &nodes::NodeLayout) {
         for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let _ = c.create(ns, "", json!({"metadata": {"name": n}}), &opts);
         }
+    }
+    if let Some(sc) = reg.get("storage.k8s.io", "v1", "storageclasses") {
+        let _ = c.create(sc, "", storage::default_class(), &opts);
     }
     drop(reg);
     nodes::bootstrap(c, layout);

@@ -193,6 +193,15 @@ const BUILTINS: &[Builtin] = &[
         true,
     ),
     (
+        "storage.k8s.io",
+        "v1",
+        "storageclasses",
+        "StorageClass",
+        false,
+        &["sc"],
+        false,
+    ),
+    (
         "coordination.k8s.io",
         "v1",
         "leases",

@@ -109,6 +109,20 @@ pub fn columns_for_builtin(plural: &str) -> Vec<Column> {
             return vec![last, ty, reason, obj, msg, name_col(1)];
         }
         "leases" => vec![s("Holder", ".spec.holderIdentity"), age()],
+        "storageclasses" => {
+            let name = Column {
+                json_path: "#sc-name".into(),
+                ..name_col(0)
+            };
+            return vec![
+                name,
+                s("Provisioner", ".provisioner"),
+                s("ReclaimPolicy", ".reclaimPolicy"),
+                s("VolumeBindingMode", ".volumeBindingMode"),
+                s("AllowVolumeExpansion", "#sc-expansion"),
+                age(),
+            ];
+        }
         "nodes" => vec![
             s("Status", "#node-status"),
             s("Roles", "#node-roles"),
@@ -384,6 +398,23 @@ fn builtin_cell(marker: &str, o: &Value, now: DateTime<Utc>) -> Value {
             let pairs = sel.map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()));
             join_or(pairs.collect(), "<none>")
         }
+        // kube marks the default class after its name.
+        "sc-name" => match str_at(
+            o,
+            "/metadata/annotations/storageclass.kubernetes.io~1is-default-class",
+        ) {
+            Some("true") => format!(
+                "{} (default)",
+                str_at(o, "/metadata/name").unwrap_or_default()
+            ),
+            _ => str_at(o, "/metadata/name").unwrap_or_default().to_string(),
+        }
+        .into(),
+        "sc-expansion" => o["allowVolumeExpansion"]
+            .as_bool()
+            .unwrap_or(false)
+            .to_string()
+            .into(),
         "data-count" => (obj_len(o, "/data") + obj_len(o, "/binaryData")).into(),
         "pvc-status" => str_at(o, "/status/phase").unwrap_or("Pending").into(),
         // kube shows capacity and access modes only once the claim is bound to a volume.

@@ -44,8 +44,11 @@ pub async fn apply(
     let pending = config::apply(pg, ctx, obs, owner, &d.config).await?;
     services(pg, ctx, seen, &d.services).await?;
     pooler::apply::apply(pg, ctx, obs, owner, &d.pooler).await?;
-    if obs.pdb_hash.as_deref() != hash_annotation(&d.pdb) {
-        ssa::<PodDisruptionBudget>(ctx, &seen.ns, "PodDisruptionBudget", &d.pdb).await?;
+    for pdb in &d.pdbs {
+        let seen_hash = obs.pdbs.get(&child_name(pdb)?).map(String::as_str);
+        if seen_hash != hash_annotation(pdb) {
+            ssa::<PodDisruptionBudget>(ctx, &seen.ns, "PodDisruptionBudget", pdb).await?;
+        }
     }
     create_instances(pg, ctx, seen, &d.instances).await?;
     relabel(ctx, seen, &d.relabel).await?;

@@ -21,7 +21,8 @@ pub struct Desired {
     /// `-rw`, `-ro`, `-r`.
     pub services: Vec<Service>,
     pub pooler: pooler::Wanted,
-    pub pdb: PodDisruptionBudget,
+    /// The replicas' and the primary's disruption budgets.
+    pub pdbs: Vec<PodDisruptionBudget>,
     /// Instances to create (PVC and Pod) and Pods to recreate, in order.
     pub instances: Vec<NewInstance>,
     /// Pods whose role label is wrong: (pod, role). Exactly one pod carries
@@ -71,7 +72,7 @@ pub fn build(pg: &PostgresCluster, seen: &Seen, inputs: &Inputs) -> Result<Desir
         primary: plan.primary.map(|o| owner.instance_name(o)),
         services: build::services(owner),
         pooler: pooler::wanted(owner, pg),
-        pdb: build::pdb(owner),
+        pdbs: build::pdbs(owner, pg.spec.cluster_size),
         instances: instances(pg, seen, inputs, &plan, &config.hash)?,
         relabel: relabel(seen, &plan),
         rebuild: names(&plan.rebuild),

@@ -1,13 +1,13 @@
 //! Step 3, primary: a switchover recorded in the status is resumed, a
-//! requested one is started (or refused), and a lost primary is failed
-//! over. Each of them acts at once and ends the round; otherwise the round
+//! requested one is started (or refused), a primary on a cordoned node is
+//! moved by switchover (`drain`), and a lost primary is failed over. Each of them acts at once and ends the round; otherwise the round
 //! goes on, possibly asked to look again soon (a primary not lost yet).
 
 use super::observe::Seen;
 use super::validate::Spec;
 use crate::controller::Ctx;
 use crate::controller::reconcile::Error;
-use crate::controller::{failover, switchover};
+use crate::controller::{drain, failover, switchover};
 use crate::crd::PostgresCluster;
 use std::time::Duration;
 use tracing::Instrument;
@@ -41,11 +41,25 @@ pub async fn settle(
     if let Some(action) = switchover::take_request(pg, ctx, obs, owner).await? {
         return Ok(Flow::Done(action));
     }
+    let mut within = None;
+    if let Some(cur) = seen
+        .prev
+        .as_ref()
+        .and_then(|s| s.current_primary.as_deref())
+    {
+        match drain::check(pg, ctx, obs, owner, cur).await? {
+            drain::Step::Started(action) => return Ok(Flow::Done(action)),
+            drain::Step::LookAgain(d) => within = Some(d),
+            drain::Step::Nothing => {}
+        }
+    }
     let delay = spec.valid.failover_delay;
     Ok(
         match failover::execute::check_primary(pg, ctx, obs, owner, delay).await? {
-            failover::execute::Flow::Continue => Flow::Continue(None),
-            failover::execute::Flow::ContinueWithin(d) => Flow::Continue(Some(d)),
+            failover::execute::Flow::Continue => Flow::Continue(within),
+            failover::execute::Flow::ContinueWithin(d) => {
+                Flow::Continue(Some(within.map_or(d, |w| w.min(d))))
+            }
             failover::execute::Flow::Done(action) => Flow::Done(action),
         },
     )

@@ -204,11 +204,20 @@ where
         "{kind} {name} listed"
     );
 
-    let fresh = api.get(&name).await.unwrap();
-    let replaced = api
-        .replace(&name, &PostParams::default(), &with(&fresh, ptr, &new_val))
-        .await
-        .unwrap();
+    // A controller may write the object right after its creation (the PV
+    // controller binds a claim): on a conflict, read again and retry, as
+    // any client of a real API server does.
+    let mut tries = 0;
+    let (fresh, replaced) = loop {
+        let fresh = api.get(&name).await.unwrap();
+        match api
+            .replace(&name, &PostParams::default(), &with(&fresh, ptr, &new_val))
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code == 409 && tries < 10 => tries += 1,
+            other => break (fresh, other.unwrap()),
+        }
+    };
     assert_ne!(replaced.resource_version(), fresh.resource_version());
     let v = serde_json::to_value(api.get(&name).await.unwrap()).unwrap();
     assert_eq!(v.pointer(ptr), Some(&new_val), "{kind} {ptr} after replace");

@@ -30,6 +30,7 @@ pub mod rollouts;
 mod schema;
 pub mod selector;
 pub mod tenancy;
+pub mod tls;
 mod validate;
 mod validate_ops;
 pub mod values;
@@ -81,6 +82,8 @@ pub struct Settings {
     /// Rollouts by name (the `<name>` in `[rollouts.<name>]`).
     pub rollouts: BTreeMap<String, Rollout>,
     pub tenancy: Tenancy,
+    /// `[tls]`: server certificate validity and renewal (config::tls).
+    pub tls: tls::Tls,
 }
 
 impl Settings {

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource,
     EmptyDirVolumeSource, EnvVar, ExecAction, KeyToPath, ObjectFieldSelector,
     PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, Probe,
-    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretProjection, SecurityContext,
+    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretProjection, SecretVolumeSource, SecurityContext,
     Volume, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -120,6 +120,7 @@ fn instance_env(o: &Owner, init: &str) -> Vec<EnvVar> {
         env_value("PGFLEET_PODINFO", "/etc/pgfleet/podinfo"),
         env_value("PGFLEET_CONFIG", CONFIG_MOUNT),
         env_value("PGFLEET_SECRETS", "/etc/pgfleet/secrets"),
+        env_value("PGFLEET_SERVER_TLS", super::tls::MOUNT),
     ]
 }
 
@@ -145,6 +146,7 @@ fn container(pg: &PostgresCluster, env: Vec<EnvVar>) -> Container {
             mount("config", CONFIG_MOUNT, false),
             mount("podinfo", "/etc/pgfleet/podinfo", false),
             mount("secrets", "/etc/pgfleet/secrets", false),
+            mount("server-tls", super::tls::MOUNT, true),
             mount("tmp", "/tmp", false),
         ]),
         ..Container::default()
@@ -211,6 +213,16 @@ fn volumes(o: &Owner, name: &str) -> Vec<Volume> {
                 ..ProjectedVolumeSource::default()
             }),
             ..volume("secrets")
+        },
+        // Group-readable (fsGroup 999); the instance copies the key to a
+        // 0600 file of its own, as PostgreSQL wants.
+        Volume {
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(super::tls::server_secret(&o.name)),
+                default_mode: Some(0o440),
+                ..SecretVolumeSource::default()
+            }),
+            ..volume("server-tls")
         },
     ]
 }

@@ -38,6 +38,7 @@ pub mod rolling_update;
 mod secrets;
 mod streaming;
 pub mod switchover;
+pub mod tls;
 pub mod validate;
 
 use crate::crd::PostgresCluster;
@@ -84,6 +85,8 @@ pub struct Ctx {
     /// Whether a restore may cross namespaces without the source's consent
     /// (`[tenancy] restore_across_namespaces`).
     pub restore_policy: crate::config::CrossNamespaceRestore,
+    /// `[tls]`: server certificate validity and renewal.
+    pub tls: tls::Policy,
     /// `[images]`: what `spec.image` may name (image_policy).
     pub images: Arc<crate::config::images::Images>,
     /// Consecutive failures per PostgresCluster, for the retry policy.
@@ -153,6 +156,15 @@ impl Handle {
     }
 }
 
+/// Fleet-wide policies every reconcile of a member follows.
+#[derive(Clone, Copy, Debug)]
+pub struct Policies {
+    /// `[tenancy] restore_across_namespaces`.
+    pub restore: crate::config::CrossNamespaceRestore,
+    /// `[tls]`.
+    pub tls: tls::Policy,
+}
+
 /// Starts the shard controllers, the child watches and the shard labeller of
 /// one member cluster; they run (reconnecting with backoff) until dropped.
 pub fn start(
@@ -161,7 +173,7 @@ pub fn start(
     workers: u32,
     backup: Option<Arc<crate::pgbackrest::repo::BackupEnv>>,
     peers: Vec<Arc<Member>>,
-    restore_policy: crate::config::CrossNamespaceRestore,
+    policy: Policies,
     images: Arc<crate::config::images::Images>,
 ) -> Handle {
     let shards = shards.max(1);
@@ -186,7 +198,8 @@ pub fn start(
         stats: stats.clone(),
         backup,
         peers,
-        restore_policy,
+        restore_policy: policy.restore,
+        tls: policy.tls,
         images,
         failures: retry::Failures::default(),
         streaming: streaming::Watch::default(),

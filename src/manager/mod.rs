@@ -80,7 +80,10 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
     let embedded_names: std::collections::BTreeSet<String> = kubeconfigs.keys().cloned().collect();
     let env = backup_env.clone();
     let peers = fleet.members.clone();
-    let restore_policy = settings.tenancy.restore_policy();
+    let policy = controller::Policies {
+        restore: settings.tenancy.restore_policy(),
+        tls: settings.tls.policy(),
+    };
     let images = Arc::new(settings.images.clone());
     let starter: crate::ha::Starter = Arc::new(move |member: Arc<crate::fleet::Member>| {
         // The default repository is a directory on this machine: only
@@ -93,7 +96,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
             workers,
             backup,
             peers.clone(),
-            restore_policy,
+            policy,
             images.clone(),
         )
     });

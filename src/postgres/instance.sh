@@ -18,6 +18,8 @@
 #   PGFLEET_SECRETS        dir with superuser-password and replication-password
 #   PGFLEET_RESTORE_REPO_PATH, PGFLEET_RESTORE_SET, PGFLEET_RESTORE_TARGET_TIME
 #                          where `PGFLEET_INIT=restore` restores from
+#   PGFLEET_SERVER_TLS     dir with ca.crt, tls.crt, tls.key: PostgreSQL's own
+#                          TLS (ssl = on, replication with verify-full)
 #   PGFLEET_BACKUP_TLS     dir with ca.crt, tls.crt, tls.key: pgBackRest's TLS
 #                          server runs, and backups may come from a standby
 #   PGBACKREST_REPO1_S3_KEY, PGBACKREST_REPO1_S3_KEY_SECRET
@@ -115,6 +117,50 @@ serve_backrest() {
   done
 }
 
+# PostgreSQL's TLS (docs/security.md): the server certificate for the
+# cluster's Service names and the cluster CA. PostgreSQL wants its key
+# 0600 and owned by itself; the Secret's files are group-readable (and on
+# a real kubelet owned by root), so `configure` copies the pair, together,
+# into the Pod's /tmp. A Pod made before TLS has no certificate: it keeps
+# plain text (hostssl rules read as host) until it is replaced.
+SERVER_TLS=${PGFLEET_SERVER_TLS:-}
+server_tls_on() { [ -n "$SERVER_TLS" ] && [ -s "$SERVER_TLS/tls.crt" ] && [ -s "$SERVER_TLS/tls.key" ]; }
+# libpq options for connections to the primary: the -rw Service's name is
+# in the certificate, the CA is the cluster's.
+repl_ssl() {
+  if server_tls_on; then
+    echo "sslmode=verify-full sslrootcert=$(conninfo_q "$SERVER_TLS/ca.crt")"
+  else
+    echo "sslmode=prefer"
+  fi
+}
+# The fingerprint the manager names in `reload-tls`: SHA-256 of the mounted
+# tls.crt followed by tls.key.
+tls_fingerprint() { cat "$SERVER_TLS/tls.crt" "$SERVER_TLS/tls.key" 2>/dev/null | sha256sum | cut -d' ' -f1; }
+
+configure_tls() {
+  if server_tls_on; then
+    (umask 077
+     cat "$SERVER_TLS/tls.crt" > "$SOCKDIR/server-tls.crt.new"
+     cat "$SERVER_TLS/tls.key" > "$SOCKDIR/server-tls.key.new"
+     cat "$SERVER_TLS/ca.crt" > "$SOCKDIR/server-tls.ca.new"
+     mv "$SOCKDIR/server-tls.crt.new" "$SOCKDIR/server-tls.crt"
+     mv "$SOCKDIR/server-tls.key.new" "$SOCKDIR/server-tls.key"
+     mv "$SOCKDIR/server-tls.ca.new" "$SOCKDIR/server-tls.ca")
+    {
+      echo "ssl = on"
+      echo "ssl_cert_file = $(conf_q "$SOCKDIR/server-tls.crt")"
+      echo "ssl_key_file = $(conf_q "$SOCKDIR/server-tls.key")"
+      echo "ssl_ca_file = $(conf_q "$SOCKDIR/server-tls.ca")"
+      echo "ssl_min_protocol_version = 'TLSv1.2'"
+    } >> "$PGDATA/pgfleet.conf"
+    cp "$CONFIG/pg_hba.conf" "$PGDATA/pg_hba.conf"
+  else
+    log "no server certificate in ${SERVER_TLS:-(PGFLEET_SERVER_TLS unset)}: TLS stays off until this Pod is replaced"
+    sed -e 's/^hostssl /host /' -e '/^hostnossl all all all reject$/d' "$CONFIG/pg_hba.conf" > "$PGDATA/pg_hba.conf"
+  fi
+}
+
 # Set by `demote` until `promote`/`unfence`: the run loop must restart a
 # demoted primary as a standby even before its label changes.
 DEMOTED="${SOCKDIR}/pgfleet.demoted"
@@ -125,7 +171,7 @@ wanted_role() {
 }
 
 primary_conninfo() {
-  echo "host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator passfile=$(conninfo_q "$PGDATA/../pgpass") application_name=$(conninfo_q "$POD_NAME") sslmode=prefer"
+  echo "host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator passfile=$(conninfo_q "$PGDATA/../pgpass") application_name=$(conninfo_q "$POD_NAME") $(repl_ssl)"
 }
 
 # A password is one line (a trailing newline in the Secret is ignored);
@@ -150,7 +196,7 @@ SQL
 
 configure() {
   cp "$CONFIG/postgresql.conf" "$PGDATA/pgfleet.conf"
-  cp "$CONFIG/pg_hba.conf" "$PGDATA/pg_hba.conf"
+  configure_tls
   grep -q "include_if_exists = 'pgfleet.conf'" "$PGDATA/postgresql.conf" ||
     echo "include_if_exists = 'pgfleet.conf'" >> "$PGDATA/postgresql.conf"
   if [ "$(wanted_role)" = replica ]; then
@@ -181,6 +227,7 @@ do_clone() {
   until "$(bin pg_isready)" -h "$PGFLEET_PRIMARY_HOST" -p 5432 -q; do sleep 1; done
   rm -rf "${PGDATA:?}"/*
   slot=$(echo "$POD_NAME" | tr '-' '_')
+  if server_tls_on; then export PGSSLMODE=verify-full PGSSLROOTCERT="$SERVER_TLS/ca.crt"; fi
   # Create this replica's slot as part of the clone; it may exist already.
   PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_basebackup)" -h "$PGFLEET_PRIMARY_HOST" -U replicator \
     -D "$PGDATA" -X stream -c fast -C -S "$slot" >&2 ||
@@ -265,7 +312,7 @@ do_restore() {
 do_rewind() {
   log "rewinding to follow $PGFLEET_PRIMARY_HOST"
   if ! PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_rewind)" -D "$PGDATA" \
-      --source-server="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=postgres dbname=postgres" >&2; then
+      --source-server="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=postgres dbname=postgres $(repl_ssl)" >&2; then
     log "pg_rewind failed; re-cloning"
     do_clone
   fi
@@ -382,6 +429,25 @@ cmd_reload() {
   fi
   configure
   "$(bin pg_ctl)" -D "$PGDATA" reload >&2
+  echo "{\"contract\":$CONTRACT,\"reloaded\":true}"
+}
+
+# `reload-tls FINGERPRINT`: a renewed server certificate. Waits until the
+# mounted Secret holds it (the kubelet refreshes Secret volumes with a
+# delay), then copies it and reloads: sessions stay open. A server not
+# running picks it up when it starts.
+cmd_reload_tls() {
+  want=${2:-}
+  case "$want" in ''|*[!0-9a-f]*) log "usage: reload-tls SHA256"; exit 64 ;; esac
+  n=0
+  until [ "$(tls_fingerprint)" = "$want" ]; do
+    n=$((n + 1)); [ "$n" -le 110 ] || { log "certificate $want not mounted yet"; exit 75; }
+    sleep 1
+  done
+  if [ -s "$PGDATA/PG_VERSION" ] && "$(bin pg_ctl)" -D "$PGDATA" status >/dev/null 2>&1; then
+    configure
+    "$(bin pg_ctl)" -D "$PGDATA" reload >&2
+  fi
   echo "{\"contract\":$CONTRACT,\"reloaded\":true}"
 }
 
@@ -749,11 +815,12 @@ case "${1:-}" in
   fence) cmd_fence ;;
   unfence) cmd_unfence ;;
   reload) cmd_reload "$@" ;;
+  reload-tls) cmd_reload_tls "$@" ;;
   checkpoint) cmd_checkpoint ;;
   slots) cmd_slots "$@" ;;
   upgrade-check) cmd_upgrade_check "$@" ;;
   upgrade) cmd_upgrade "$@" ;;
   analyze) cmd_analyze ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|checkpoint|slots NAME...|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|reload-tls SHA256|checkpoint|slots NAME...|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze" >&2; exit 64 ;;
 esac

@@ -1,0 +1,311 @@
+//! TLS for PostgreSQL and PgBouncer, on by default (docs/security.md).
+//!
+//! Per PostgresCluster three Secrets the manager owns:
+//! - `<name>-ca-key` (`ca.key`, `ca.crt`): the cluster CA, made once. Only
+//!   the manager reads it, to sign renewals; no Pod mounts it.
+//! - `<name>-ca` (`ca.crt`): the CA certificate, published for
+//!   applications (`sslrootcert`, `sslmode=verify-full`).
+//! - `<name>-server-tls` (`tls.crt`, `tls.key`, `ca.crt`, type
+//!   `kubernetes.io/tls`): the server certificate for every Service name,
+//!   mounted into instances and poolers. Its annotations say when it ends
+//!   and which certificate the running servers have loaded.
+//!
+//! Renewal replaces the server Secret (server-side apply) `renew_before`
+//! its end; every instance then waits until the kubelet shows the new
+//! files, copies them and reloads PostgreSQL, and every pooler RELOADs:
+//! no restart, open sessions keep their TLS session. Until all have
+//! reloaded the Secret's `reloaded` mark differs from its fingerprint and
+//! each round tries again, so a manager restarted in between finishes it.
+
+pub mod issue;
+
+use super::Ctx;
+use super::build::Owner;
+use super::plan::Observed;
+use super::reconcile::{Error, FIELD_MANAGER, event, kerr};
+use crate::crd::PostgresCluster;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::events::EventType;
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+/// Where instances and poolers see `<name>-server-tls`.
+pub const MOUNT: &str = "/etc/pgfleet/server-tls";
+/// When the server certificate ends (seconds since the epoch).
+const ANN_NOT_AFTER: &str = "pgfleet.io/tls-not-after";
+/// [`issue::fingerprint`] of the certificate in the Secret.
+const ANN_FINGERPRINT: &str = "pgfleet.io/tls-fingerprint";
+/// The fingerprint every running server has loaded.
+const ANN_RELOADED: &str = "pgfleet.io/tls-reloaded";
+
+pub fn server_secret(cluster: &str) -> String {
+    format!("{cluster}-server-tls")
+}
+
+/// The Secret applications read `ca.crt` from.
+pub fn ca_secret(cluster: &str) -> String {
+    format!("{cluster}-ca")
+}
+
+fn ca_key_secret(cluster: &str) -> String {
+    format!("{cluster}-ca-key")
+}
+
+/// How long server certificates live and when they are renewed (`[tls]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub validity: Duration,
+    pub renew_before: Duration,
+}
+
+impl Default for Policy {
+    /// 90 days, renewed 30 days before the end (as cert-manager does).
+    fn default() -> Self {
+        Policy {
+            validity: Duration::from_secs(90 * 24 * 3600),
+            renew_before: Duration::from_secs(30 * 24 * 3600),
+        }
+    }
+}
+
+/// What a round learnt about the server certificate.
+#[derive(Debug, Default)]
+pub struct State {
+    /// When renewal becomes due.
+    pub within: Option<Duration>,
+    /// A certificate the running servers have not all loaded yet.
+    pub pending: Option<String>,
+}
+
+fn failed(what: &str) -> impl FnOnce(anyhow::Error) -> Error + '_ {
+    move |e| Error::Build {
+        what: what.into(),
+        message: e.to_string(),
+    }
+}
+
+fn text(s: &Secret, key: &str) -> Option<String> {
+    String::from_utf8(s.data.as_ref()?.get(key)?.0.clone()).ok()
+}
+
+fn ann<'a>(s: &'a Secret, key: &str) -> Option<&'a str> {
+    s.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Makes sure the CA and a current server certificate exist (before any
+/// Pod mounts them), renewing the certificate when it is due.
+pub async fn ensure(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+) -> Result<State, Error> {
+    let api = Api::<Secret>::namespaced(ctx.client.clone(), &owner.namespace);
+    let now = SystemTime::now();
+    let ca = ca(pg, ctx, &api, owner, now).await?;
+    if !obs.secrets.contains(&ca_secret(&owner.name)) {
+        let public = secret(owner, &ca_secret(&owner.name), "Opaque", &[("ca.crt", &ca.cert)]);
+        create(&api, public).await?;
+    }
+    let sname = server_secret(&owner.name);
+    let current = api.get_opt(&sname).await.map_err(kerr("get", "Secret", &sname))?;
+    let not_after = current
+        .as_ref()
+        .and_then(|s| ann(s, ANN_NOT_AFTER)?.parse::<u64>().ok())
+        .map(|t| SystemTime::UNIX_EPOCH + Duration::from_secs(t));
+    let policy = ctx.tls;
+    if let (Some(s), Some(end)) = (&current, not_after)
+        && !issue::renewal_due(Some(end), now, policy.renew_before)
+    {
+        let fp = ann(s, ANN_FINGERPRINT).unwrap_or_default();
+        return Ok(State {
+            within: Some(issue::next_check(end, now, policy.renew_before)),
+            pending: (ann(s, ANN_RELOADED) != Some(fp)).then(|| fp.to_string()),
+        });
+    }
+    let (pair, end) = issue::server(&owner.name, &owner.namespace, &ca.key, now, policy.validity)
+        .map_err(failed("the server certificate"))?;
+    let fp = issue::fingerprint(&pair);
+    apply_server(&api, owner, &pair, &ca.cert, end, None).await?;
+    let (reason, verb) = match current {
+        Some(_) => ("RenewedCertificate", "renewed"),
+        None => ("IssuedCertificate", "issued"),
+    };
+    let days = policy.validity.as_secs() as f64 / 86400.0;
+    event(
+        ctx,
+        pg,
+        EventType::Normal,
+        reason,
+        format!("{verb} the server certificate in Secret {sname} (valid {days:.2} days)"),
+    )
+    .await;
+    Ok(State {
+        within: Some(issue::next_check(end, now, policy.renew_before)),
+        pending: Some(fp),
+    })
+}
+
+/// The cluster CA: read from `<name>-ca-key`, or made and stored there.
+async fn ca(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    api: &Api<Secret>,
+    owner: &Owner,
+    now: SystemTime,
+) -> Result<issue::Pair, Error> {
+    let name = ca_key_secret(&owner.name);
+    for _ in 0..2 {
+        let got = api.get_opt(&name).await.map_err(kerr("get", "Secret", &name))?;
+        if let Some(s) = got {
+            return match (text(&s, "ca.crt"), text(&s, "ca.key")) {
+                (Some(cert), Some(key)) => Ok(issue::Pair { cert, key }),
+                _ => Err(Error::Build {
+                    what: format!("Secret {name}"),
+                    message: "has no ca.crt or ca.key; delete it to make a new CA (clients must then trust the new ca.crt)".into(),
+                }),
+            };
+        }
+        let pair = issue::ca(&owner.name, &owner.namespace, now).map_err(failed("the cluster CA"))?;
+        let s = secret(owner, &name, "Opaque", &[("ca.crt", &pair.cert), ("ca.key", &pair.key)]);
+        if create(api, s).await? {
+            event(ctx, pg, EventType::Normal, "CreatedSecret",
+                format!("made the cluster CA; applications trust ca.crt from Secret {}", ca_secret(&owner.name))).await;
+            return Ok(pair);
+        }
+    }
+    Err(Error::Build {
+        what: format!("Secret {name}"),
+        message: "was created and deleted concurrently; trying again".into(),
+    })
+}
+
+fn secret(owner: &Owner, name: &str, type_: &str, data: &[(&str, &str)]) -> Secret {
+    Secret {
+        metadata: owner.meta(name, &[], true),
+        type_: Some(type_.into()),
+        string_data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect(),
+        ),
+        ..Secret::default()
+    }
+}
+
+/// Creates a Secret; false when one of that name exists already.
+async fn create(api: &Api<Secret>, s: Secret) -> Result<bool, Error> {
+    let name = s.metadata.name.clone().unwrap_or_default();
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&pp, &s).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(kerr("create", "Secret", &name)(e)),
+    }
+}
+
+/// Server-side applies the server Secret: the pair, its end, its
+/// fingerprint and, once every server has loaded it, the `reloaded` mark.
+async fn apply_server(
+    api: &Api<Secret>,
+    owner: &Owner,
+    pair: &issue::Pair,
+    ca: &str,
+    end: SystemTime,
+    reloaded: Option<&str>,
+) -> Result<(), Error> {
+    let name = server_secret(&owner.name);
+    let mut s = secret(
+        owner,
+        &name,
+        "kubernetes.io/tls",
+        &[("tls.crt", &pair.cert), ("tls.key", &pair.key), ("ca.crt", ca)],
+    );
+    let end = end
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let fp = issue::fingerprint(pair);
+    let mut anns = BTreeMap::from([
+        (ANN_NOT_AFTER.to_string(), end.to_string()),
+        (ANN_FINGERPRINT.to_string(), fp),
+    ]);
+    if let Some(r) = reloaded {
+        anns.insert(ANN_RELOADED.to_string(), r.to_string());
+    }
+    s.metadata = ObjectMeta {
+        annotations: Some(anns),
+        ..s.metadata
+    };
+    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&s))
+        .await
+        .map_err(kerr("apply", "Secret", &name))?;
+    Ok(())
+}
+
+/// Has every live instance and pooler load the certificate `fp`; marks it
+/// loaded when all did. None when done, else when to try again.
+pub async fn reload(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+    fp: &str,
+) -> Option<Duration> {
+    let ns = &owner.namespace;
+    let mut failures = vec![];
+    for p in obs.pods.values().filter(|p| !p.deleting && p.waiting.is_none()) {
+        let r = crate::postgres::exec::run_verb(&ctx.client, ns, &p.name, &["reload-tls", fp], Duration::from_secs(150)).await;
+        if let Err(e) = r {
+            failures.push(format!("{}: {e}", p.name));
+        }
+    }
+    for p in obs.pooler_pods.values().filter(|p| !p.deleting && p.waiting.is_none()) {
+        let argv = super::pooler::reload_tls_command(fp);
+        let r = crate::postgres::exec::run_command(&ctx.client, ns, &p.name, "pgbouncer", argv, "pgbouncer RELOAD", Duration::from_secs(150)).await;
+        if let Err(e) = r {
+            failures.push(format!("{}: {e}", p.name));
+        }
+    }
+    if failures.is_empty() {
+        match mark_reloaded(ctx, owner, fp).await {
+            Ok(()) => return None,
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    event(
+        ctx,
+        pg,
+        EventType::Warning,
+        "CertificateReloadFailed",
+        format!("the renewed server certificate is not loaded everywhere yet: {}", failures.join("; ")),
+    )
+    .await;
+    Some(Duration::from_secs(5))
+}
+
+/// Records that the running servers have loaded `fp` (when the Secret
+/// still holds it).
+async fn mark_reloaded(ctx: &Ctx, owner: &Owner, fp: &str) -> Result<(), Error> {
+    let api = Api::<Secret>::namespaced(ctx.client.clone(), &owner.namespace);
+    let name = server_secret(&owner.name);
+    let Some(s) = api.get_opt(&name).await.map_err(kerr("get", "Secret", &name))? else {
+        return Ok(());
+    };
+    let (Some(cert), Some(key), Some(ca)) = (text(&s, "tls.crt"), text(&s, "tls.key"), text(&s, "ca.crt")) else {
+        return Ok(());
+    };
+    let pair = issue::Pair { cert, key };
+    let end = ann(&s, ANN_NOT_AFTER).and_then(|t| t.parse::<u64>().ok()).unwrap_or_default();
+    if issue::fingerprint(&pair) != fp {
+        return Ok(());
+    }
+    let end = SystemTime::UNIX_EPOCH + Duration::from_secs(end);
+    apply_server(&api, owner, &pair, &ca, end, Some(fp)).await
+}

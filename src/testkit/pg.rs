@@ -1,5 +1,6 @@
 //! PostgreSQL sessions the way an application opens them: superuser over
-//! TCP to an address (usually a Service's ClusterIP), no TLS.
+//! TCP to an address (usually a Service's ClusterIP), over TLS (instances
+//! refuse plain text; the certificate is not checked here, see testkit::tls).
 
 use super::{Error, Result};
 use std::time::Duration;
@@ -18,9 +19,11 @@ pub async fn connect(
         .user("postgres")
         .password(password)
         .dbname("postgres")
+        .ssl_mode(tokio_postgres::config::SslMode::Require)
         .connect_timeout(timeout);
+    let tls = super::tls::encrypted().map_err(|e| Error::Config(format!("TLS client: {e}")))?;
     let (client, conn) =
-        cfg.connect(tokio_postgres::NoTls)
+        cfg.connect(tls)
             .await
             .map_err(|source| Error::Postgres {
                 what: format!("connecting to {host}:{port}"),

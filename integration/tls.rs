@@ -35,7 +35,10 @@ async fn plain_text(ip: &str, port: u16, user: &str, pw: &str) -> Result<(), Str
     cfg.connect(tokio_postgres::NoTls)
         .await
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(|e| match e.as_db_error() {
+            Some(d) => d.message().to_string(),
+            None => e.to_string(),
+        })
 }
 
 async fn server_secret(e: &Env) -> (String, String, Option<String>) {

@@ -73,7 +73,7 @@ async fn login(
 ) -> Result<tokio_postgres::Client, String> {
     connect_uri(
         e,
-        &format!("postgresql://{user}:{password}@acc-rw.{NS}.svc:5432/{db}"),
+        &format!("postgresql://{user}:{password}@acc-rw.{NS}.svc:5432/{db}?sslmode=verify-full"),
     )
     .await
 }

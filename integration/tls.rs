@@ -57,7 +57,9 @@ async fn server_secret(e: &Env) -> (String, String, Option<String>) {
 
 fn der(pem: &str) -> Vec<u8> {
     use rustls::pki_types::{CertificateDer, pem::PemObject};
-    CertificateDer::from_pem_slice(pem.as_bytes()).unwrap().to_vec()
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .to_vec()
 }
 
 /// Rows a writer had acknowledged, and its failed transactions.
@@ -143,7 +145,10 @@ async fn applications_connect_with_verify_full_and_renewal_fails_no_transaction(
         .await
         .unwrap();
     let ssl: bool = app
-        .query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[])
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -163,19 +168,27 @@ async fn applications_connect_with_verify_full_and_renewal_fails_no_transaction(
 
     // The pooler: TLS to the client (verify-full on -pooler) and to the server.
     let su = e.password("sec").await;
-    let pooler_uri = format!("postgresql://postgres:{su}@sec-pooler.{NS}.svc:6432/postgres?sslmode=verify-full");
-    e.wait("a verify-full session through the pooler, TLS to the server too", LONG, || async {
-        match connect_uri(&e, &pooler_uri).await {
-            Ok(c) => c
-                .query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[])
-                .await
-                .is_ok_and(|r| r.get::<_, bool>(0)),
-            Err(err) => {
-                eprintln!("pooler: {err}");
-                false
+    let pooler_uri =
+        format!("postgresql://postgres:{su}@sec-pooler.{NS}.svc:6432/postgres?sslmode=verify-full");
+    e.wait(
+        "a verify-full session through the pooler, TLS to the server too",
+        LONG,
+        || async {
+            match connect_uri(&e, &pooler_uri).await {
+                Ok(c) => c
+                    .query_one(
+                        "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                        &[],
+                    )
+                    .await
+                    .is_ok_and(|r| r.get::<_, bool>(0)),
+                Err(err) => {
+                    eprintln!("pooler: {err}");
+                    false
+                }
             }
-        }
-    })
+        },
+    )
     .await;
 
     // Plain text is refused by PostgreSQL and by PgBouncer.
@@ -194,7 +207,8 @@ async fn applications_connect_with_verify_full_and_renewal_fails_no_transaction(
     // verify-full means the name: another cluster's name does not verify.
     let ca = secret_key(&e, "sec-ca", "ca.crt").await.unwrap();
     let wrong = pgfleet::testkit::tls::verify_full(&ca, &format!("other-rw.{NS}.svc")).unwrap();
-    let mut cfg: tokio_postgres::Config = format!("postgresql://app:x@{rw}:5432/app").parse().unwrap();
+    let mut cfg: tokio_postgres::Config =
+        format!("postgresql://app:x@{rw}:5432/app").parse().unwrap();
     cfg.ssl_mode(tokio_postgres::config::SslMode::Require);
     assert!(cfg.connect(wrong).await.is_err());
 
@@ -209,14 +223,18 @@ async fn applications_connect_with_verify_full_and_renewal_fails_no_transaction(
     let (hold, reconnect) = (Tally::default(), Tally::default());
     let watch = async {
         let seen = Mutex::new(vec![first.clone()]);
-        e.wait("two renewals, each loaded by every server", Duration::from_secs(420), || async {
-            let (_, fp, reloaded) = server_secret(&e).await;
-            let mut seen = seen.lock().unwrap();
-            if !seen.contains(&fp) {
-                seen.push(fp.clone());
-            }
-            seen.len() >= 3 && reloaded.as_deref() == Some(fp.as_str())
-        })
+        e.wait(
+            "two renewals, each loaded by every server",
+            Duration::from_secs(420),
+            || async {
+                let (_, fp, reloaded) = server_secret(&e).await;
+                let mut seen = seen.lock().unwrap();
+                if !seen.contains(&fp) {
+                    seen.push(fp.clone());
+                }
+                seen.len() >= 3 && reloaded.as_deref() == Some(fp.as_str())
+            },
+        )
         .await;
         stop.store(true, Ordering::Relaxed);
     };
@@ -228,10 +246,15 @@ async fn applications_connect_with_verify_full_and_renewal_fails_no_transaction(
     let (crt, _, _) = server_secret(&e).await;
     // Every server serves the certificate now in the Secret.
     for (ip, port) in [(&rw, 5432), (&ro, 5432), (&pooler, 6432)] {
-        let served = pgfleet::testkit::tls::served_certificate(ip, port).await.unwrap();
+        let served = pgfleet::testkit::tls::served_certificate(ip, port)
+            .await
+            .unwrap();
         assert!(served == der(&crt), "{ip}:{port} serves an old certificate");
     }
-    let (h_acked, r_acked) = (hold.acked.lock().unwrap().clone(), reconnect.acked.lock().unwrap().clone());
+    let (h_acked, r_acked) = (
+        hold.acked.lock().unwrap().clone(),
+        reconnect.acked.lock().unwrap().clone(),
+    );
     eprintln!(
         "renewal under load: holding writer {} rows, {} failed; reconnecting writer {} rows, {} failed",
         h_acked.len(),
@@ -248,7 +271,11 @@ async fn applications_connect_with_verify_full_and_renewal_fails_no_transaction(
             .await
             .unwrap()
             .get(0);
-        assert_eq!(n as usize, acked.len(), "{writer}: every acknowledged row is there");
+        assert_eq!(
+            n as usize,
+            acked.len(),
+            "{writer}: every acknowledged row is there"
+        );
     }
     // A reload, not a restart.
     let now: std::time::SystemTime = app

@@ -50,8 +50,7 @@ async fn try_write(host: &str, port: u16, pw: &str) -> bool {
     let Ok(tls) = crate::testkit::tls::encrypted() else {
         return false;
     };
-    let Ok(Ok((c, conn))) =
-        tokio::time::timeout(Duration::from_secs(1), cfg.connect(tls)).await
+    let Ok(Ok((c, conn))) = tokio::time::timeout(Duration::from_secs(1), cfg.connect(tls)).await
     else {
         return false;
     };

@@ -62,21 +62,30 @@ mod tests {
     fn defaults_and_overrides() {
         let s = load_str(MEMBER, "t").unwrap();
         assert_eq!(s.tls.policy(), crate::controller::tls::Policy::default());
-        let s = load_str(&format!(
-            "{MEMBER}[tls]\nserver_cert_validity = \"2m\"\nserver_cert_renew_before = \"90s\"\n"
-        ), "t")
+        let s = load_str(
+            &format!(
+                "{MEMBER}[tls]\nserver_cert_validity = \"2m\"\nserver_cert_renew_before = \"90s\"\n"
+            ),
+            "t",
+        )
         .unwrap();
         assert_eq!(s.tls.policy().validity, Duration::from_secs(120));
         assert_eq!(s.tls.policy().renew_before, Duration::from_secs(90));
-        let e = load_str(&format!(
-            "{MEMBER}[tls]\nserver_cert_validity = \"2m\"\nserver_cert_renew_before = \"5m\"\n"
-        ), "t")
+        let e = load_str(
+            &format!(
+                "{MEMBER}[tls]\nserver_cert_validity = \"2m\"\nserver_cert_renew_before = \"5m\"\n"
+            ),
+            "t",
+        )
         .unwrap_err()
         .to_string();
         assert!(e.contains("tls.server_cert_renew_before"), "{e}");
-        let e = load_str(&format!("{MEMBER}[tls]\nserver_cert_validity = \"soon\"\n"), "t")
-            .unwrap_err()
-            .to_string();
+        let e = load_str(
+            &format!("{MEMBER}[tls]\nserver_cert_validity = \"soon\"\n"),
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("tls.server_cert_validity"), "{e}");
     }
 }

@@ -59,8 +59,14 @@ pub(crate) fn validate(settings: &Settings) -> Vec<Problem> {
         &settings.tenancy.restore_across_namespaces,
     );
     let tls = [Seg::key("tls")];
-    v.checked(at(&tls, "server_cert_validity"), &settings.tls.server_cert_validity);
-    v.checked(at(&tls, "server_cert_renew_before"), &settings.tls.server_cert_renew_before);
+    v.checked(
+        at(&tls, "server_cert_validity"),
+        &settings.tls.server_cert_validity,
+    );
+    v.checked(
+        at(&tls, "server_cert_renew_before"),
+        &settings.tls.server_cert_renew_before,
+    );
     if let Some(p) = settings.tls.problem() {
         v.err(at(&tls, "server_cert_renew_before"), p);
     }

@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource,
     EmptyDirVolumeSource, EnvVar, ExecAction, KeyToPath, ObjectFieldSelector,
     PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, Probe,
-    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretProjection, SecretVolumeSource, SecurityContext,
-    Volume, VolumeProjection,
+    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretProjection,
+    SecretVolumeSource, SecurityContext, Volume, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;

@@ -303,6 +303,9 @@ mod tests {
         // Plain text is refused before any spec line; pgfleet's rules are TLS only.
         let first = hba.lines().find(|l| !l.starts_with('#')).unwrap();
         assert_eq!(first, "hostnossl all all all reject");
-        assert!(!hba.lines().any(|l| l.starts_with("host ") && !l.contains("md5")));
+        assert!(
+            !hba.lines()
+                .any(|l| l.starts_with("host ") && !l.contains("md5"))
+        );
     }
 }

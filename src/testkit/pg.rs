@@ -22,13 +22,10 @@ pub async fn connect(
         .ssl_mode(tokio_postgres::config::SslMode::Require)
         .connect_timeout(timeout);
     let tls = super::tls::encrypted().map_err(|e| Error::Config(format!("TLS client: {e}")))?;
-    let (client, conn) =
-        cfg.connect(tls)
-            .await
-            .map_err(|source| Error::Postgres {
-                what: format!("connecting to {host}:{port}"),
-                source,
-            })?;
+    let (client, conn) = cfg.connect(tls).await.map_err(|source| Error::Postgres {
+        what: format!("connecting to {host}:{port}"),
+        source,
+    })?;
     tokio::spawn(async move {
         let _ = conn.await;
     });

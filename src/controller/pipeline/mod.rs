@@ -56,6 +56,14 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     let inputs = inputs::prepare(&pg, &ctx, &seen, &spec).await?;
     let mut desired = desired::build(&pg, &seen, &inputs)?;
     desired.notices.extend(upgrade.notice);
+    if let Some(why) = &inputs.tls.problem {
+        let n = (
+            "TLSCertificateInvalid",
+            "ProvidedCertificateRejected",
+            why.clone(),
+        );
+        desired.notices.push(n);
+    }
     desired.major_upgrade = upgrade.record;
     let applied = apply::apply(&pg, &ctx, &seen, &desired).await?;
     // Roles, databases, the app Secret on the primary (never fails the round).

@@ -57,7 +57,9 @@ pub fn names(cluster: &str, ns: &str) -> Vec<String> {
 /// rcgen's time type from a system time (whole seconds).
 fn stamp(t: SystemTime) -> anyhow::Result<time::OffsetDateTime> {
     let secs = t.duration_since(UNIX_EPOCH)?.as_secs();
-    Ok(time::OffsetDateTime::from_unix_timestamp(i64::try_from(secs)?)?)
+    Ok(time::OffsetDateTime::from_unix_timestamp(i64::try_from(
+        secs,
+    )?)?)
 }
 
 fn ca_params(cluster: &str, ns: &str, now: SystemTime) -> anyhow::Result<CertificateParams> {
@@ -201,7 +203,15 @@ mod tests {
         }
         assert!(verify(&ca.cert, &first.cert, "other-rw.shop.svc", t0).is_err());
         // Expired after its validity.
-        assert!(verify(&ca.cert, &first.cert, "orders-rw", t0 + Duration::from_secs(700)).is_err());
+        assert!(
+            verify(
+                &ca.cert,
+                &first.cert,
+                "orders-rw",
+                t0 + Duration::from_secs(700)
+            )
+            .is_err()
+        );
         // Another cluster's CA does not vouch for it.
         let other = super::ca("orders", "shop", t0).unwrap();
         assert!(verify(&other.cert, &first.cert, "orders-rw", t0).is_err());
@@ -214,7 +224,11 @@ mod tests {
         let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let end = t + Duration::from_secs(100);
         assert!(!renewal_due(Some(end), t, Duration::from_secs(50)));
-        assert!(renewal_due(Some(end), t + Duration::from_secs(50), Duration::from_secs(50)));
+        assert!(renewal_due(
+            Some(end),
+            t + Duration::from_secs(50),
+            Duration::from_secs(50)
+        ));
         assert!(renewal_due(None, t, Duration::from_secs(50)));
         assert_eq!(
             next_check(end, t, Duration::from_secs(50)),

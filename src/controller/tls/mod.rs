@@ -18,6 +18,7 @@
 //! each round tries again, so a manager restarted in between finishes it.
 
 pub mod issue;
+pub mod provided;
 
 use super::Ctx;
 use super::build::Owner;
@@ -78,7 +79,14 @@ pub struct State {
     pub within: Option<Duration>,
     /// A certificate the running servers have not all loaded yet.
     pub pending: Option<String>,
+    /// Why the certificate of `spec.tls` is not used (condition
+    /// `TLSCertificateInvalid`).
+    pub problem: Option<String>,
 }
+
+/// How often a provided certificate is read again (cert-manager renews it
+/// in place; pgfleet does not watch the tenant's Secrets).
+const PROVIDED_RECHECK: Duration = Duration::from_secs(60);
 
 fn failed(what: &str) -> impl FnOnce(anyhow::Error) -> Error + '_ {
     move |e| Error::Build {
@@ -92,11 +100,16 @@ fn text(s: &Secret, key: &str) -> Option<String> {
 }
 
 fn ann<'a>(s: &'a Secret, key: &str) -> Option<&'a str> {
-    s.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+    s.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 /// Makes sure the CA and a current server certificate exist (before any
-/// Pod mounts them), renewing the certificate when it is due.
+/// Pod mounts them): the tenant's own when `spec.tls` names a valid one,
+/// else pgfleet's, renewed when it is due.
 pub async fn ensure(
     pg: &PostgresCluster,
     ctx: &Ctx,
@@ -105,48 +118,138 @@ pub async fn ensure(
 ) -> Result<State, Error> {
     let api = Api::<Secret>::namespaced(ctx.client.clone(), &owner.namespace);
     let now = SystemTime::now();
+    let sname = server_secret(&owner.name);
+    let current = api
+        .get_opt(&sname)
+        .await
+        .map_err(kerr("get", "Secret", &sname))?;
+    let mut problem = None;
+    if let Some(spec) = &pg.spec.tls {
+        let pooler = pg.spec.pooler.as_ref().is_some_and(|p| p.enabled);
+        let names = provided::required_names(&owner.name, &owner.namespace, pooler);
+        let got = provided::read(&api, spec, &names, now).await.map_err(kerr(
+            "get",
+            "Secret",
+            &spec.server_secret,
+        ))?;
+        match got {
+            Ok(p) => return use_provided(pg, ctx, &api, owner, current.as_ref(), p).await,
+            // Keep a provided certificate the servers have; pgfleet's own
+            // goes on being renewed (and is issued so a new cluster starts).
+            Err(why)
+                if current
+                    .as_ref()
+                    .is_some_and(|s| ann(s, ANN_NOT_AFTER).is_none()) =>
+            {
+                return Ok(State {
+                    within: Some(PROVIDED_RECHECK),
+                    pending: unloaded(current.as_ref()),
+                    problem: Some(why),
+                });
+            }
+            Err(why) => problem = Some(why),
+        }
+    }
     let ca = ca(pg, ctx, &api, owner, now).await?;
     if !obs.secrets.contains(&ca_secret(&owner.name)) {
-        let public = secret(owner, &ca_secret(&owner.name), "Opaque", &[("ca.crt", &ca.cert)]);
-        create(&api, public).await?;
+        publish_ca(&api, owner, &ca.cert).await?;
     }
-    let sname = server_secret(&owner.name);
-    let current = api.get_opt(&sname).await.map_err(kerr("get", "Secret", &sname))?;
     let not_after = current
         .as_ref()
         .and_then(|s| ann(s, ANN_NOT_AFTER)?.parse::<u64>().ok())
         .map(|t| SystemTime::UNIX_EPOCH + Duration::from_secs(t));
     let policy = ctx.tls;
-    if let (Some(s), Some(end)) = (&current, not_after)
+    if let Some(end) = not_after
         && !issue::renewal_due(Some(end), now, policy.renew_before)
     {
-        let fp = ann(s, ANN_FINGERPRINT).unwrap_or_default();
         return Ok(State {
             within: Some(issue::next_check(end, now, policy.renew_before)),
-            pending: (ann(s, ANN_RELOADED) != Some(fp)).then(|| fp.to_string()),
+            pending: unloaded(current.as_ref()),
+            problem,
         });
     }
     let (pair, end) = issue::server(&owner.name, &owner.namespace, &ca.key, now, policy.validity)
         .map_err(failed("the server certificate"))?;
-    let fp = issue::fingerprint(&pair);
-    apply_server(&api, owner, &pair, &ca.cert, end, None).await?;
-    let (reason, verb) = match current {
-        Some(_) => ("RenewedCertificate", "renewed"),
-        None => ("IssuedCertificate", "issued"),
+    apply_server(&api, owner, &pair, &ca.cert, Some(end), None).await?;
+    // The CA clients trust is pgfleet's again (after a provided one).
+    publish_ca(&api, owner, &ca.cert).await?;
+    let verb = if current.is_some() {
+        "renewed"
+    } else {
+        "issued"
     };
     let days = policy.validity.as_secs() as f64 / 86400.0;
-    event(
-        ctx,
-        pg,
-        EventType::Normal,
-        reason,
-        format!("{verb} the server certificate in Secret {sname} (valid {days:.2} days)"),
-    )
-    .await;
+    let note = format!("{verb} the server certificate in Secret {sname} (valid {days:.2} days)");
+    let reason = if current.is_some() {
+        "RenewedCertificate"
+    } else {
+        "IssuedCertificate"
+    };
+    event(ctx, pg, EventType::Normal, reason, note).await;
     Ok(State {
         within: Some(issue::next_check(end, now, policy.renew_before)),
-        pending: Some(fp),
+        pending: Some(issue::fingerprint(&pair)),
+        problem,
     })
+}
+
+/// The fingerprint in the server Secret when not every server loaded it.
+fn unloaded(current: Option<&Secret>) -> Option<String> {
+    let s = current?;
+    let fp = ann(s, ANN_FINGERPRINT)?;
+    (ann(s, ANN_RELOADED) != Some(fp)).then(|| fp.to_string())
+}
+
+/// Copies a checked certificate of the tenant's into the mounted Secret
+/// (when it changed) and publishes its CA.
+async fn use_provided(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    api: &Api<Secret>,
+    owner: &Owner,
+    current: Option<&Secret>,
+    p: provided::Provided,
+) -> Result<State, Error> {
+    let fp = issue::fingerprint(&p.pair);
+    let same = current.and_then(|s| ann(s, ANN_FINGERPRINT)) == Some(fp.as_str());
+    if same {
+        return Ok(State {
+            within: Some(PROVIDED_RECHECK),
+            pending: unloaded(current),
+            problem: None,
+        });
+    }
+    apply_server(api, owner, &p.pair, &p.ca, None, None).await?;
+    publish_ca(api, owner, &p.ca).await?;
+    let note = format!(
+        "the servers use the certificate of Secret {} (spec.tls); applications trust ca.crt of {}",
+        pg.spec
+            .tls
+            .as_ref()
+            .map(|t| t.server_secret.as_str())
+            .unwrap_or_default(),
+        ca_secret(&owner.name)
+    );
+    event(ctx, pg, EventType::Normal, "UsingProvidedCertificate", note).await;
+    Ok(State {
+        within: Some(PROVIDED_RECHECK),
+        pending: Some(fp),
+        problem: None,
+    })
+}
+
+/// Server-side applies `<name>-ca` (the CA certificate applications trust).
+async fn publish_ca(api: &Api<Secret>, owner: &Owner, ca: &str) -> Result<(), Error> {
+    let name = ca_secret(&owner.name);
+    let s = secret(owner, &name, "Opaque", &[("ca.crt", ca)]);
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&s),
+    )
+    .await
+    .map_err(kerr("apply", "Secret", &name))?;
+    Ok(())
 }
 
 /// The cluster CA: read from `<name>-ca-key`, or made and stored there.
@@ -159,7 +262,10 @@ async fn ca(
 ) -> Result<issue::Pair, Error> {
     let name = ca_key_secret(&owner.name);
     for _ in 0..2 {
-        let got = api.get_opt(&name).await.map_err(kerr("get", "Secret", &name))?;
+        let got = api
+            .get_opt(&name)
+            .await
+            .map_err(kerr("get", "Secret", &name))?;
         if let Some(s) = got {
             return match (text(&s, "ca.crt"), text(&s, "ca.key")) {
                 (Some(cert), Some(key)) => Ok(issue::Pair { cert, key }),
@@ -169,11 +275,26 @@ async fn ca(
                 }),
             };
         }
-        let pair = issue::ca(&owner.name, &owner.namespace, now).map_err(failed("the cluster CA"))?;
-        let s = secret(owner, &name, "Opaque", &[("ca.crt", &pair.cert), ("ca.key", &pair.key)]);
+        let pair =
+            issue::ca(&owner.name, &owner.namespace, now).map_err(failed("the cluster CA"))?;
+        let s = secret(
+            owner,
+            &name,
+            "Opaque",
+            &[("ca.crt", &pair.cert), ("ca.key", &pair.key)],
+        );
         if create(api, s).await? {
-            event(ctx, pg, EventType::Normal, "CreatedSecret",
-                format!("made the cluster CA; applications trust ca.crt from Secret {}", ca_secret(&owner.name))).await;
+            event(
+                ctx,
+                pg,
+                EventType::Normal,
+                "CreatedSecret",
+                format!(
+                    "made the cluster CA; applications trust ca.crt from Secret {}",
+                    ca_secret(&owner.name)
+                ),
+            )
+            .await;
             return Ok(pair);
         }
     }
@@ -217,7 +338,7 @@ async fn apply_server(
     owner: &Owner,
     pair: &issue::Pair,
     ca: &str,
-    end: SystemTime,
+    end: Option<SystemTime>,
     reloaded: Option<&str>,
 ) -> Result<(), Error> {
     let name = server_secret(&owner.name);
@@ -225,17 +346,21 @@ async fn apply_server(
         owner,
         &name,
         "kubernetes.io/tls",
-        &[("tls.crt", &pair.cert), ("tls.key", &pair.key), ("ca.crt", ca)],
+        &[
+            ("tls.crt", &pair.cert),
+            ("tls.key", &pair.key),
+            ("ca.crt", ca),
+        ],
     );
-    let end = end
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
     let fp = issue::fingerprint(pair);
-    let mut anns = BTreeMap::from([
-        (ANN_NOT_AFTER.to_string(), end.to_string()),
-        (ANN_FINGERPRINT.to_string(), fp),
-    ]);
+    // No end for a provided certificate: its owner renews it.
+    let mut anns = BTreeMap::from([(ANN_FINGERPRINT.to_string(), fp)]);
+    if let Some(end) = end {
+        let secs = end
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        anns.insert(ANN_NOT_AFTER.to_string(), secs.as_secs().to_string());
+    }
     if let Some(r) = reloaded {
         anns.insert(ANN_RELOADED.to_string(), r.to_string());
     }
@@ -243,9 +368,13 @@ async fn apply_server(
         annotations: Some(anns),
         ..s.metadata
     };
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&s))
-        .await
-        .map_err(kerr("apply", "Secret", &name))?;
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&s),
+    )
+    .await
+    .map_err(kerr("apply", "Secret", &name))?;
     Ok(())
 }
 
@@ -260,15 +389,39 @@ pub async fn reload(
 ) -> Option<Duration> {
     let ns = &owner.namespace;
     let mut failures = vec![];
-    for p in obs.pods.values().filter(|p| !p.deleting && p.waiting.is_none()) {
-        let r = crate::postgres::exec::run_verb(&ctx.client, ns, &p.name, &["reload-tls", fp], Duration::from_secs(150)).await;
+    for p in obs
+        .pods
+        .values()
+        .filter(|p| !p.deleting && p.waiting.is_none())
+    {
+        let r = crate::postgres::exec::run_verb(
+            &ctx.client,
+            ns,
+            &p.name,
+            &["reload-tls", fp],
+            Duration::from_secs(150),
+        )
+        .await;
         if let Err(e) = r {
             failures.push(format!("{}: {e}", p.name));
         }
     }
-    for p in obs.pooler_pods.values().filter(|p| !p.deleting && p.waiting.is_none()) {
+    for p in obs
+        .pooler_pods
+        .values()
+        .filter(|p| !p.deleting && p.waiting.is_none())
+    {
         let argv = super::pooler::reload_tls_command(fp);
-        let r = crate::postgres::exec::run_command(&ctx.client, ns, &p.name, "pgbouncer", argv, "pgbouncer RELOAD", Duration::from_secs(150)).await;
+        let r = crate::postgres::exec::run_command(
+            &ctx.client,
+            ns,
+            &p.name,
+            "pgbouncer",
+            argv,
+            "pgbouncer RELOAD",
+            Duration::from_secs(150),
+        )
+        .await;
         if let Err(e) = r {
             failures.push(format!("{}: {e}", p.name));
         }
@@ -284,7 +437,10 @@ pub async fn reload(
         pg,
         EventType::Warning,
         "CertificateReloadFailed",
-        format!("the renewed server certificate is not loaded everywhere yet: {}", failures.join("; ")),
+        format!(
+            "the renewed server certificate is not loaded everywhere yet: {}",
+            failures.join("; ")
+        ),
     )
     .await;
     Some(Duration::from_secs(5))
@@ -295,17 +451,24 @@ pub async fn reload(
 async fn mark_reloaded(ctx: &Ctx, owner: &Owner, fp: &str) -> Result<(), Error> {
     let api = Api::<Secret>::namespaced(ctx.client.clone(), &owner.namespace);
     let name = server_secret(&owner.name);
-    let Some(s) = api.get_opt(&name).await.map_err(kerr("get", "Secret", &name))? else {
+    let Some(s) = api
+        .get_opt(&name)
+        .await
+        .map_err(kerr("get", "Secret", &name))?
+    else {
         return Ok(());
     };
-    let (Some(cert), Some(key), Some(ca)) = (text(&s, "tls.crt"), text(&s, "tls.key"), text(&s, "ca.crt")) else {
+    let (Some(cert), Some(key), Some(ca)) =
+        (text(&s, "tls.crt"), text(&s, "tls.key"), text(&s, "ca.crt"))
+    else {
         return Ok(());
     };
     let pair = issue::Pair { cert, key };
-    let end = ann(&s, ANN_NOT_AFTER).and_then(|t| t.parse::<u64>().ok()).unwrap_or_default();
+    let end = ann(&s, ANN_NOT_AFTER)
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(|t| SystemTime::UNIX_EPOCH + Duration::from_secs(t));
     if issue::fingerprint(&pair) != fp {
         return Ok(());
     }
-    let end = SystemTime::UNIX_EPOCH + Duration::from_secs(end);
     apply_server(&api, owner, &pair, &ca, end, Some(fp)).await
 }

@@ -285,3 +285,132 @@ async fn applications_connect_with_verify_full_and_renewal_fails_no_transaction(
         .get(0);
     assert_eq!(started, now, "the primary restarted");
 }
+
+fn tenant_ca_params() -> rcgen::CertificateParams {
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name
+        .push(rcgen::DnType::CommonName, "tenant CA");
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    p.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    p
+}
+
+/// A CA of the tenant's own (as cert-manager's issuer would hold):
+/// (certificate PEM, key PEM).
+fn tenant_ca() -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = tenant_ca_params().self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// Puts a certificate for `names_of`'s Service names, signed by the
+/// tenant CA, into Secret `own-cert` (cert-manager's layout); returns it.
+async fn put_certificate(e: &Env, names_of: &str, ca: &(String, String)) -> String {
+    let issuer = rcgen::Issuer::new(tenant_ca_params(), rcgen::KeyPair::from_pem(&ca.1).unwrap());
+    let names = pgfleet::controller::tls::issue::names(names_of, NS);
+    let leaf = rcgen::CertificateParams::new(names).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = leaf.signed_by(&key, &issuer).unwrap().pem();
+    let s: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "own-cert"}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": cert, "tls.key": key.serialize_pem(), "ca.crt": ca.0}}))
+    .unwrap();
+    Api::<Secret>::namespaced(e.client.clone(), NS)
+        .patch(
+            "own-cert",
+            &kube::api::PatchParams::apply("test").force(),
+            &kube::api::Patch::Apply(&s),
+        )
+        .await
+        .unwrap();
+    cert
+}
+
+fn has_condition(st: &pgfleet::crd::PostgresClusterStatus, t: &str) -> bool {
+    st.conditions
+        .iter()
+        .any(|c| c.type_ == t && c.status == "True")
+}
+
+/// `spec.tls`: the tenant's certificate is used and published; a wrong one
+/// (another cluster's names) is refused with a condition while the servers
+/// keep theirs; a renewed one (as cert-manager renews) is loaded without a
+/// restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn provided_certificates_are_checked_then_used() {
+    let e = Env::start("tls-own").await;
+    let ca = tenant_ca();
+    let first = put_certificate(&e, "own", &ca).await;
+    e.create(
+        "own",
+        serde_json::json!({"clusterSize": 1, "version": "15",
+            "tls": {"serverSecret": "own-cert"}}),
+    )
+    .await;
+    e.wait_healthy("own", 1).await;
+    e.wait("own-ca publishes the tenant's CA", LONG, || async {
+        secret_key(&e, "own-ca", "ca.crt").await.as_deref() == Some(ca.0.as_str())
+    })
+    .await;
+    e.wait("the own-app Secret", LONG, || async {
+        secret_key(&e, "own-app", "uri").await.is_some()
+    })
+    .await;
+    let uri = secret_key(&e, "own-app", "uri").await.unwrap();
+    e.wait("verify-full against the tenant's CA", LONG, || async {
+        connect_uri(&e, &uri).await.is_ok()
+    })
+    .await;
+    let app = connect_uri(&e, &uri).await.unwrap();
+    let started: std::time::SystemTime = app
+        .query_one("SELECT pg_postmaster_start_time()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let rw = e.service_ip("own-rw").await;
+    let served = pgfleet::testkit::tls::served_certificate(&rw, 5432)
+        .await
+        .unwrap();
+    assert!(served == der(&first));
+
+    // Another cluster's certificate: refused, the server keeps its own.
+    put_certificate(&e, "other", &ca).await;
+    e.wait("condition TLSCertificateInvalid", LONG, || async {
+        has_condition(&e.status("own").await, "TLSCertificateInvalid")
+    })
+    .await;
+    let st = e.status("own").await;
+    let c = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "TLSCertificateInvalid")
+        .unwrap();
+    assert!(c.message.contains("own-rw"), "{}", c.message);
+    let served = pgfleet::testkit::tls::served_certificate(&rw, 5432)
+        .await
+        .unwrap();
+    assert!(served == der(&first), "a refused certificate was loaded");
+    assert!(connect_uri(&e, &uri).await.is_ok());
+
+    // Renewed (valid again): loaded by a reload, the condition cleared.
+    let renewed = put_certificate(&e, "own", &ca).await;
+    e.wait("the renewed certificate served", LONG, || async {
+        pgfleet::testkit::tls::served_certificate(&rw, 5432)
+            .await
+            .is_ok_and(|s| s == der(&renewed))
+    })
+    .await;
+    e.wait("the condition cleared", LONG, || async {
+        !has_condition(&e.status("own").await, "TLSCertificateInvalid")
+    })
+    .await;
+    let now: std::time::SystemTime = app
+        .query_one("SELECT pg_postmaster_start_time()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(started, now, "the server restarted");
+}

@@ -27,12 +27,15 @@ impl Default for Tls {
 }
 
 impl Tls {
-    /// The renewal policy (validated: an invalid config refuses to start).
-    pub fn policy(&self) -> crate::controller::tls::Policy {
-        crate::controller::tls::Policy {
-            validity: self.server_cert_validity.get(),
-            renew_before: self.server_cert_renew_before.get(),
-        }
+    /// How long a server certificate lives (validated: an invalid config
+    /// refuses to start).
+    pub fn validity(&self) -> std::time::Duration {
+        self.server_cert_validity.get()
+    }
+
+    /// How long before its end a server certificate is renewed.
+    pub fn renew_before(&self) -> std::time::Duration {
+        self.server_cert_renew_before.get()
     }
 
     /// Why the two durations do not fit together, if they do not.
@@ -61,7 +64,8 @@ mod tests {
     #[test]
     fn defaults_and_overrides() {
         let s = load_str(MEMBER, "t").unwrap();
-        assert_eq!(s.tls.policy(), crate::controller::tls::Policy::default());
+        assert_eq!(s.tls.validity(), Duration::from_secs(90 * 86400));
+        assert_eq!(s.tls.renew_before(), Duration::from_secs(30 * 86400));
         let s = load_str(
             &format!(
                 "{MEMBER}[tls]\nserver_cert_validity = \"2m\"\nserver_cert_renew_before = \"90s\"\n"
@@ -69,8 +73,8 @@ mod tests {
             "t",
         )
         .unwrap();
-        assert_eq!(s.tls.policy().validity, Duration::from_secs(120));
-        assert_eq!(s.tls.policy().renew_before, Duration::from_secs(90));
+        assert_eq!(s.tls.validity(), Duration::from_secs(120));
+        assert_eq!(s.tls.renew_before(), Duration::from_secs(90));
         let e = load_str(
             &format!(
                 "{MEMBER}[tls]\nserver_cert_validity = \"2m\"\nserver_cert_renew_before = \"5m\"\n"

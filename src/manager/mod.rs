@@ -82,7 +82,10 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
     let peers = fleet.members.clone();
     let policy = controller::Policies {
         restore: settings.tenancy.restore_policy(),
-        tls: settings.tls.policy(),
+        tls: controller::tls::Policy {
+            validity: settings.tls.validity(),
+            renew_before: settings.tls.renew_before(),
+        },
     };
     let images = Arc::new(settings.images.clone());
     let starter: crate::ha::Starter = Arc::new(move |member: Arc<crate::fleet::Member>| {

@@ -123,33 +123,10 @@ pub async fn ensure(
         .get_opt(&sname)
         .await
         .map_err(kerr("get", "Secret", &sname))?;
-    let mut problem = None;
-    if let Some(spec) = &pg.spec.tls {
-        let pooler = pg.spec.pooler.as_ref().is_some_and(|p| p.enabled);
-        let names = provided::required_names(&owner.name, &owner.namespace, pooler);
-        let got = provided::read(&api, spec, &names, now).await.map_err(kerr(
-            "get",
-            "Secret",
-            &spec.server_secret,
-        ))?;
-        match got {
-            Ok(p) => return use_provided(pg, ctx, &api, owner, current.as_ref(), p).await,
-            // Keep a provided certificate the servers have; pgfleet's own
-            // goes on being renewed (and is issued so a new cluster starts).
-            Err(why)
-                if current
-                    .as_ref()
-                    .is_some_and(|s| ann(s, ANN_NOT_AFTER).is_none()) =>
-            {
-                return Ok(State {
-                    within: Some(PROVIDED_RECHECK),
-                    pending: unloaded(current.as_ref()),
-                    problem: Some(why),
-                });
-            }
-            Err(why) => problem = Some(why),
-        }
-    }
+    let problem = match provided_state(pg, ctx, &api, owner, current.as_ref(), now).await? {
+        Ok(state) => return Ok(state),
+        Err(problem) => problem,
+    };
     let ca = ca(pg, ctx, &api, owner, now).await?;
     if !obs.secrets.contains(&ca_secret(&owner.name)) {
         publish_ca(&api, owner, &ca.cert).await?;
@@ -173,24 +150,53 @@ pub async fn ensure(
     apply_server(&api, owner, &pair, &ca.cert, Some(end), None).await?;
     // The CA clients trust is pgfleet's again (after a provided one).
     publish_ca(&api, owner, &ca.cert).await?;
-    let verb = if current.is_some() {
-        "renewed"
-    } else {
-        "issued"
+    let (verb, reason) = match current {
+        Some(_) => ("renewed", "RenewedCertificate"),
+        None => ("issued", "IssuedCertificate"),
     };
-    let days = policy.validity.as_secs() as f64 / 86400.0;
-    let note = format!("{verb} the server certificate in Secret {sname} (valid {days:.2} days)");
-    let reason = if current.is_some() {
-        "RenewedCertificate"
-    } else {
-        "IssuedCertificate"
-    };
+    let valid = humantime::format_duration(policy.validity);
+    let note = format!("{verb} the server certificate in Secret {sname} (valid {valid})");
     event(ctx, pg, EventType::Normal, reason, note).await;
     Ok(State {
         within: Some(issue::next_check(end, now, policy.renew_before)),
         pending: Some(issue::fingerprint(&pair)),
         problem,
     })
+}
+
+/// With `spec.tls`: `Ok` with the round's state when the tenant's
+/// certificate is used (or kept while a new one is refused); otherwise
+/// `Err` with why it is not (None without `spec.tls`), and pgfleet's own
+/// certificate goes on.
+async fn provided_state(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    api: &Api<Secret>,
+    owner: &Owner,
+    current: Option<&Secret>,
+    now: SystemTime,
+) -> Result<Result<State, Option<String>>, Error> {
+    let Some(spec) = &pg.spec.tls else {
+        return Ok(Err(None));
+    };
+    let pooler = pg.spec.pooler.as_ref().is_some_and(|p| p.enabled);
+    let names = provided::required_names(&owner.name, &owner.namespace, pooler);
+    let got = provided::read(api, spec, &names, now).await.map_err(kerr(
+        "get",
+        "Secret",
+        &spec.server_secret,
+    ))?;
+    match got {
+        Ok(p) => use_provided(pg, ctx, api, owner, current, p).await.map(Ok),
+        // Keep a provided certificate the servers have; pgfleet's own goes
+        // on being renewed (and is issued so a new cluster starts).
+        Err(why) if current.is_some_and(|s| ann(s, ANN_NOT_AFTER).is_none()) => Ok(Ok(State {
+            within: Some(PROVIDED_RECHECK),
+            pending: unloaded(current),
+            problem: Some(why),
+        })),
+        Err(why) => Ok(Err(Some(why))),
+    }
 }
 
 /// The fingerprint in the server Secret when not every server loaded it.

@@ -81,9 +81,19 @@ fn config_name(o: &Owner) -> String {
 /// poolers share a port on one machine in the embedded runtime), and its
 /// userlist is written from the superuser Secret at start, never stored
 /// (a `"` in the password doubled, as PgBouncer's userlist quotes it).
+/// A pooler Pod made before TLS has no certificate mounted: it starts
+/// without the client-side TLS settings and with `server_tls_sslmode =
+/// prefer` (TLS to instances that have it, which refuse anything else)
+/// instead of failing on the missing files.
 const START: &str = r#"set -eu
 mkdir -p /tmp/pgbouncer
-sed "s/@POD_IP@/${POD_IP:-0.0.0.0}/" /etc/pgbouncer/pgbouncer.ini > /tmp/pgbouncer/pgbouncer.ini
+if [ -s /etc/pgbouncer/tls/tls.crt ]; then
+  sed "s/@POD_IP@/${POD_IP:-0.0.0.0}/" /etc/pgbouncer/pgbouncer.ini > /tmp/pgbouncer/pgbouncer.ini
+else
+  echo "pgfleet: no certificate in /etc/pgbouncer/tls: TLS to clients stays off until this Pod is replaced" >&2
+  sed -e "s/@POD_IP@/${POD_IP:-0.0.0.0}/" -e '/^client_tls_/d' -e '/^server_tls_ca_file/d' \
+    -e 's/^server_tls_sslmode = .*/server_tls_sslmode = prefer/' /etc/pgbouncer/pgbouncer.ini > /tmp/pgbouncer/pgbouncer.ini
+fi
 umask 077
 printf '"postgres" "%s"\n' "$(sed 's/"/""/g' /etc/pgbouncer/secrets/superuser-password)" > /tmp/pgbouncer/userlist.txt
 exec pgbouncer /tmp/pgbouncer/pgbouncer.ini

@@ -124,7 +124,17 @@ serve_backrest() {
 # into the Pod's /tmp. A Pod made before TLS has no certificate: it keeps
 # plain text (hostssl rules read as host) until it is replaced.
 SERVER_TLS=${PGFLEET_SERVER_TLS:-}
-server_tls_on() { [ -n "$SERVER_TLS" ] && [ -s "$SERVER_TLS/tls.crt" ] && [ -s "$SERVER_TLS/tls.key" ]; }
+# Whether this PostgreSQL (server and libpq) was built with TLS: without it
+# `ssl_ciphers` defaults to "none". An image built that way runs, and says
+# so in the log, rather than failing to start (docs/security.md).
+ssl_built() {
+  if [ -z "${SSL_BUILT:-}" ]; then
+    c=$("$(bin postgres)" --describe-config 2>/dev/null | awk -F '\t' '$1 == "ssl_ciphers" {print $5}')
+    if [ "$c" = none ]; then SSL_BUILT=no; else SSL_BUILT=yes; fi
+  fi
+  [ "$SSL_BUILT" = yes ]
+}
+server_tls_on() { [ -n "$SERVER_TLS" ] && [ -s "$SERVER_TLS/tls.crt" ] && [ -s "$SERVER_TLS/tls.key" ] && ssl_built; }
 # libpq options for connections to the primary: the -rw Service's name is
 # in the certificate, the CA is the cluster's.
 repl_ssl() {
@@ -156,7 +166,11 @@ configure_tls() {
     } >> "$PGDATA/pgfleet.conf"
     cp "$CONFIG/pg_hba.conf" "$PGDATA/pg_hba.conf"
   else
-    log "no server certificate in ${SERVER_TLS:-(PGFLEET_SERVER_TLS unset)}: TLS stays off until this Pod is replaced"
+    if ssl_built; then
+      log "no server certificate in ${SERVER_TLS:-(PGFLEET_SERVER_TLS unset)}: TLS stays off until this Pod is replaced"
+    else
+      log "WARNING: this PostgreSQL is built without SSL support: TLS stays off (use an image built with OpenSSL)"
+    fi
     sed -e 's/^hostssl /host /' -e '/^hostnossl all all all reject$/d' "$CONFIG/pg_hba.conf" > "$PGDATA/pg_hba.conf"
   fi
 }

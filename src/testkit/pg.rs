@@ -1,5 +1,5 @@
 //! PostgreSQL sessions the way an application opens them: superuser over
-//! TCP to an address (usually a Service's ClusterIP), over TLS (instances
+//! TCP to an address (usually a Service's ClusterIP), over TLS when the server offers it (instances
 //! refuse plain text; the certificate is not checked here, see testkit::tls).
 
 use super::{Error, Result};
@@ -19,7 +19,7 @@ pub async fn connect(
         .user("postgres")
         .password(password)
         .dbname("postgres")
-        .ssl_mode(tokio_postgres::config::SslMode::Require)
+        .ssl_mode(tokio_postgres::config::SslMode::Prefer)
         .connect_timeout(timeout);
     let tls = super::tls::encrypted().map_err(|e| Error::Config(format!("TLS client: {e}")))?;
     let (client, conn) = cfg.connect(tls).await.map_err(|source| Error::Postgres {

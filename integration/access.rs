@@ -24,27 +24,39 @@ const LONG: Duration = Duration::from_secs(120);
 /// A session from a libpq URI, the way a client inside the cluster opens
 /// it: the host is the Service's DNS name, resolved here to its ClusterIP
 /// (what cluster DNS answers; the pods' /etc/hosts says the same).
-async fn connect_uri(e: &Env, uri: &str) -> Result<tokio_postgres::Client, String> {
-    let mut cfg = tokio_postgres::Config::from_str(uri).map_err(|x| x.to_string())?;
+/// `sslmode=verify-full` (which tokio-postgres does not parse) is done as
+/// libpq does it: TLS, the certificate checked against `ca.crt` of the
+/// `<cluster>-ca` Secret and the host name of the URI.
+pub(crate) async fn connect_uri(e: &Env, uri: &str) -> Result<tokio_postgres::Client, String> {
+    let (base, query) = uri.split_once('?').unwrap_or((uri, ""));
+    assert!(
+        query.split('&').any(|kv| kv == "sslmode=verify-full"),
+        "{query}"
+    );
+    let mut cfg = tokio_postgres::Config::from_str(base).map_err(|x| x.to_string())?;
     let host = match cfg.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
         other => return Err(format!("unexpected host {other:?}")),
     };
     let svc = host.split('.').next().unwrap_or_default().to_string();
     assert!(host.ends_with(&format!(".{NS}.svc")), "{host}");
-    let ip = e.service_ip(&svc).await;
-    cfg.host(&ip).connect_timeout(Duration::from_secs(2));
-    let (c, conn) = cfg
-        .connect(tokio_postgres::NoTls)
+    let cluster = svc.rsplit_once('-').map(|(c, _)| c).unwrap_or_default();
+    let ca = secret_key(e, &format!("{cluster}-ca"), "ca.crt")
         .await
-        .map_err(|x| x.to_string())?;
+        .ok_or("no ca.crt in the -ca Secret")?;
+    let tls = pgfleet::testkit::tls::verify_full(&ca, &host)?;
+    let ip = e.service_ip(&svc).await;
+    cfg.host(&ip)
+        .ssl_mode(tokio_postgres::config::SslMode::Require)
+        .connect_timeout(Duration::from_secs(2));
+    let (c, conn) = cfg.connect(tls).await.map_err(|x| x.to_string())?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
     Ok(c)
 }
 
-async fn secret_key(e: &Env, name: &str, key: &str) -> Option<String> {
+pub(crate) async fn secret_key(e: &Env, name: &str, key: &str) -> Option<String> {
     let s = Api::<Secret>::namespaced(e.client.clone(), NS)
         .get_opt(name)
         .await
@@ -61,7 +73,7 @@ async fn login(
 ) -> Result<tokio_postgres::Client, String> {
     connect_uri(
         e,
-        &format!("postgresql://{user}:{password}@acc-rw.{NS}.svc:5432/{db}"),
+        &format!("postgresql://{user}:{password}@acc-rw.{NS}.svc:5432/{db}?sslmode=verify-full"),
     )
     .await
 }

@@ -46,7 +46,8 @@ async fn login(
         .password(password)
         .dbname("postgres")
         .connect_timeout(Duration::from_secs(2))
-        .connect(tokio_postgres::NoTls)
+        .ssl_mode(tokio_postgres::config::SslMode::Require)
+        .connect(pgfleet::testkit::tls::encrypted()?)
         .await
         .map_err(|x| x.to_string())?;
     tokio::spawn(async move {

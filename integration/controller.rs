@@ -100,7 +100,8 @@ async fn three_instances_become_ready_with_one_primary_and_services_by_role() {
     assert_eq!(primary, "orders-1", "a new cluster bootstraps instance 1");
 
     // What else a PostgresCluster becomes: one bound PVC per instance, the
-    // two generated credentials, the application's `orders-app`, and (backups are configured: the embedded
+    // two generated credentials, the application's `orders-app`, the TLS
+    // Secrets (CA key, published CA, server certificate), and (backups are configured: the embedded
     // default repository) the pgBackRest TLS pair and the repository's
     // encryption passphrase, the ConfigMap with the
     // instance script,
@@ -114,7 +115,10 @@ async fn three_instances_become_ready_with_one_primary_and_services_by_role() {
             "orders-app",
             "orders-backup-encryption",
             "orders-backup-tls",
-            "orders-replication"
+            "orders-ca",
+            "orders-ca-key",
+            "orders-replication",
+            "orders-server-tls",
         ]
     );
     assert_eq!(kids.config_maps, ["orders-config"]);

@@ -101,3 +101,5 @@ mod tenancy_rbac;
 mod tenancy_restore;
 #[path = "tenancy_rollout.rs"]
 mod tenancy_rollout;
+#[path = "tls.rs"]
+mod tls;

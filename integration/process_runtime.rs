@@ -203,6 +203,25 @@ async fn instance_objects(
             .await
             .unwrap();
     }
+    // The server certificate the manager would issue (TLS is always on).
+    let now = std::time::SystemTime::now();
+    let ca = pgfleet::controller::tls::issue::ca("db", ns, now).unwrap();
+    let (pair, _) = pgfleet::controller::tls::issue::server(
+        "db",
+        ns,
+        &ca.key,
+        now,
+        std::time::Duration::from_secs(3600),
+    )
+    .unwrap();
+    let tls = pgfleet::controller::tls::server_secret("db");
+    secrets
+        .create(
+            &pp,
+            &obj(build::tls_secret(&o, &tls, &ca.cert, &pair.cert, &pair.key)),
+        )
+        .await
+        .unwrap();
     let services = Api::<Service>::namespaced(client.clone(), ns);
     for s in build::services(&o) {
         services.create(&pp, &obj(s)).await.unwrap();

@@ -112,7 +112,8 @@ async fn login(client: &kube::Client, password: &str) -> Result<tokio_postgres::
         .password(password)
         .dbname("postgres")
         .connect_timeout(Duration::from_secs(2))
-        .connect(tokio_postgres::NoTls)
+        .ssl_mode(tokio_postgres::config::SslMode::Require)
+        .connect(pgfleet::testkit::tls::encrypted()?)
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(async move {

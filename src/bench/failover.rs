@@ -47,8 +47,10 @@ async fn try_write(host: &str, port: u16, pw: &str) -> bool {
         .password(pw)
         .dbname("postgres")
         .connect_timeout(Duration::from_millis(500));
-    let Ok(Ok((c, conn))) =
-        tokio::time::timeout(Duration::from_secs(1), cfg.connect(tokio_postgres::NoTls)).await
+    let Ok(tls) = crate::testkit::tls::encrypted() else {
+        return false;
+    };
+    let Ok(Ok((c, conn))) = tokio::time::timeout(Duration::from_secs(1), cfg.connect(tls)).await
     else {
         return false;
     };
@@ -280,7 +282,12 @@ async fn switchover_stall(b: &Bench) -> anyhow::Result<()> {
                         .password(&pw2)
                         .dbname("postgres")
                         .connect_timeout(Duration::from_secs(10));
-                    session = match cfg.connect(tokio_postgres::NoTls).await {
+                    let tls = crate::testkit::tls::encrypted();
+                    let connected = match tls {
+                        Ok(tls) => cfg.connect(tls).await.map_err(|e| e.to_string()),
+                        Err(e) => Err(e),
+                    };
+                    session = match connected {
                         Ok((c, conn)) => {
                             tokio::spawn(conn);
                             Some(c)

@@ -31,6 +31,7 @@ pub mod rollouts;
 mod schema;
 pub mod selector;
 pub mod tenancy;
+pub mod tls;
 mod validate;
 mod validate_ops;
 pub mod values;
@@ -84,6 +85,8 @@ pub struct Settings {
     /// Fleet role sets by name (`[roles.<set>]`, config::roles).
     pub roles: BTreeMap<String, roles::RoleSet>,
     pub tenancy: Tenancy,
+    /// `[tls]`: server certificate validity and renewal (config::tls).
+    pub tls: tls::Tls,
 }
 
 impl Settings {

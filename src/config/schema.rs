@@ -41,6 +41,7 @@ pub(crate) fn known_keys(parent: &[Seg]) -> &'static [&'static str] {
         ["backups", "overrides", "[]"] => fields_of::<BackupOverride>(),
         ["backups", "drills"] => fields_of::<Drills>(),
         ["tenancy"] => fields_of::<Tenancy>(),
+        ["tls"] => fields_of::<super::tls::Tls>(),
         ["rollouts", _] => fields_of::<Rollout>(),
         ["rollouts", _, "stages", "[]"] => fields_of::<Stage>(),
         ["roles", _] => fields_of::<super::roles::RoleSet>(),

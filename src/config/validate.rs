@@ -71,6 +71,18 @@ pub(crate) fn validate(settings: &Settings) -> Vec<Problem> {
         at(&[Seg::key("tenancy")], "restore_across_namespaces"),
         &settings.tenancy.restore_across_namespaces,
     );
+    let tls = [Seg::key("tls")];
+    v.checked(
+        at(&tls, "server_cert_validity"),
+        &settings.tls.server_cert_validity,
+    );
+    v.checked(
+        at(&tls, "server_cert_renew_before"),
+        &settings.tls.server_cert_renew_before,
+    );
+    if let Some(p) = settings.tls.problem() {
+        v.err(at(&tls, "server_cert_renew_before"), p);
+    }
     v.problems
 }
 

@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource,
     EmptyDirVolumeSource, EnvVar, ExecAction, KeyToPath, ObjectFieldSelector,
     PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, Probe,
-    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretProjection, SecurityContext,
-    Volume, VolumeProjection,
+    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretProjection,
+    SecretVolumeSource, SecurityContext, Volume, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
@@ -124,6 +124,7 @@ fn instance_env(o: &Owner, init: &str) -> Vec<EnvVar> {
         env_value("PGFLEET_PODINFO", "/etc/pgfleet/podinfo"),
         env_value("PGFLEET_CONFIG", CONFIG_MOUNT),
         env_value("PGFLEET_SECRETS", "/etc/pgfleet/secrets"),
+        env_value("PGFLEET_SERVER_TLS", super::tls::MOUNT),
     ]
 }
 
@@ -149,6 +150,7 @@ fn container(pg: &PostgresCluster, env: Vec<EnvVar>) -> Container {
             mount("config", CONFIG_MOUNT, false),
             mount("podinfo", "/etc/pgfleet/podinfo", false),
             mount("secrets", "/etc/pgfleet/secrets", false),
+            mount("server-tls", super::tls::MOUNT, true),
             mount("tmp", "/tmp", false),
         ]),
         ..Container::default()
@@ -217,6 +219,16 @@ fn volumes(o: &Owner, name: &str, superuser: bool) -> Vec<Volume> {
                 ..ProjectedVolumeSource::default()
             }),
             ..volume("secrets")
+        },
+        // Group-readable (fsGroup 999); the instance copies the key to a
+        // 0600 file of its own, as PostgreSQL wants.
+        Volume {
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(super::tls::server_secret(&o.name)),
+                default_mode: Some(0o440),
+                ..SecretVolumeSource::default()
+            }),
+            ..volume("server-tls")
         },
     ]
 }

@@ -39,6 +39,7 @@ pub mod rolling_update;
 mod secrets;
 mod streaming;
 pub mod switchover;
+pub mod tls;
 pub mod validate;
 
 use crate::crd::PostgresCluster;
@@ -85,6 +86,8 @@ pub struct Ctx {
     /// Whether a restore may cross namespaces without the source's consent
     /// (`[tenancy] restore_across_namespaces`).
     pub restore_policy: crate::config::CrossNamespaceRestore,
+    /// `[tls]`: server certificate validity and renewal.
+    pub tls: tls::Policy,
     /// `[images]`: what `spec.image` may name (image_policy).
     pub images: Arc<crate::config::images::Images>,
     /// `[roles.<set>]`: fleet role sets, applied by the access step.
@@ -167,6 +170,8 @@ pub struct FleetConfig {
     pub images: Arc<crate::config::images::Images>,
     /// `[roles.<set>]`.
     pub role_sets: Arc<std::collections::BTreeMap<String, crate::config::roles::RoleSet>>,
+    /// `[tls]`.
+    pub tls: tls::Policy,
 }
 
 /// Starts the shard controllers, the child watches and the shard labeller of
@@ -183,6 +188,7 @@ pub fn start(
         restore_policy,
         images,
         role_sets,
+        tls,
     } = config;
     let shards = shards.max(1);
     let categories = error::Category::ALL.map(error::Category::label);
@@ -207,6 +213,7 @@ pub fn start(
         backup,
         peers,
         restore_policy,
+        tls,
         images,
         role_sets,
         failures: retry::Failures::default(),

@@ -126,6 +126,10 @@ pub struct PostgresClusterSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub databases: Vec<super::access::DatabaseSpec>,
+    /// Server certificates of your own (cert-manager style Secrets) instead
+    /// of the ones pgfleet issues; TLS is on either way (crd::tls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<super::tls::TlsSpec>,
     /// How a raise of `version` across a major is carried out (issue 17;
     /// controller::major_upgrade). Without it such a raise is refused and
     /// the cluster stays on its major.

@@ -84,6 +84,10 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
         restore_policy: settings.tenancy.restore_policy(),
         images: Arc::new(settings.images.clone()),
         role_sets: Arc::new(settings.roles.clone()),
+        tls: controller::tls::Policy {
+            validity: settings.tls.validity(),
+            renew_before: settings.tls.renew_before(),
+        },
     };
     let starter: crate::ha::Starter = Arc::new(move |member: Arc<crate::fleet::Member>| {
         // The default repository is a directory on this machine: only

@@ -224,11 +224,20 @@ fn shorten(s: &str) -> String {
     crate::postgres::shown(s)
 }
 
-/// pg_hba.conf: the spec's lines first, then pgfleet's own. A line that
-/// is not a single rule is replaced by a comment (validation has already
-/// made the cluster `Invalid` for it; the file must stay one rule a line).
+/// pg_hba.conf: plain-text TCP refused first (no spec line can let it in:
+/// TLS is not optional), then the spec's lines, then pgfleet's own, which
+/// accept TCP only over TLS. The local socket lives in the Pod's own
+/// `/tmp` (an emptyDir); only `pgfleet-instance` through exec reaches it.
+/// A line that is not a single rule is replaced by a comment (validation
+/// has already made the cluster `Invalid` for it; the file must stay one
+/// rule a line). An instance without a mounted certificate (a Pod made
+/// before TLS) turns the `hostssl` rules into `host` itself
+/// (`instance.sh`, `configure`) until it is replaced.
 pub fn render_pg_hba(extra: &[String]) -> String {
-    let mut out = String::from("# Rendered by pgfleet; spec.postgresql.pgHba lines come first.\n");
+    let mut out = String::from(
+        "# Rendered by pgfleet; spec.postgresql.pgHba lines come after the TLS rule.\n\
+         hostnossl all all all reject\n",
+    );
     for (i, l) in extra.iter().enumerate() {
         if refusal(l).is_none() {
             out.push_str(l);
@@ -239,9 +248,8 @@ pub fn render_pg_hba(extra: &[String]) -> String {
     }
     out.push_str(
         "local all all trust\n\
-         host replication replicator 0.0.0.0/0 scram-sha-256\n\
-         host all all 0.0.0.0/0 scram-sha-256\n\
-         host all all ::/0 scram-sha-256\n",
+         hostssl replication replicator all scram-sha-256\n\
+         hostssl all all all scram-sha-256\n",
     );
     out
 }
@@ -292,5 +300,12 @@ mod tests {
     fn refused_lines_become_comments() {
         let hba = render_pg_hba(&["include x".into(), "host all all all md5".into()]);
         assert!(hba.contains("# spec.postgresql.pgHba[0] refused\nhost all all all md5\n"));
+        // Plain text is refused before any spec line; pgfleet's rules are TLS only.
+        let first = hba.lines().find(|l| !l.starts_with('#')).unwrap();
+        assert_eq!(first, "hostnossl all all all reject");
+        assert!(
+            !hba.lines()
+                .any(|l| l.starts_with("host ") && !l.contains("md5"))
+        );
     }
 }

@@ -18,6 +18,8 @@
 #   PGFLEET_SECRETS        dir with superuser-password and replication-password
 #   PGFLEET_RESTORE_REPO_PATH, PGFLEET_RESTORE_SET, PGFLEET_RESTORE_TARGET_TIME
 #                          where `PGFLEET_INIT=restore` restores from
+#   PGFLEET_SERVER_TLS     dir with ca.crt, tls.crt, tls.key: PostgreSQL's own
+#                          TLS (ssl = on, replication with verify-full)
 #   PGFLEET_BACKUP_TLS     dir with ca.crt, tls.crt, tls.key: pgBackRest's TLS
 #                          server runs, and backups may come from a standby
 #   PGBACKREST_REPO1_S3_KEY, PGBACKREST_REPO1_S3_KEY_SECRET
@@ -115,6 +117,64 @@ serve_backrest() {
   done
 }
 
+# PostgreSQL's TLS (docs/security.md): the server certificate for the
+# cluster's Service names and the cluster CA. PostgreSQL wants its key
+# 0600 and owned by itself; the Secret's files are group-readable (and on
+# a real kubelet owned by root), so `configure` copies the pair, together,
+# into the Pod's /tmp. A Pod made before TLS has no certificate: it keeps
+# plain text (hostssl rules read as host) until it is replaced.
+SERVER_TLS=${PGFLEET_SERVER_TLS:-}
+# Whether this PostgreSQL (server and libpq) was built with TLS: without it
+# `ssl_ciphers` defaults to "none". An image built that way runs, and says
+# so in the log, rather than failing to start (docs/security.md).
+ssl_built() {
+  if [ -z "${SSL_BUILT:-}" ]; then
+    c=$("$(bin postgres)" --describe-config 2>/dev/null | awk -F '\t' '$1 == "ssl_ciphers" {print $5}')
+    if [ "$c" = none ]; then SSL_BUILT=no; else SSL_BUILT=yes; fi
+  fi
+  [ "$SSL_BUILT" = yes ]
+}
+server_tls_on() { [ -n "$SERVER_TLS" ] && [ -s "$SERVER_TLS/tls.crt" ] && [ -s "$SERVER_TLS/tls.key" ] && ssl_built; }
+# libpq options for connections to the primary: the -rw Service's name is
+# in the certificate, the CA is the cluster's.
+repl_ssl() {
+  if server_tls_on; then
+    echo "sslmode=verify-full sslrootcert=$(conninfo_q "$SERVER_TLS/ca.crt")"
+  else
+    echo "sslmode=prefer"
+  fi
+}
+# The fingerprint the manager names in `reload-tls`: SHA-256 of the mounted
+# tls.crt followed by tls.key.
+tls_fingerprint() { cat "$SERVER_TLS/tls.crt" "$SERVER_TLS/tls.key" 2>/dev/null | sha256sum | cut -d' ' -f1; }
+
+configure_tls() {
+  if server_tls_on; then
+    (umask 077
+     cat "$SERVER_TLS/tls.crt" > "$SOCKDIR/server-tls.crt.new"
+     cat "$SERVER_TLS/tls.key" > "$SOCKDIR/server-tls.key.new"
+     cat "$SERVER_TLS/ca.crt" > "$SOCKDIR/server-tls.ca.new"
+     mv "$SOCKDIR/server-tls.crt.new" "$SOCKDIR/server-tls.crt"
+     mv "$SOCKDIR/server-tls.key.new" "$SOCKDIR/server-tls.key"
+     mv "$SOCKDIR/server-tls.ca.new" "$SOCKDIR/server-tls.ca")
+    {
+      echo "ssl = on"
+      echo "ssl_cert_file = $(conf_q "$SOCKDIR/server-tls.crt")"
+      echo "ssl_key_file = $(conf_q "$SOCKDIR/server-tls.key")"
+      echo "ssl_ca_file = $(conf_q "$SOCKDIR/server-tls.ca")"
+      echo "ssl_min_protocol_version = 'TLSv1.2'"
+    } >> "$PGDATA/pgfleet.conf"
+    cp "$CONFIG/pg_hba.conf" "$PGDATA/pg_hba.conf"
+  else
+    if ssl_built; then
+      log "no server certificate in ${SERVER_TLS:-(PGFLEET_SERVER_TLS unset)}: TLS stays off until this Pod is replaced"
+    else
+      log "WARNING: this PostgreSQL is built without SSL support: TLS stays off (use an image built with OpenSSL)"
+    fi
+    sed -e 's/^hostssl /host /' -e '/^hostnossl all all all reject$/d' "$CONFIG/pg_hba.conf" > "$PGDATA/pg_hba.conf"
+  fi
+}
+
 # Set by `demote` until `promote`/`unfence`: the run loop must restart a
 # demoted primary as a standby even before its label changes.
 DEMOTED="${SOCKDIR}/pgfleet.demoted"
@@ -125,7 +185,7 @@ wanted_role() {
 }
 
 primary_conninfo() {
-  echo "host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator passfile=$(conninfo_q "$PGDATA/../pgpass") application_name=$(conninfo_q "$POD_NAME") sslmode=prefer"
+  echo "host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator passfile=$(conninfo_q "$PGDATA/../pgpass") application_name=$(conninfo_q "$POD_NAME") $(repl_ssl)"
 }
 
 # A password is one line (a trailing newline in the Secret is ignored);
@@ -161,7 +221,7 @@ GRANT EXECUTE ON FUNCTION pg_catalog.pg_control_checkpoint() TO replicator;"
 
 configure() {
   cp "$CONFIG/postgresql.conf" "$PGDATA/pgfleet.conf"
-  cp "$CONFIG/pg_hba.conf" "$PGDATA/pg_hba.conf"
+  configure_tls
   grep -q "include_if_exists = 'pgfleet.conf'" "$PGDATA/postgresql.conf" ||
     echo "include_if_exists = 'pgfleet.conf'" >> "$PGDATA/postgresql.conf"
   if [ "$(wanted_role)" = replica ]; then
@@ -195,6 +255,7 @@ do_clone() {
   until "$(bin pg_isready)" -h "$PGFLEET_PRIMARY_HOST" -p 5432 -q; do sleep 1; done
   rm -rf "${PGDATA:?}"/*
   slot=$(echo "$POD_NAME" | tr '-' '_')
+  if server_tls_on; then export PGSSLMODE=verify-full PGSSLROOTCERT="$SERVER_TLS/ca.crt"; fi
   # Create this replica's slot as part of the clone; it may exist already.
   PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_basebackup)" -h "$PGFLEET_PRIMARY_HOST" -U replicator \
     -D "$PGDATA" -X stream -c fast -C -S "$slot" >&2 ||
@@ -286,7 +347,7 @@ REWIND_SOURCE_READY="SELECT CASE WHEN pg_is_in_recovery() THEN false
 # A former primary told to be a replica rewinds to the new timeline first,
 # and re-clones when rewind cannot help.
 do_rewind() {
-  src="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator dbname=postgres"
+  src="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator dbname=postgres $(repl_ssl)"
   # Only against a promoted primary whose pg_control names its timeline
   # (its first checkpoint after the promotion completed): otherwise
   # pg_rewind sees one timeline, finds "no rewind required", and this
@@ -434,6 +495,25 @@ cmd_reload() {
   fi
   configure
   "$(bin pg_ctl)" -D "$PGDATA" reload >&2
+  echo "{\"contract\":$CONTRACT,\"reloaded\":true}"
+}
+
+# `reload-tls FINGERPRINT`: a renewed server certificate. Waits until the
+# mounted Secret holds it (the kubelet refreshes Secret volumes with a
+# delay), then copies it and reloads: sessions stay open. A server not
+# running picks it up when it starts.
+cmd_reload_tls() {
+  want=${2:-}
+  case "$want" in ''|*[!0-9a-f]*) log "usage: reload-tls SHA256"; exit 64 ;; esac
+  n=0
+  until [ "$(tls_fingerprint)" = "$want" ]; do
+    n=$((n + 1)); [ "$n" -le 110 ] || { log "certificate $want not mounted yet"; exit 75; }
+    sleep 1
+  done
+  if [ -s "$PGDATA/PG_VERSION" ] && "$(bin pg_ctl)" -D "$PGDATA" status >/dev/null 2>&1; then
+    configure
+    "$(bin pg_ctl)" -D "$PGDATA" reload >&2
+  fi
   echo "{\"contract\":$CONTRACT,\"reloaded\":true}"
 }
 
@@ -824,11 +904,12 @@ case "${1:-}" in
   fence) cmd_fence ;;
   unfence) cmd_unfence ;;
   reload) cmd_reload "$@" ;;
+  reload-tls) cmd_reload_tls "$@" ;;
   checkpoint) cmd_checkpoint ;;
   slots) cmd_slots "$@" ;;
   upgrade-check) cmd_upgrade_check "$@" ;;
   upgrade) cmd_upgrade "$@" ;;
   analyze) cmd_analyze ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|checkpoint|slots NAME...|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|reload-tls SHA256|checkpoint|slots NAME...|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze" >&2; exit 64 ;;
 esac

@@ -119,12 +119,14 @@ proptest! {
     #[test]
     fn pg_hba_lines_are_one_rule_or_refused(lines in prop::collection::vec(nasty(), 0..5)) {
         let hba_conf = hba::render_pg_hba(&lines);
-        // Header, one line per spec line (a rule or a comment), four own.
-        prop_assert_eq!(hba_conf.lines().count(), 1 + lines.len() + 4);
+        // Header, the TLS rule, one line per spec line (a rule or a
+        // comment), three own.
+        prop_assert_eq!(hba_conf.lines().count(), 2 + lines.len() + 3);
         prop_assert!(!hba_conf.contains('\r'));
-        prop_assert!(hba_conf.ends_with("host all all ::/0 scram-sha-256\n"));
+        prop_assert_eq!(hba_conf.lines().nth(1), Some("hostnossl all all all reject"));
+        prop_assert!(hba_conf.ends_with("hostssl all all all scram-sha-256\n"));
         for (i, l) in lines.iter().enumerate() {
-            let rendered = hba_conf.lines().nth(1 + i).unwrap();
+            let rendered = hba_conf.lines().nth(2 + i).unwrap();
             match hba::refusal(l) {
                 None => {
                     prop_assert_eq!(rendered, l.as_str());

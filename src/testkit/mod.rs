@@ -14,6 +14,7 @@ pub mod dirs;
 pub mod fleet;
 pub mod pg;
 pub mod process;
+pub mod tls;
 pub mod wait;
 
 pub use clients::{client_from, client_without_retries};

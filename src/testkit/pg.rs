@@ -1,5 +1,6 @@
 //! PostgreSQL sessions the way an application opens them: superuser over
-//! TCP to an address (usually a Service's ClusterIP), no TLS.
+//! TCP to an address (usually a Service's ClusterIP), over TLS when the server offers it (instances
+//! refuse plain text; the certificate is not checked here, see testkit::tls).
 
 use super::{Error, Result};
 use std::time::Duration;
@@ -18,14 +19,13 @@ pub async fn connect(
         .user("postgres")
         .password(password)
         .dbname("postgres")
+        .ssl_mode(tokio_postgres::config::SslMode::Prefer)
         .connect_timeout(timeout);
-    let (client, conn) =
-        cfg.connect(tokio_postgres::NoTls)
-            .await
-            .map_err(|source| Error::Postgres {
-                what: format!("connecting to {host}:{port}"),
-                source,
-            })?;
+    let tls = super::tls::encrypted().map_err(|e| Error::Config(format!("TLS client: {e}")))?;
+    let (client, conn) = cfg.connect(tls).await.map_err(|source| Error::Postgres {
+        what: format!("connecting to {host}:{port}"),
+        source,
+    })?;
     tokio::spawn(async move {
         let _ = conn.await;
     });

@@ -54,8 +54,13 @@ pub fn data(l: &AppLogin) -> BTreeMap<String, String> {
     let host = format!("{}-rw.{}.svc", l.cluster, l.namespace);
     let ro_host = format!("{}-ro.{}.svc", l.cluster, l.namespace);
     let (u, p, d) = (pct(&l.username), pct(&l.password), pct(&l.dbname));
-    let uri = |h: &str| format!("postgresql://{u}:{p}@{h}:{PORT}/{d}");
-    let jdbc = |h: &str| format!("jdbc:postgresql://{h}:{PORT}/{d}?user={u}&password={p}");
+    // TLS only (the server refuses plain text), and the server's name
+    // checked against the cluster CA: `ca.crt` of the `<name>-ca` Secret,
+    // given to libpq as `sslrootcert` (docs/connecting-applications.md).
+    let uri = |h: &str| format!("postgresql://{u}:{p}@{h}:{PORT}/{d}?sslmode=verify-full");
+    let jdbc = |h: &str| {
+        format!("jdbc:postgresql://{h}:{PORT}/{d}?user={u}&password={p}&sslmode=verify-full")
+    };
     let mut m = BTreeMap::new();
     m.insert("username".into(), l.username.clone());
     m.insert("password".into(), l.password.clone());
@@ -154,15 +159,15 @@ mod tests {
         assert_eq!(d["host"], "orders-rw.shop.svc");
         assert_eq!(
             d["uri"],
-            "postgresql://app:p%40ss%3Aw%2Frd%5C@orders-rw.shop.svc:5432/app"
+            "postgresql://app:p%40ss%3Aw%2Frd%5C@orders-rw.shop.svc:5432/app?sslmode=verify-full"
         );
         assert_eq!(
             d["ro-uri"],
-            "postgresql://app:p%40ss%3Aw%2Frd%5C@orders-ro.shop.svc:5432/app"
+            "postgresql://app:p%40ss%3Aw%2Frd%5C@orders-ro.shop.svc:5432/app?sslmode=verify-full"
         );
         assert_eq!(
             d["jdbc-uri"],
-            "jdbc:postgresql://orders-rw.shop.svc:5432/app?user=app&password=p%40ss%3Aw%2Frd%5C"
+            "jdbc:postgresql://orders-rw.shop.svc:5432/app?user=app&password=p%40ss%3Aw%2Frd%5C&sslmode=verify-full"
         );
         assert_eq!(
             d["pgpass"],

@@ -6,7 +6,7 @@
 use super::observe::Seen;
 use super::validate::Spec;
 use crate::controller::reconcile::Error;
-use crate::controller::{Ctx, repository, restore, secrets};
+use crate::controller::{Ctx, repository, restore, secrets, tls};
 use crate::crd::PostgresCluster;
 use crate::pgbackrest::incarnation::RepoChoice;
 use crate::pgbackrest::repo::BackupEnv;
@@ -29,6 +29,8 @@ pub struct Inputs {
     /// image has no pgBackRest for this version (condition
     /// `BackupsUnavailable`; archiving into nothing would fill the disk).
     pub backups_unavailable: Option<String>,
+    /// The server certificate: when to renew, what to reload.
+    pub tls: tls::State,
 }
 
 pub async fn prepare(
@@ -39,6 +41,8 @@ pub async fn prepare(
 ) -> Result<Inputs, Error> {
     let (obs, owner, auth) = (&seen.obs, &seen.owner, spec.restore.as_ref());
     secrets::credentials(pg, ctx, obs, owner, auth).await?;
+    // The certificate every Pod mounts (and renewal, when due).
+    let tls = tls::ensure(pg, ctx, obs, owner).await?;
     // This incarnation's repository and passphrase (before any Pod).
     let repo = repository::prepare(pg, ctx, obs, owner, auth).await?;
     let backup = ctx.backup.clone().filter(|_| spec.run.pgbackrest);
@@ -73,5 +77,6 @@ pub async fn prepare(
         backup_tls,
         repo_env,
         restore_env,
+        tls,
     })
 }

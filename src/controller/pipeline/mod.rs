@@ -56,11 +56,27 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     let inputs = inputs::prepare(&pg, &ctx, &seen, &spec).await?;
     let mut desired = desired::build(&pg, &seen, &inputs)?;
     desired.notices.extend(upgrade.notice);
+    if let Some(why) = &inputs.tls.problem {
+        let n = (
+            "TLSCertificateInvalid",
+            "ProvidedCertificateRejected",
+            why.clone(),
+        );
+        desired.notices.push(n);
+    }
     desired.major_upgrade = upgrade.record;
     let applied = apply::apply(&pg, &ctx, &seen, &desired).await?;
     // Roles, databases, the app Secret on the primary (never fails the round).
     let access = super::access::run(&pg, &ctx, &seen.obs, desired.primary.as_deref()).await;
-    let within = within.into_iter().chain(access).min();
+    // A renewed server certificate: every server reloads it.
+    let reload = match &inputs.tls.pending {
+        Some(fp) => super::tls::reload(&pg, &ctx, &seen.obs, &seen.owner, fp).await,
+        None => None,
+    };
+    let within = [within, access, reload, inputs.tls.within]
+        .into_iter()
+        .flatten()
+        .min();
     status::finish(&pg, &ctx, &seen, &desired, applied, within).await
 }
 

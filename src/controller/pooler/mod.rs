@@ -81,13 +81,40 @@ fn config_name(o: &Owner) -> String {
 /// poolers share a port on one machine in the embedded runtime), and its
 /// userlist is written from the superuser Secret at start, never stored
 /// (a `"` in the password doubled, as PgBouncer's userlist quotes it).
+/// A pooler Pod made before TLS has no certificate mounted: it starts
+/// without the client-side TLS settings and with `server_tls_sslmode =
+/// prefer` (TLS to instances that have it, which refuse anything else)
+/// instead of failing on the missing files.
 const START: &str = r#"set -eu
 mkdir -p /tmp/pgbouncer
-sed "s/@POD_IP@/${POD_IP:-0.0.0.0}/" /etc/pgbouncer/pgbouncer.ini > /tmp/pgbouncer/pgbouncer.ini
+if [ -s /etc/pgbouncer/tls/tls.crt ]; then
+  sed "s/@POD_IP@/${POD_IP:-0.0.0.0}/" /etc/pgbouncer/pgbouncer.ini > /tmp/pgbouncer/pgbouncer.ini
+else
+  echo "pgfleet: no certificate in /etc/pgbouncer/tls: TLS to clients stays off until this Pod is replaced" >&2
+  sed -e "s/@POD_IP@/${POD_IP:-0.0.0.0}/" -e '/^client_tls_/d' -e '/^server_tls_ca_file/d' \
+    -e 's/^server_tls_sslmode = .*/server_tls_sslmode = prefer/' /etc/pgbouncer/pgbouncer.ini > /tmp/pgbouncer/pgbouncer.ini
+fi
 umask 077
 printf '"postgres" "%s"\n' "$(sed 's/"/""/g' /etc/pgbouncer/secrets/superuser-password)" > /tmp/pgbouncer/userlist.txt
 exec pgbouncer /tmp/pgbouncer/pgbouncer.ini
 "#;
+
+/// Where the pooler sees `<name>-server-tls`.
+const TLS_MOUNT: &str = "/etc/pgbouncer/tls";
+
+/// Waits until the mounted certificate is the one with fingerprint `fp`
+/// (controller::tls::issue::fingerprint), then RELOADs: PgBouncer reads
+/// its TLS files again, open client connections stay.
+pub fn reload_tls_command(fp: &str) -> Vec<String> {
+    let fp: String = fp.chars().filter(char::is_ascii_hexdigit).collect();
+    let mut argv = admin_command("RELOAD");
+    let wait = format!(
+        "n=0; until [ \"$(cat {TLS_MOUNT}/tls.crt {TLS_MOUNT}/tls.key | sha256sum | cut -d' ' -f1)\" = {fp} ]; do \
+n=$((n + 1)); [ \"$n\" -le 110 ] || {{ echo 'certificate {fp} not mounted yet' >&2; exit 75; }}; sleep 1; done; "
+    );
+    argv[2] = format!("{wait}{}", argv[2]);
+    argv
+}
 
 /// The admin command run through exec for PAUSE / RESUME / SHOW.
 pub fn admin_command(cmd: &str) -> Vec<String> {
@@ -110,7 +137,9 @@ pub fn config_map(o: &Owner, pg: &PostgresCluster) -> ConfigMap {
 auth_type = scram-sha-256\nauth_file = /tmp/pgbouncer/userlist.txt\nadmin_users = postgres\npool_mode = {mode}\n\
 max_client_conn = 1000\ndefault_pool_size = 20\nserver_reset_query = DISCARD ALL\nserver_check_delay = 1\n\
 server_login_retry = 1\nquery_wait_timeout = 120\nignore_startup_parameters = extra_float_digits,options\n\
-pidfile = /tmp/pgbouncer/pgbouncer.pid\n",
+pidfile = /tmp/pgbouncer/pgbouncer.pid\n\
+client_tls_sslmode = require\nclient_tls_cert_file = {TLS_MOUNT}/tls.crt\nclient_tls_key_file = {TLS_MOUNT}/tls.key\n\
+client_tls_ca_file = {TLS_MOUNT}/ca.crt\nserver_tls_sslmode = verify-full\nserver_tls_ca_file = {TLS_MOUNT}/ca.crt\n",
         name = o.name
     );
     let mut metadata = o.meta(&config_name(o), &[], true);
@@ -133,7 +162,9 @@ pub fn pod(o: &Owner, n: u32) -> Pod {
     // Not an instance: the instance Services select `pgfleet.io/kind=instance`.
     let labels = [(LABEL_POOLER, o.name.as_str()), (LABEL_KIND, "pooler")];
     let spec = PodSpec {
-        security_context: Some(super::build::pod_security_context(false)),
+        // fsGroup: the group-readable certificate key (on a real kubelet
+        // Secret files belong to root).
+        security_context: Some(super::build::pod_security_context(true)),
         // The pooler never talks to the Kubernetes API.
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
@@ -170,6 +201,7 @@ fn container() -> Container {
         volume_mounts: Some(vec![
             objects::mount("config", "/etc/pgbouncer", false),
             objects::mount("secrets", "/etc/pgbouncer/secrets", false),
+            objects::mount("tls", TLS_MOUNT, true),
             objects::mount("tmp", "/tmp", false),
         ]),
         ..Container::default()
@@ -200,6 +232,15 @@ fn volumes(o: &Owner) -> Vec<Volume> {
                     path: "superuser-password".into(),
                     ..KeyToPath::default()
                 }]),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "tls".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(super::tls::server_secret(&o.name)),
+                default_mode: Some(0o440),
                 ..SecretVolumeSource::default()
             }),
             ..Volume::default()

@@ -39,24 +39,7 @@ async fn login(
     password: &str,
 ) -> Result<tokio_postgres::Client, String> {
     let ip = e.service_ip(&format!("{cluster}-rw")).await;
-    let (c, conn) = tokio_postgres::Config::new()
-        .host(&ip)
-        .port(5432)
-        .user(user)
-        .password(password)
-        .dbname("postgres")
-        .connect_timeout(Duration::from_secs(2))
-        .ssl_mode(tokio_postgres::config::SslMode::Require)
-        .connect(pgfleet::testkit::tls::encrypted()?)
-        .await
-        .map_err(|x| x.to_string())?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    c.simple_query("SELECT 1")
-        .await
-        .map_err(|x| x.to_string())?;
-    Ok(c)
+    env::login(&ip, user, password).await
 }
 
 /// `(rolconnlimit, rolcreatedb)` of `role`.

@@ -105,24 +105,7 @@ async fn login(client: &kube::Client, password: &str) -> Result<tokio_postgres::
         .await
         .map_err(|e| e.to_string())?;
     let ip = svc.spec.and_then(|s| s.cluster_ip).unwrap_or_default();
-    let (c, conn) = tokio_postgres::Config::new()
-        .host(&ip)
-        .port(5432)
-        .user("monitor")
-        .password(password)
-        .dbname("postgres")
-        .connect_timeout(Duration::from_secs(2))
-        .ssl_mode(tokio_postgres::config::SslMode::Require)
-        .connect(pgfleet::testkit::tls::encrypted()?)
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    c.simple_query("SELECT 1")
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(c)
+    common::process::login(&ip, "monitor", password).await
 }
 
 async fn pgc(client: &kube::Client) -> PostgresCluster {

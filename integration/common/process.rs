@@ -141,6 +141,33 @@ pub async fn connect(
     pgfleet::testkit::pg::connect(host, port, password, Duration::from_secs(2)).await
 }
 
+/// A session as `user` to `host:5432/postgres` over TLS (the certificate
+/// unchecked), proven by a first query; the error as text.
+pub async fn login(
+    host: &str,
+    user: &str,
+    password: &str,
+) -> Result<tokio_postgres::Client, String> {
+    let (c, conn) = tokio_postgres::Config::new()
+        .host(host)
+        .port(5432)
+        .user(user)
+        .password(password)
+        .dbname("postgres")
+        .connect_timeout(Duration::from_secs(2))
+        .ssl_mode(tokio_postgres::config::SslMode::Require)
+        .connect(pgfleet::testkit::tls::encrypted()?)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    c.simple_query("SELECT 1")
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
 /// A client writing numbered rows in its own transactions, reconnecting
 /// after errors; it records which rows were acknowledged and how many
 /// transactions failed.

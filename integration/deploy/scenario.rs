@@ -19,6 +19,11 @@ pub fn fleet_toml(dir: &Path, kubeconfig: &Path) -> String {
 state_dir = "{state}"
 probe_interval = "500ms"
 probe_timeout = "500ms"
+# Lease renewals (an `update` the RBAC grants) every 200 ms: the scenario
+# may finish within the default 2 s retry period.
+lease_duration = "3s"
+renew_deadline = "1s"
+retry_period = "200ms"
 qps = 500.0
 burst = 1000
 

@@ -10,6 +10,7 @@ pub mod engine;
 pub mod marks;
 pub mod metrics;
 pub mod plan;
+pub mod plan_model;
 pub mod preflight;
 pub mod status;
 pub mod target;

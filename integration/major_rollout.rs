@@ -117,6 +117,12 @@ async fn a_major_rollout_reports_pre_flight_failures_first_and_halts_in_the_seco
         (v.1 == "18" && !v.2).then_some(()).ok_or(format!("{v:?}"))
     })
     .await;
+    // Only once the engine itself has seen the canary done (its soak
+    // clock starts then) may the manual clock jump past the soak.
+    rounds_until(&e, "the canary soaking", |d| {
+        matches!(d.status.state, RolloutState::Soaking { .. })
+    })
+    .await;
     clock.advance(Duration::from_secs(3600));
 
     // The second stage: member-2 fails on its pre-flight, the budget

@@ -21,7 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("fleet", &["fleet"]),
     ("instance backup", &["pgbackrest"]),
     ("controller", &["controller"]),
-    ("fleet operations", &["backup", "ha", "rollout"]),
+    ("fleet operations", &["backup", "dr", "ha", "rollout"]),
     ("ops", &["ops"]),
     ("api", &["api"]),
     ("manager", &["manager"]),

@@ -37,6 +37,8 @@ mod controller_fleet;
 mod dashboard;
 #[path = "deploy.rs"]
 mod deploy;
+#[path = "dr.rs"]
+mod dr;
 #[path = "drain.rs"]
 mod drain;
 #[path = "failover.rs"]

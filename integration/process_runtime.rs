@@ -190,7 +190,16 @@ async fn instance_objects(
     ]);
     let pp = PostParams::default();
     Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .create(&pp, &obj(build::config_map(&o, &params, &[], None)))
+        .create(
+            &pp,
+            &obj(build::config_map(
+                &o,
+                &params,
+                &[],
+                None,
+                &Default::default(),
+            )),
+        )
         .await
         .unwrap();
     let secrets = Api::<Secret>::namespaced(client.clone(), ns);
@@ -223,7 +232,7 @@ async fn instance_objects(
         .await
         .unwrap();
     let services = Api::<Service>::namespaced(client.clone(), ns);
-    for s in build::services(&o) {
+    for s in build::services(&o, false) {
         services.create(&pp, &obj(s)).await.unwrap();
     }
     let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);

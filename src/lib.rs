@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod dr;
 pub mod emulated;
 pub mod fleet;
 pub mod ha;

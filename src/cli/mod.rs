@@ -1,5 +1,6 @@
 //! The command line: argument definitions and dispatch to the library.
 
+mod dr;
 mod ops;
 mod remote;
 mod remote_ops;
@@ -59,6 +60,15 @@ pub enum Command {
         config: Option<PathBuf>,
         #[command(flatten)]
         api: remote::ApiArgs,
+    },
+    /// Cross-cluster disaster recovery (`[dr.<topology>]`): status,
+    /// switchover, promotion.
+    Dr {
+        #[command(subcommand)]
+        command: dr::DrCommand,
+        /// Fleet TOML (to find the member clusters).
+        #[arg(long, short, env = "PGFLEET_CONFIG", global = true)]
+        config: Option<PathBuf>,
     },
     /// Fleet table from a running manager's API: members, PostgresClusters
     /// by phase, the ones needing attention.
@@ -161,6 +171,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             Some(_) => remote_ops::rollout(&api, &command).await,
             None => rollout::run(config.as_deref(), command).await,
         },
+        Command::Dr { command, config } => dr::run(config.as_deref(), command).await,
         Command::Backup {
             command:
                 BackupCommand::Now {

@@ -43,7 +43,7 @@ pub enum RolloutCommand {
     },
 }
 
-async fn connect(config: Option<&Path>) -> anyhow::Result<(Settings, Arc<Fleet>)> {
+pub(super) async fn connect(config: Option<&Path>) -> anyhow::Result<(Settings, Arc<Fleet>)> {
     let settings = crate::config::load(config)
         .map_err(|e| anyhow::anyhow!("the configuration is invalid:\n{e}"))?;
     let embedded: BTreeMap<String, PathBuf> = settings

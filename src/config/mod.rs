@@ -20,6 +20,7 @@ pub mod backups;
 mod bounds;
 pub mod catalog;
 pub mod choices;
+pub mod dr;
 mod env;
 mod error;
 pub mod images;
@@ -87,6 +88,8 @@ pub struct Settings {
     pub tenancy: Tenancy,
     /// `[tls]`: server certificate validity and renewal (config::tls).
     pub tls: tls::Tls,
+    /// Cross-cluster disaster-recovery topologies (`[dr.<name>]`, config::dr).
+    pub dr: BTreeMap<String, dr::Topology>,
 }
 
 impl Settings {

@@ -45,6 +45,7 @@ pub(crate) fn known_keys(parent: &[Seg]) -> &'static [&'static str] {
         ["rollouts", _] => fields_of::<Rollout>(),
         ["rollouts", _, "stages", "[]"] => fields_of::<Stage>(),
         ["roles", _] => fields_of::<super::roles::RoleSet>(),
+        ["dr", _] => fields_of::<super::dr::Topology>(),
         _ => &[],
     }
 }

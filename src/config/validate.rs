@@ -67,6 +67,7 @@ pub(crate) fn validate(settings: &Settings) -> Vec<Problem> {
             );
         }
     }
+    v.dr(settings);
     v.checked(
         at(&[Seg::key("tenancy")], "restore_across_namespaces"),
         &settings.tenancy.restore_across_namespaces,
@@ -84,6 +85,29 @@ pub(crate) fn validate(settings: &Settings) -> Vec<Problem> {
         v.err(at(&tls, "server_cert_renew_before"), p);
     }
     v.problems
+}
+
+impl Checker {
+    /// `[dr.<topology>]`: each topology, then overlaps between them.
+    fn dr(&mut self, settings: &Settings) {
+        let known: Vec<&str> = settings.clusters.iter().map(|c| c.name.as_str()).collect();
+        for (name, t) in &settings.dr {
+            let base = [Seg::key("dr"), Seg::key(name)];
+            self.checked(at(&base, "failover_after"), &t.failover_after);
+            self.checked(at(&base, "max_rpo_lag"), &t.max_rpo_lag);
+            for (field, message) in t.problems(name, &known) {
+                let path = if field.is_empty() {
+                    base.to_vec()
+                } else {
+                    at(&base, field)
+                };
+                self.err(path, message);
+            }
+        }
+        for (name, message) in super::dr::overlaps(&settings.dr) {
+            self.err(vec![Seg::key("dr"), Seg::key(&name)], message);
+        }
+    }
 }
 
 /// `base` extended by one key.

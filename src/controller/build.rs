@@ -210,10 +210,13 @@ pub fn config_map(
     params: &BTreeMap<String, String>,
     pg_hba: &[String],
     backrest: Option<&str>,
+    dr_files: &BTreeMap<String, String>,
 ) -> ConfigMap {
-    let h = content_hash(
-        &json!({"params": params, "hba": pg_hba, "script": postgres::INSTANCE_SCRIPT, "backrest": backrest}),
-    );
+    let mut hashed = json!({"params": params, "hba": pg_hba, "script": postgres::INSTANCE_SCRIPT, "backrest": backrest});
+    if !dr_files.is_empty() {
+        hashed["dr"] = json!(dr_files);
+    }
+    let h = content_hash(&hashed);
     let conf = format!(
         "{}# pgfleet-config-hash: {h}\n",
         postgres::render_postgresql_conf(params)
@@ -230,6 +233,10 @@ pub fn config_map(
     if let Some(b) = backrest {
         data.insert("pgbackrest.conf".into(), b.into());
     }
+    // A topology side's files (controller::dr): a replica cluster's source
+    // (whose absence is what lets its designated primary be promoted), the
+    // primary side's watchdog window.
+    data.extend(dr_files.clone());
     ConfigMap {
         metadata,
         data: Some(data),
@@ -260,14 +267,18 @@ pub fn pvc(o: &Owner, pg: &PostgresCluster, ordinal: u32) -> PersistentVolumeCla
     })
 }
 
-/// `-rw` (primary), `-ro` (replicas) and `-r` (any instance).
-pub fn services(o: &Owner) -> Vec<Service> {
+/// `-rw` (primary), `-ro` (replicas) and `-r` (any instance); in a
+/// disaster-recovery topology also `-dr`, the primary (or designated
+/// primary) as a LoadBalancer: what the other member clusters stream from.
+pub fn services(o: &Owner, exposed: bool) -> Vec<Service> {
+    let dr = exposed.then_some(("dr", Some(Role::Primary)));
     [
         ("rw", Some(Role::Primary)),
         ("ro", Some(Role::Replica)),
         ("r", None),
     ]
     .into_iter()
+    .chain(dr)
     .map(|(suffix, role)| {
         let mut selector = string_map(&[(LABEL_CLUSTER, &o.name), (LABEL_KIND, "instance")]);
         if let Some(r) = role {
@@ -276,7 +287,14 @@ pub fn services(o: &Owner) -> Vec<Service> {
         with_hash(Service {
             metadata: o.meta(&format!("{}-{suffix}", o.name), &[], true),
             spec: Some(ServiceSpec {
-                type_: Some("ClusterIP".into()),
+                type_: Some(
+                    if suffix == "dr" {
+                        "LoadBalancer"
+                    } else {
+                        "ClusterIP"
+                    }
+                    .into(),
+                ),
                 selector: Some(selector),
                 ports: Some(ports(suffix)),
                 ..ServiceSpec::default()
@@ -411,7 +429,7 @@ mod tests {
     fn services_select_by_role_and_pvcs_are_not_owned() {
         let pg = pg();
         let o = Owner::of(&pg, 0).unwrap();
-        let s = serde_json::to_value(services(&o)).unwrap();
+        let s = serde_json::to_value(services(&o, false)).unwrap();
         assert_eq!(s[0]["metadata"]["name"], "orders-rw");
         assert_eq!(s[0]["spec"]["selector"][LABEL_ROLE], "primary");
         assert_eq!(s[1]["spec"]["selector"][LABEL_ROLE], "replica");

@@ -39,6 +39,7 @@ pub fn desired(
     ip: &InstancePlan,
     is_drill: bool,
     repo: Option<&crate::pgbackrest::incarnation::RepoChoice>,
+    dr: Option<&super::dr::registry::Side>,
 ) -> Result<Config, Error> {
     let sync_names = pg.spec.synchronous.as_ref().map(|s| {
         let others: Vec<String> = ip
@@ -61,7 +62,11 @@ pub fn desired(
                 .join(", ")
         )
     });
+    let sync_names = dr.and_then(|d| d.synchronous_names()).or(sync_names);
     let mut params = postgres::effective_parameters(&pg.spec.postgresql.parameters, sync_names);
+    if dr.is_some() {
+        super::dr::parameters(&mut params);
+    }
     // A restore drill's throwaway copy archives nothing: it is deleted
     // minutes later and must not leave a stanza behind.
     let backrest = match (backup, repo) {
@@ -95,6 +100,7 @@ pub fn desired(
         &params,
         &super::access::hba_lines(pg),
         backrest.as_deref(),
+        &dr.map(super::dr::registry::Side::files).unwrap_or_default(),
     );
     let hash = build::child_hash(&map)?;
     Ok(Config { map, params, hash })

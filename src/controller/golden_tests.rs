@@ -59,8 +59,14 @@ fn render(pg: &PostgresCluster, backup: Option<&BackupEnv>) -> Value {
             true,
         )
     });
-    let cm = build::config_map(&o, &params, &pg.spec.postgresql.pg_hba, conf.as_deref());
-    let services = v(&build::services(&o));
+    let cm = build::config_map(
+        &o,
+        &params,
+        &pg.spec.postgresql.pg_hba,
+        conf.as_deref(),
+        &BTreeMap::new(),
+    );
+    let services = v(&build::services(&o, false));
     let objects = json!({
         "pod": v(&pod),
         "replica": v(&replica),

@@ -9,6 +9,7 @@ pub mod access;
 pub mod blocked;
 pub mod build;
 mod config;
+pub mod dr;
 pub mod drain;
 pub mod error;
 pub mod expect;
@@ -92,6 +93,8 @@ pub struct Ctx {
     pub images: Arc<crate::config::images::Images>,
     /// `[roles.<set>]`: fleet role sets, applied by the access step.
     pub role_sets: Arc<std::collections::BTreeMap<String, crate::config::roles::RoleSet>>,
+    /// `[dr.<topology>]`: which side a cluster is on.
+    pub dr: Arc<dr::registry::Registry>,
     /// Consecutive failures per PostgresCluster, for the retry policy.
     pub failures: retry::Failures,
     /// Replicas seen without a streaming WAL receiver (`streaming`).
@@ -172,6 +175,8 @@ pub struct FleetConfig {
     pub role_sets: Arc<std::collections::BTreeMap<String, crate::config::roles::RoleSet>>,
     /// `[tls]`.
     pub tls: tls::Policy,
+    /// `[dr.<topology>]`: each cluster's side, kept by the DR engines.
+    pub dr: Arc<dr::registry::Registry>,
 }
 
 /// Starts the shard controllers, the child watches and the shard labeller of
@@ -189,6 +194,7 @@ pub fn start(
         images,
         role_sets,
         tls,
+        dr,
     } = config;
     let shards = shards.max(1);
     let categories = error::Category::ALL.map(error::Category::label);
@@ -216,6 +222,7 @@ pub fn start(
         tls,
         images,
         role_sets,
+        dr,
         failures: retry::Failures::default(),
         streaming: streaming::Watch::default(),
         contract: instance::ContractFailures::default(),

@@ -25,6 +25,9 @@ pub struct Manager {
     pub rollouts: Vec<AbortOnDrop>,
     /// The fleet's backup dispatcher (schedules, caps, archiving checks).
     pub backups: AbortOnDrop,
+    /// The `[dr.<topology>]` engines (run like the rollout engines); kept
+    /// here for their status and for switchovers.
+    pub dr: Vec<Arc<crate::dr::Engine>>,
     pub sim: Option<pgfleet_sim::Sim>,
 }
 
@@ -80,6 +83,9 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
     let embedded_names: std::collections::BTreeSet<String> = kubeconfigs.keys().cloned().collect();
     let env = backup_env.clone();
     let peers = fleet.members.clone();
+    let dr_registry = Arc::new(controller::dr::registry::Registry::from_config(
+        &settings.dr,
+    ));
     let config = controller::FleetConfig {
         restore_policy: settings.tenancy.restore_policy(),
         images: Arc::new(settings.images.clone()),
@@ -88,6 +94,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
             validity: settings.tls.validity(),
             renew_before: settings.tls.renew_before(),
         },
+        dr: dr_registry.clone(),
     };
     let starter: crate::ha::Starter = Arc::new(move |member: Arc<crate::fleet::Member>| {
         // The default repository is a directory on this machine: only
@@ -125,6 +132,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
     let dispatcher = Arc::new(dispatcher);
     let backups = AbortOnDrop(tokio::spawn(dispatcher.clone().run()));
     let mut engines = vec![];
+    let mut engines_dr: Vec<Arc<crate::dr::Engine>> = vec![];
     for name in settings.rollouts.keys() {
         engines.push(Arc::new(crate::rollout::engine::Engine::new(
             name,
@@ -132,6 +140,14 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
             fleet.clone(),
             Arc::new(crate::platform::clock::SystemClock),
         )?));
+    }
+    for (name, t) in &settings.dr {
+        engines_dr.push(Arc::new(crate::dr::Engine::new(
+            name,
+            t.clone(),
+            fleet.clone(),
+            dr_registry.clone(),
+        )));
     }
     let mut rollouts = vec![];
     // Every replica reads the same config, so all agree on this member.
@@ -146,11 +162,24 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
                 .collect::<Vec<_>>()
         })));
     }
+    // DR engines: on the replica that owns the lowest-named member too
+    // (docs/disaster-recovery.md, "Manager replicas").
+    if let Some(rx) = lead.and_then(|l| ha.ownership.subscribe(l))
+        && !engines_dr.is_empty()
+    {
+        let dr = engines_dr.clone();
+        rollouts.push(AbortOnDrop(crate::ha::while_owned(rx, move || {
+            dr.iter()
+                .map(|e| AbortOnDrop(tokio::spawn(e.clone().run())))
+                .collect::<Vec<_>>()
+        })));
+    }
     Ok(Manager {
         fleet,
         ha,
         rollouts,
         backups,
+        dr: engines_dr,
         sim,
     })
 }

@@ -137,8 +137,13 @@ ssl_built() {
 server_tls_on() { [ -n "$SERVER_TLS" ] && [ -s "$SERVER_TLS/tls.crt" ] && [ -s "$SERVER_TLS/tls.key" ] && ssl_built; }
 # libpq options for connections to the primary: the -rw Service's name is
 # in the certificate, the CA is the cluster's.
+# Across member clusters the address dialled is a load balancer's, which no
+# certificate names: verify-ca (every side's certificate comes from the
+# topology's one CA, which only the manager can sign with).
 repl_ssl() {
-  if server_tls_on; then
+  if server_tls_on && designated; then
+    echo "sslmode=verify-ca sslrootcert=$(conninfo_q "$SERVER_TLS/ca.crt")"
+  elif server_tls_on; then
     echo "sslmode=verify-full sslrootcert=$(conninfo_q "$SERVER_TLS/ca.crt")"
   else
     echo "sslmode=prefer"
@@ -179,13 +184,85 @@ configure_tls() {
 # demoted primary as a standby even before its label changes.
 DEMOTED="${SOCKDIR}/pgfleet.demoted"
 
+# Disaster recovery across member clusters (docs/disaster-recovery.md): in
+# a replica cluster the ConfigMap's `replica-source` holds one line
+# "HOST PORT NAME" — the primary side's exposed address and this side's
+# name there. The instance labelled primary is then the *designated
+# primary*: a standby of that address, which the other instances follow
+# through -rw (cascading). Nothing in a replica cluster is ever promoted by
+# `promote`; only a ConfigMap without `replica-source` lets it be.
+REPLICA_SOURCE="$CONFIG/replica-source"
+labelled_primary() { grep -q 'pgfleet.io/role="primary"' "$PODINFO/labels" 2>/dev/null; }
+replica_cluster() { [ -s "$REPLICA_SOURCE" ]; }
+designated() { replica_cluster && [ ! -e "$DEMOTED" ] && labelled_primary; }
+source_field() { awk -v f="$1" 'NR == 1 {print $f}' "$REPLICA_SOURCE"; }
+upstream_host() { if designated; then source_field 1; else echo "$PGFLEET_PRIMARY_HOST"; fi; }
+upstream_port() { if designated; then source_field 2; else echo 5432; fi; }
+
 wanted_role() {
-  if [ -e "$DEMOTED" ]; then echo replica; return; fi
-  if grep -q 'pgfleet.io/role="primary"' "$PODINFO/labels" 2>/dev/null; then echo primary; else echo replica; fi
+  if [ -e "$DEMOTED" ] || replica_cluster; then echo replica; return; fi
+  if labelled_primary; then echo primary; else echo replica; fi
 }
 
+# The primary side's watchdog (docs/disaster-recovery.md, "Why there are
+# never two primaries"): the ConfigMap's `dr-watchdog` holds FENCE_AFTER in
+# seconds. Contact is a manager heartbeat (`status dr`, which only the
+# manager runs, through this cluster's API server) or a replica side
+# streaming with a reply within FENCE_AFTER. A primary without either for
+# FENCE_AFTER fences itself; the manager promotes another side only after
+# twice that. The last contact is kept on the volume, so a Pod that starts
+# again after a long silence starts fenced.
+WATCHDOG="$CONFIG/dr-watchdog"
+HEARTBEAT="${SOCKDIR}/pgfleet.dr-heartbeat"
+CONTACT="$PGDATA/../pgfleet.dr-contact"
+watchdog_on() { [ -s "$WATCHDOG" ] && ! replica_cluster && labelled_primary; }
+age_of() { if [ -e "$1" ]; then echo $(( $(date +%s) - $(stat -c %Y "$1") )); else echo 999999; fi; }
+replica_side_contact() {
+  [ "$(sql "SELECT count(*) FROM pg_stat_replication WHERE application_name LIKE 'dr-%'
+    AND reply_time > now() - make_interval(secs => $1)" 2>/dev/null)" -gt 0 ] 2>/dev/null
+}
+dr_watchdog() {
+  # The silence so far is the volume's: a container started again does not
+  # get a fresh window.
+  if [ -e "$CONTACT" ]; then touch -r "$CONTACT" "$HEARTBEAT"; else touch "$HEARTBEAT"; fi
+  while sleep 1; do
+    [ ! -e "$FENCE" ] || continue
+    rec=$(sql "SELECT pg_is_in_recovery()" 2>/dev/null) || continue
+    # A standby (of this cluster or another) can only become this side's
+    # primary by the manager's promotion, which is contact: its window
+    # starts then. (Not while stopped: a crash must not extend it.)
+    if [ "$rec" = t ] || ! watchdog_on; then touch "$HEARTBEAT"; continue; fi
+    after=$(head -c 16 "$WATCHDOG" | tr -cd 0-9)
+    [ -n "$after" ] || continue
+    if [ "$(age_of "$HEARTBEAT")" -lt "$after" ] || replica_side_contact "$after"; then
+      touch "$CONTACT"
+      continue
+    fi
+    [ "$(sql "SELECT pg_is_in_recovery()" 2>/dev/null)" = f ] || continue
+    log "fencing: no manager heartbeat and no replica side for ${after}s (DR watchdog)"
+    touch "$FENCE"
+    "$(bin pg_ctl)" -D "$PGDATA" -w -m immediate stop >&2 || true
+  done
+}
+# At start: a primary-side instance whose last contact is older than the
+# fence window stays fenced until the manager unfences it.
+start_fenced_if_silent() {
+  watchdog_on || return 0
+  after=$(head -c 16 "$WATCHDOG" | tr -cd 0-9)
+  if [ -n "$after" ] && [ -e "$CONTACT" ] && [ "$(age_of "$CONTACT")" -ge "$after" ]; then
+    log "starting fenced: no contact with the manager or a replica side for $(age_of "$CONTACT")s (DR watchdog)"
+    touch "$FENCE"
+  fi
+}
+
+# The designated primary names itself by its side (dr-<member>) on the
+# primary side and uses no slot there: the primary side's own instances
+# have the same pod names, and a slot would keep WAL forever for a
+# replica side that is gone (wal_keep_size bounds it instead).
+app_name() { if designated; then echo "dr-$(source_field 3)"; else echo "$POD_NAME"; fi; }
+
 primary_conninfo() {
-  echo "host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator passfile=$(conninfo_q "$PGDATA/../pgpass") application_name=$(conninfo_q "$POD_NAME") $(repl_ssl)"
+  echo "host=$(conninfo_q "$(upstream_host)") port=$(conninfo_q "$(upstream_port)") user=replicator passfile=$(conninfo_q "$PGDATA/../pgpass") application_name=$(conninfo_q "$(app_name)") $(repl_ssl)"
 }
 
 # A password is one line (a trailing newline in the Secret is ignored);
@@ -227,7 +304,7 @@ configure() {
   if [ "$(wanted_role)" = replica ]; then
     {
       echo "primary_conninfo = $(conf_q "$(primary_conninfo)")"
-      echo "primary_slot_name = $(conf_q "$(echo "$POD_NAME" | tr '-' '_')")"
+      designated || echo "primary_slot_name = $(conf_q "$(echo "$POD_NAME" | tr '-' '_')")"
     } > "$PGDATA/pgfleet-standby.conf"
     grep -q "include_if_exists = 'pgfleet-standby.conf'" "$PGDATA/postgresql.conf" ||
       echo "include_if_exists = 'pgfleet-standby.conf'" >> "$PGDATA/postgresql.conf"
@@ -251,16 +328,20 @@ do_initdb() {
 }
 
 do_clone() {
-  log "cloning from $PGFLEET_PRIMARY_HOST"
-  until "$(bin pg_isready)" -h "$PGFLEET_PRIMARY_HOST" -p 5432 -q; do sleep 1; done
+  host=$(upstream_host) port=$(upstream_port)
+  log "cloning from $host:$port"
+  until "$(bin pg_isready)" -h "$host" -p "$port" -q; do sleep 1; done
   rm -rf "${PGDATA:?}"/*
   slot=$(echo "$POD_NAME" | tr '-' '_')
-  if server_tls_on; then export PGSSLMODE=verify-full PGSSLROOTCERT="$SERVER_TLS/ca.crt"; fi
+  if server_tls_on && designated; then export PGSSLMODE=verify-ca PGSSLROOTCERT="$SERVER_TLS/ca.crt"
+  elif server_tls_on; then export PGSSLMODE=verify-full PGSSLROOTCERT="$SERVER_TLS/ca.crt"; fi
   # Create this replica's slot as part of the clone; it may exist already.
-  PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_basebackup)" -h "$PGFLEET_PRIMARY_HOST" -U replicator \
-    -D "$PGDATA" -X stream -c fast -C -S "$slot" >&2 ||
+  # (The designated primary of a replica cluster uses none: see app_name.)
+  designated && slot=""
+  PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_basebackup)" -h "$host" -p "$port" -U replicator \
+    -D "$PGDATA" -X stream -c fast ${slot:+-C -S "$slot"} >&2 ||
   { rm -rf "${PGDATA:?}"/*
-    PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_basebackup)" -h "$PGFLEET_PRIMARY_HOST" -U replicator \
+    PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_basebackup)" -h "$host" -p "$port" -U replicator \
       -D "$PGDATA" -X stream -c fast >&2; }
   # A clone is a standby from birth: without the signal the run loop would
   # take it for a former primary and "rewind" it, and pg_rewind's crash
@@ -347,7 +428,8 @@ REWIND_SOURCE_READY="SELECT CASE WHEN pg_is_in_recovery() THEN false
 # A former primary told to be a replica rewinds to the new timeline first,
 # and re-clones when rewind cannot help.
 do_rewind() {
-  src="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator dbname=postgres $(repl_ssl)"
+  host=$(upstream_host)
+  src="host=$(conninfo_q "$host") port=$(conninfo_q "$(upstream_port)") user=replicator dbname=postgres $(repl_ssl)"
   # Only against a promoted primary whose pg_control names its timeline
   # (its first checkpoint after the promotion completed): otherwise
   # pg_rewind sees one timeline, finds "no rewind required", and this
@@ -358,13 +440,13 @@ do_rewind() {
   until [ "$(PGPASSFILE="$PGDATA/../pgpass" "$(bin psql)" "$src" -XAtqc "$REWIND_SOURCE_READY" 2>/dev/null)" = t ]; do
     n=$((n + 1))
     if [ "$n" -gt 120 ]; then
-      log "$PGFLEET_PRIMARY_HOST is not a checkpointed primary after 120 s; re-cloning instead of rewinding"
+      log "$host is not a checkpointed primary after 120 s; re-cloning instead of rewinding"
       do_clone
       return
     fi
     sleep 1
   done
-  log "rewinding to follow $PGFLEET_PRIMARY_HOST"
+  log "rewinding to follow $host"
   if ! PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_rewind)" -D "$PGDATA" --source-server="$src" >&2; then
     log "pg_rewind failed; re-cloning"
     do_clone
@@ -372,9 +454,10 @@ do_rewind() {
   fi
   # A clone creates its slot on the primary; a rewound instance must too
   # (the new primary has none for it until the manager lists it).
+  designated && return 0
   PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_receivewal)" -d "$src" \
     --slot="$(echo "$POD_NAME" | tr '-' '_')" --create-slot --if-not-exists >&2 ||
-    log "could not create this instance's replication slot on $PGFLEET_PRIMARY_HOST"
+    log "could not create this instance's replication slot on $host"
 }
 
 # Supervises postgres instead of exec'ing it, so that a clean demotion or a
@@ -392,6 +475,9 @@ cmd_run() {
   fi
   serve_backrest &
   srv=$!
+  start_fenced_if_silent
+  dr_watchdog &
+  dog=$!
   stop=0
   pid=""
   trap 'stop=1; [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null' TERM INT
@@ -410,13 +496,15 @@ cmd_run() {
     log "postgres stopped; starting it again as $(wanted_role)"
     sleep 0.2
   done
-  kill "$srv" 2>/dev/null || true
+  kill "$srv" "$dog" 2>/dev/null || true
 }
 
 # RFC 3339 (UTC) of a timestamptz expression, for the SQL below.
 ts() { echo "to_char(($1) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"; }
 
 cmd_status() {
+  # `status dr`: the DR engine's call, which is also its heartbeat.
+  [ "${2:-}" != dr ] || touch "$HEARTBEAT"
   out=$(sql "SELECT json_build_object(
       'contract', $CONTRACT,
       'role', CASE WHEN pg_is_in_recovery() THEN 'replica' ELSE 'primary' END,
@@ -428,6 +516,7 @@ cmd_status() {
       'receivedLsn', pg_last_wal_receive_lsn()::text,
       'replayedLsn', pg_last_wal_replay_lsn()::text,
       'walReceiver', (SELECT status FROM pg_stat_wal_receiver),
+      'receiverIdleMs', (SELECT (EXTRACT(EPOCH FROM now() - last_msg_receipt_time) * 1000)::bigint FROM pg_stat_wal_receiver),
       'version', current_setting('server_version'),
       'pendingRestart', EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart),
       'archive', (SELECT json_build_object(
@@ -449,6 +538,14 @@ cmd_status() {
 
 cmd_promote() {
   rm -f "$DEMOTED"
+  # In a replica cluster a promotion only moves the designated primary:
+  # the new one follows the other cluster's primary from now on.
+  if replica_cluster; then
+    configure
+    "$(bin pg_ctl)" -D "$PGDATA" reload >&2
+    echo "{\"contract\":$CONTRACT,\"promoted\":true,\"designated\":true}"
+    return
+  fi
   if [ "$(sql "SELECT pg_is_in_recovery()")" = t ]; then
     "$(bin pg_ctl)" -D "$PGDATA" -w -t 60 promote >&2
   fi
@@ -466,8 +563,16 @@ cmd_promote() {
 # shutdown (walsenders send all WAL up to the shutdown checkpoint first); the
 # run loop starts it again as a standby. Prints the final WAL position.
 cmd_demote() {
-  touch "$DEMOTED"
-  touch "$PGDATA/standby.signal"
+  # `demote dr`: the whole cluster becomes a replica cluster (the
+  # ConfigMap names the new source); its primary stays the designated one.
+  # `demote dr-rewind`: after a forced promotion elsewhere this side may
+  # hold WAL the new primary never saw: no standby.signal, so the run loop
+  # rewinds it before it follows.
+  case "${2:-}" in
+    dr|dr-rewind) replica_cluster || { log "demote ${2}: no replica-source in the mounted configuration yet"; exit 75; } ;;
+    *) touch "$DEMOTED" ;;
+  esac
+  [ "${2:-}" = dr-rewind ] || touch "$PGDATA/standby.signal"
   "$(bin pg_ctl)" -D "$PGDATA" -w -m fast stop >&2 || true
   lsn=$("$(bin pg_controldata)" -D "$PGDATA" | sed -n 's/^Latest checkpoint location: *//p')
   echo "{\"contract\":$CONTRACT,\"demoted\":true,\"lsn\":\"$lsn\"}"
@@ -898,9 +1003,9 @@ case "${1:-}" in
   backup-info) cmd_backup_info ;;
   expire) cmd_expire "$@" ;;
   query) cmd_query "$@" ;;
-  status) cmd_status ;;
+  status) cmd_status "$@" ;;
   promote) cmd_promote ;;
-  demote) cmd_demote ;;
+  demote) cmd_demote "$@" ;;
   fence) cmd_fence ;;
   unfence) cmd_unfence ;;
   reload) cmd_reload "$@" ;;

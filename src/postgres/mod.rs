@@ -55,6 +55,10 @@ pub struct InstanceReport {
     /// `streaming`, `waiting`, …); None when it has none (not connected).
     #[serde(default)]
     pub wal_receiver: Option<String>,
+    /// Milliseconds since the WAL receiver last heard from its upstream
+    /// (None: no receiver).
+    #[serde(default)]
+    pub receiver_idle_ms: Option<i64>,
 }
 
 impl InstanceReport {

@@ -66,11 +66,12 @@ pub fn build(pg: &PostgresCluster, seen: &Seen, inputs: &Inputs) -> Result<Desir
         &plan,
         seen.is_drill,
         inputs.repo.as_ref(),
+        seen.dr.as_ref(),
     )?;
     let names = |os: &[u32]| os.iter().map(|o| owner.instance_name(*o)).collect();
     Ok(Desired {
         primary: plan.primary.map(|o| owner.instance_name(o)),
-        services: build::services(owner),
+        services: build::services(owner, seen.dr.is_some()),
         pooler: pooler::wanted(owner, pg),
         pdbs: build::pdbs(owner, pg.spec.cluster_size),
         instances: instances(pg, seen, inputs, &plan, &config.hash)?,

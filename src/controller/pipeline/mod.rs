@@ -34,6 +34,9 @@ use std::sync::Arc;
 /// One reconcile of an existing (not deleted) PostgresCluster.
 pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let seen = observe::observe(&pg, &ctx)?;
+    if let Some(action) = crate::controller::dr::hold(&seen.dr) {
+        return Ok(action);
+    }
     let spec = match validate::check(&pg, &ctx, &seen).await? {
         validate::Checked::Valid(spec) => spec,
         validate::Checked::Invalid(invalid) => {
@@ -65,9 +68,18 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         desired.notices.push(n);
     }
     desired.major_upgrade = upgrade.record;
+    if let Some(why) = ctx.dr.notice(&ctx.member, &seen.ns, &seen.name) {
+        let n = ("DisasterRecoveryBlocked", "PromotionBlocked", why);
+        desired.notices.push(n);
+    }
     let applied = apply::apply(&pg, &ctx, &seen, &desired).await?;
     // Roles, databases, the app Secret on the primary (never fails the round).
-    let access = super::access::run(&pg, &ctx, &seen.obs, desired.primary.as_deref()).await;
+    // (Not on a replica side: its designated primary is read-only, and its
+    // roles are the primary side's, streamed.)
+    let access = match crate::controller::dr::is_replica(&seen.dr) {
+        true => None,
+        false => super::access::run(&pg, &ctx, &seen.obs, desired.primary.as_deref()).await,
+    };
     // A renewed server certificate: every server reloads it.
     let reload = match &inputs.tls.pending {
         Some(fp) => super::tls::reload(&pg, &ctx, &seen.obs, &seen.owner, fp).await,

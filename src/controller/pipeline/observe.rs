@@ -21,6 +21,8 @@ pub struct Seen {
     pub obs: Observed,
     /// A restore drill's throwaway copy (`platform::labels::DRILL_OF`).
     pub is_drill: bool,
+    /// Its side in a disaster-recovery topology (None: in none).
+    pub dr: Option<crate::controller::dr::registry::Side>,
 }
 
 pub fn observe(pg: &PostgresCluster, ctx: &Ctx) -> Result<Seen, Error> {
@@ -33,6 +35,7 @@ pub fn observe(pg: &PostgresCluster, ctx: &Ctx) -> Result<Seen, Error> {
         now: crate::platform::time::now_rfc3339(),
         obs,
         is_drill: pg.labels().contains_key(crate::platform::labels::DRILL_OF),
+        dr: ctx.dr.side(&ctx.member, &ns, &name),
         ns,
         name,
     })

@@ -414,8 +414,9 @@ pub fn prepare(
 }
 
 /// Rewrites the generated volumes whose content depends on `pod` metadata or
-/// on ConfigMaps/Secrets (called when those change). Files that vanished
-/// from the source stay; kubelet would remove them, nothing here relies on it.
+/// on ConfigMaps/Secrets (called when those change). Files whose key left
+/// the source are removed, as kubelet's atomic update does (a replica
+/// cluster's `replica-source` going away is what lets it be promoted).
 pub fn refresh(c: &Cluster, pod: &Value, dirs: &PodDirs, user: &RunUser) {
     for vol in pod
         .pointer("/spec/volumes")
@@ -428,6 +429,8 @@ pub fn refresh(c: &Cluster, pod: &Value, dirs: &PodDirs, user: &RunUser) {
             continue;
         };
         let d = dirs.volume(name);
+        let keep: std::collections::HashSet<PathBuf> = files.iter().map(|f| d.join(&f.0)).collect();
+        remove_stale(&d, &keep);
         for (path, data, mode) in files {
             let p = d.join(&path);
             if std::fs::read(&p).is_ok_and(|cur| cur == data) {
@@ -440,11 +443,46 @@ pub fn refresh(c: &Cluster, pod: &Value, dirs: &PodDirs, user: &RunUser) {
     }
 }
 
+/// Removes the files under `dir` not in `keep` (temporary files of a
+/// write in progress excepted).
+fn remove_stale(dir: &Path, keep: &std::collections::HashSet<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let tmp = e.file_name().to_str().is_some_and(|n| n.ends_with(".tmp"));
+        match e.file_type() {
+            Ok(t) if t.is_dir() => remove_stale(&p, keep),
+            Ok(_) if !tmp && !keep.contains(&p) => {
+                if let Err(err) = std::fs::remove_file(&p) {
+                    tracing::warn!(path = %p.display(), error = %err, "removing a stale volume file");
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn files_whose_key_left_the_source_are_removed() {
+        let d = std::env::temp_dir().join(format!("pgfleet-stale-{}", std::process::id()));
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        for f in ["a", "b", "sub/c", ".x.tmp"] {
+            std::fs::write(d.join(f), "1").unwrap();
+        }
+        let keep = [d.join("a"), d.join("sub/c")].into_iter().collect();
+        remove_stale(&d, &keep);
+        assert!(d.join("a").exists() && d.join("sub/c").exists() && d.join(".x.tmp").exists());
+        assert!(!d.join("b").exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 
     #[test]
     fn users_are_found_by_name_or_uid_in_a_passwd_file() {

@@ -1,0 +1,240 @@
+//! Cross-cluster disaster recovery (issue 15), process runtime, real
+//! PostgreSQL: a `[dr.orders]` topology over two member clusters. The
+//! tenant creates `orders` on `dr-a`; pgfleet creates its replica cluster
+//! on `dr-b`, which streams from `dr-a`'s `orders-dr` LoadBalancer
+//! address. A planned switchover moves the primary side to `dr-b` and back:
+//! every acknowledged row is on the new primary side, the old one follows
+//! it again without a new copy, and writes made on each side reach the
+//! other.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+use common::process::{Writer, connect};
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::Api;
+use pgfleet::crd::PostgresCluster;
+use pgfleet::testkit::fleet as kit;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+const NS: &str = "app";
+const MEMBERS: [&str; 2] = ["dr-a", "dr-b"];
+const LIMIT: Duration = Duration::from_secs(240);
+
+const TOPOLOGY: &str = r#"
+[dr.orders]
+namespace = "app"
+name = "orders"
+members = ["dr-a", "dr-b"]
+"#;
+
+struct World {
+    mgr: pgfleet::manager::Manager,
+    dir: std::path::PathBuf,
+}
+
+impl World {
+    async fn start(tag: &str) -> World {
+        common::init_tracing();
+        let dir = common::temp_dir(tag);
+        let toml = format!(
+            "{}{TOPOLOGY}",
+            kit::embedded_toml(&dir, "process", &MEMBERS, "")
+        );
+        let mgr = kit::start_manager(&toml, Duration::from_secs(120))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        World { mgr, dir }
+    }
+
+    fn client(&self, m: &str) -> kube::Client {
+        self.mgr.fleet.get(m).unwrap().client()
+    }
+
+    fn engine(&self) -> &pgfleet::dr::Engine {
+        &self.mgr.dr[0]
+    }
+
+    async fn ip(&self, m: &str, svc: &str) -> String {
+        let s = Api::<Service>::namespaced(self.client(m), NS)
+            .get(svc)
+            .await
+            .unwrap();
+        s.spec.unwrap().cluster_ip.unwrap()
+    }
+
+    async fn password(&self, m: &str) -> String {
+        let s = Api::<Secret>::namespaced(self.client(m), NS)
+            .get("orders-superuser")
+            .await
+            .unwrap();
+        String::from_utf8(s.data.unwrap()["password"].0.clone()).unwrap()
+    }
+
+    /// The rows `marks` holds on member `m`, read through its `-rw`
+    /// (a replica side's designated primary answers reads too).
+    async fn rows(&self, m: &str) -> Result<BTreeSet<i64>, String> {
+        let (rw, pw) = (self.ip(m, "orders-rw").await, self.password(m).await);
+        let c = connect(&rw, 5432, &pw).await.map_err(|e| e.to_string())?;
+        let rows = c
+            .query("SELECT id FROM marks", &[])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(rows.iter().map(|r| r.get::<_, i64>(0)).collect())
+    }
+
+    /// Whether `m`'s `-rw` takes writes.
+    async fn writable(&self, m: &str) -> Result<(), String> {
+        let (rw, pw) = (self.ip(m, "orders-rw").await, self.password(m).await);
+        let c = connect(&rw, 5432, &pw).await.map_err(|e| e.to_string())?;
+        let r = c
+            .query_one("SELECT pg_is_in_recovery()", &[])
+            .await
+            .map_err(|e| e.to_string())?;
+        match r.get::<_, bool>(0) {
+            false => Ok(()),
+            true => Err(format!("{m} is in recovery")),
+        }
+    }
+
+    async fn healthy(&self, m: &str) -> Result<String, String> {
+        let pg = Api::<PostgresCluster>::namespaced(self.client(m), NS)
+            .get_opt("orders")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no PostgresCluster yet")?;
+        let st = pg.status.unwrap_or_default();
+        match (st.phase, st.ready_instances, st.current_primary) {
+            (Some(pgfleet::crd::Phase::Healthy), 2, Some(p)) => Ok(p),
+            other => Err(format!("{other:?}; DR {:?}", self.engine().status())),
+        }
+    }
+
+    fn logs(&self, m: &str, pod: &str) -> String {
+        let cfg = &self
+            .mgr
+            .sim
+            .as_ref()
+            .unwrap()
+            .clusters
+            .iter()
+            .find(|c| c.name == m)
+            .unwrap()
+            .kubeconfig;
+        let out = std::process::Command::new("/usr/bin/kubectl")
+            .arg("--kubeconfig")
+            .arg(cfg)
+            .args(["-n", NS, "logs", pod])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Writes `n` rows through `m`'s `-rw` and returns the acknowledged ones.
+    async fn write(&self, m: &str, n: usize) -> BTreeSet<i64> {
+        let (rw, pw) = (self.ip(m, "orders-rw").await, self.password(m).await);
+        let w = Writer::start(rw, 5432, pw);
+        common::eventually_within(LIMIT, &format!("{n} rows written on {m}"), || async {
+            (w.acked_count() >= n).then_some(()).ok_or(w.acked_count())
+        })
+        .await;
+        w.stop().await.0
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn until<T, F, Fut>(what: &str, f: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    common::eventually_within(LIMIT, what, f).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_cluster_streams_and_a_planned_switchover_goes_there_and_back() {
+    let w = World::start("dr-switchover").await;
+    kit::apply_namespace(&w.client("dr-a"), NS).await.unwrap();
+    let pgc: PostgresCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
+        "metadata": {"name": "orders", "namespace": NS},
+        "spec": {"clusterSize": 2, "version": "15", "enableSuperuserAccess": true},
+    }))
+    .unwrap();
+    Api::<PostgresCluster>::namespaced(w.client("dr-a"), NS)
+        .create(&Default::default(), &pgc)
+        .await
+        .unwrap();
+    let a_primary = until("orders Healthy on dr-a", || w.healthy("dr-a")).await;
+    // pgfleet made the replica cluster on dr-b, with dr-a's credentials.
+    let b_primary = until("the replica cluster Healthy on dr-b", || w.healthy("dr-b")).await;
+    assert_eq!(w.password("dr-a").await, w.password("dr-b").await);
+    until("the table on dr-a", || async {
+        let (rw, pw) = (w.ip("dr-a", "orders-rw").await, w.password("dr-a").await);
+        let c = connect(&rw, 5432, &pw).await.map_err(|e| e.to_string())?;
+        c.batch_execute("CREATE TABLE IF NOT EXISTS marks (id bigint PRIMARY KEY)")
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let acked = w.write("dr-a", 50).await;
+    until("dr-b holds every row acknowledged on dr-a", || async {
+        let got = w.rows("dr-b").await?;
+        acked
+            .is_subset(&got)
+            .then_some(())
+            .ok_or(format!("{} of {}", got.len(), acked.len()))
+    })
+    .await;
+    assert!(
+        w.writable("dr-b").await.is_err(),
+        "a replica cluster took writes"
+    );
+
+    // Planned switchover to dr-b.
+    let next = w.engine().switchover("dr-b").await.unwrap();
+    assert_eq!(next.primary, "dr-b");
+    until("dr-b takes writes", || w.writable("dr-b")).await;
+    let got = w.rows("dr-b").await.unwrap();
+    assert!(acked.is_subset(&got), "rows lost in the switchover");
+    let on_b = w.write("dr-b", 30).await;
+    until("dr-a follows dr-b", || async {
+        let got = w.rows("dr-a").await?;
+        on_b.is_subset(&got)
+            .then_some(())
+            .ok_or(format!("{} rows", got.len()))
+    })
+    .await;
+    assert!(w.writable("dr-a").await.is_err(), "two primary sides");
+    let logs = w.logs("dr-a", &a_primary);
+    assert!(
+        !logs.contains("re-cloning") && logs.matches("cloning from").count() == 0,
+        "dr-a's primary was copied again:\n{logs}"
+    );
+
+    // And back.
+    w.engine().switchover("dr-a").await.unwrap();
+    until("dr-a takes writes again", || w.writable("dr-a")).await;
+    let got = w.rows("dr-a").await.unwrap();
+    assert!(on_b.is_subset(&got) && acked.is_subset(&got), "rows lost");
+    let on_a = w.write("dr-a", 20).await;
+    until("dr-b follows dr-a again", || async {
+        let got = w.rows("dr-b").await?;
+        on_a.is_subset(&got)
+            .then_some(())
+            .ok_or(format!("{} rows", got.len()))
+    })
+    .await;
+    let logs = w.logs("dr-b", &b_primary);
+    assert!(
+        !logs.contains("re-cloning"),
+        "dr-b's designated primary was copied again:\n{logs}"
+    );
+    assert!(w.writable("dr-b").await.is_err(), "two primary sides");
+}

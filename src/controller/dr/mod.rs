@@ -1,0 +1,39 @@
+//! The controller's part of cross-cluster disaster recovery
+//! (docs/disaster-recovery.md): a PostgresCluster in a `[dr.<topology>]`
+//! is exposed to the other members (`<name>-dr`, a LoadBalancer Service on
+//! its primary), and on a replica side its ConfigMap names the source its
+//! designated primary streams from (`replica-source`). Which side a
+//! cluster is on is decided by the DR engine (`crate::dr`) and read from
+//! the [`registry::Registry`].
+
+pub mod registry;
+
+use kube::runtime::controller::Action;
+use registry::Side;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A cluster of a topology whose state is not read yet waits: building its
+/// children now could drop a replica side's source (and a restart would
+/// then make it a second primary).
+pub fn hold(side: &Option<Side>) -> Option<Action> {
+    matches!(side, Some(Side::Unknown)).then(|| Action::requeue(Duration::from_secs(1)))
+}
+
+pub fn is_replica(side: &Option<Side>) -> bool {
+    matches!(side, Some(Side::Replica { .. }))
+}
+
+/// Parameters every member of a topology runs with (unless the spec sets
+/// them): the primary side keeps 1 GB of WAL for a replica side that
+/// falls behind (it uses no slot, so a lost side cannot fill the disk),
+/// and standbys report every second, so the primary side's watchdog and
+/// the lag the manager records are never more than a second old.
+pub fn parameters(params: &mut BTreeMap<String, String>) {
+    for (k, v) in [
+        ("wal_keep_size", "1GB"),
+        ("wal_receiver_status_interval", "1s"),
+    ] {
+        params.entry(k.to_string()).or_insert_with(|| v.to_string());
+    }
+}

@@ -1,0 +1,458 @@
+//! Cross-cluster disaster recovery (docs/disaster-recovery.md): one engine
+//! per `[dr.<topology>]` keeps a PostgreSQL database in several member
+//! clusters — the primary side takes writes, the replica sides stream from
+//! its `<name>-dr` address — and moves the primary side between members.
+//!
+//! A round: observe every member (`observe.rs`), settle the state (the
+//! newest copy, or the initial one), tell the controllers each side
+//! (`controller::dr::registry`), copy what must be identical (`sync.rs`),
+//! then take the steps `decide.rs` names. A switchover or a promotion is
+//! only a new state written; the rounds bring the instances to it, so a
+//! manager killed in between resumes where it was.
+
+pub mod decide;
+pub mod failover;
+mod observe;
+pub mod state;
+mod sync;
+mod track;
+
+use crate::config::dr::Topology;
+use crate::controller::dr::registry::{Registry, Side};
+use crate::crd::PostgresCluster;
+use crate::fleet::{Fleet, Member};
+use anyhow::Context;
+use decide::{SideView, Step};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde::Serialize;
+use state::State;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The annotation that tells a PostgresCluster (and whoever reads it) its
+/// side; changing it is also what makes its controller reconcile at once.
+pub const ANN_SIDE: &str = "pgfleet.io/dr-side";
+/// Set while an automatic promotion of this side is blocked (the condition
+/// `DisasterRecoveryBlocked` says why).
+pub const ANN_BLOCKED: &str = "pgfleet.io/dr-promotion-blocked";
+
+/// One side as the last round saw it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SideStatus {
+    pub member: String,
+    pub reachable: bool,
+    /// "primary", "replica", "stopped" (None: no report).
+    pub role: Option<String>,
+    pub fenced: bool,
+    /// Bytes the primary side has written that this side has not received.
+    pub lag_bytes: Option<u64>,
+}
+
+/// A topology as the last round saw it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub topology: String,
+    pub epoch: u64,
+    pub primary: String,
+    pub sides: Vec<SideStatus>,
+    /// What the round did or waits for.
+    pub note: String,
+}
+
+pub struct Engine {
+    pub name: String,
+    pub topology: Topology,
+    fleet: Arc<Fleet>,
+    registry: Arc<Registry>,
+    last: Mutex<Status>,
+    /// The side annotation last written per member.
+    annotated: Mutex<HashMap<String, String>>,
+    /// The witness's evidence (`track.rs`).
+    track: Mutex<track::Track>,
+    pub tick: Duration,
+}
+
+impl Engine {
+    pub fn new(name: &str, topology: Topology, fleet: Arc<Fleet>, registry: Arc<Registry>) -> Self {
+        Self {
+            name: name.to_string(),
+            topology,
+            fleet,
+            registry,
+            last: Mutex::new(Status::default()),
+            annotated: Mutex::new(HashMap::new()),
+            track: Mutex::new(track::Track::new(std::time::Instant::now())),
+            tick: Duration::from_secs(1),
+        }
+    }
+
+    fn tracked(&self) -> std::sync::MutexGuard<'_, track::Track> {
+        self.track.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn status(&self) -> Status {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Runs rounds until dropped.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            if let Err(e) = self.round().await {
+                tracing::warn!(topology = %self.name, error = format!("{e:#}"), "DR round failed");
+            }
+            tokio::time::sleep(self.tick).await;
+        }
+    }
+
+    fn members(&self) -> Vec<Arc<Member>> {
+        self.topology
+            .members
+            .iter()
+            .filter_map(|m| self.fleet.get(m).cloned())
+            .collect()
+    }
+
+    fn member(&self, name: &str) -> anyhow::Result<Arc<Member>> {
+        self.fleet
+            .get(name)
+            .cloned()
+            .with_context(|| format!("member cluster {name} is not in the fleet"))
+    }
+
+    pub async fn observe(&self) -> Vec<SideView> {
+        let (t, members) = (&self.topology, self.members());
+        let views = members
+            .iter()
+            .map(|m| observe::side(m, &self.name, &t.namespace, &t.name));
+        futures::future::join_all(views).await
+    }
+
+    /// One round; returns what it saw.
+    pub async fn round(&self) -> anyhow::Result<Status> {
+        let views = self.observe().await;
+        let Some(mut state) = self.settle(&views).await? else {
+            return Ok(self.record(
+                &views,
+                None,
+                "waiting: not every member's state could be read",
+            ));
+        };
+        let now = std::time::Instant::now();
+        self.tracked().observe(now, &state.primary, &views);
+        let mut notes = vec![];
+        if let Some(next) = self.witness(&state, &views, now).await? {
+            notes.push(format!("automatic failover to {}", next.primary));
+            state = next;
+        }
+        for (m, side) in decide::sides(&self.name, &state, &self.topology, &views) {
+            self.registry.set(
+                &m,
+                &self.topology.namespace,
+                &self.topology.name,
+                side.clone(),
+            );
+            if let Some(v) = views.iter().find(|v| v.member == m && v.reachable) {
+                self.annotate(&v.member, &side).await;
+            }
+        }
+        self.replicate(&state, &views).await;
+        let steps = decide::converge(&state, &views);
+        for step in &steps {
+            notes.push(format!("{step:?}"));
+            if let Err(e) = self.take(step).await {
+                notes.push(format!("failed: {e:#}"));
+            }
+        }
+        Ok(self.record(&views, Some(&state), &notes.join("; ")))
+    }
+
+    /// The newest state (written where a copy is older or missing), with
+    /// the primary side's current address; None while a new topology
+    /// cannot be started safely.
+    async fn settle(&self, views: &[SideView]) -> anyhow::Result<Option<State>> {
+        let mut state = match state::newest(views.iter().filter_map(|v| v.copy.clone())) {
+            Some(s) => s,
+            None => match decide::initial(&self.topology.members, views) {
+                Some(s) => s,
+                None => return Ok(None),
+            },
+        };
+        if let Some(ep) = views
+            .iter()
+            .find(|v| v.member == state.primary)
+            .and_then(|v| v.endpoint.clone())
+        {
+            state.endpoint = Some(ep);
+        }
+        if state.previous_endpoint.is_some() && decide::promoted(&state, views) {
+            state.previous_endpoint = None;
+        }
+        for v in views.iter().filter(|v| v.reachable) {
+            if v.copy.as_ref() != Some(&state) {
+                let m = self.member(&v.member)?;
+                state::write(&m, &self.name, &state).await?;
+            }
+        }
+        Ok(Some(state))
+    }
+
+    async fn annotate(&self, member: &str, side: &Side) {
+        let value = match side {
+            Side::Unknown => return,
+            Side::Primary { epoch, .. } => format!("primary epoch={epoch}"),
+            Side::Replica { epoch, source, .. } => {
+                format!(
+                    "replica epoch={epoch} source={}:{}",
+                    source.host, source.port
+                )
+            }
+        };
+        let known = {
+            let done = self.annotated.lock().unwrap_or_else(|e| e.into_inner());
+            done.get(member) == Some(&value)
+        };
+        if known {
+            return;
+        }
+        let Ok(m) = self.member(member) else { return };
+        let api: Api<PostgresCluster> = Api::namespaced(m.client(), &self.topology.namespace);
+        let patch = serde_json::json!({"metadata": {"annotations": {ANN_SIDE: value}}});
+        let res = api
+            .patch(
+                &self.topology.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await;
+        if res.is_ok() {
+            let mut done = self.annotated.lock().unwrap_or_else(|e| e.into_inner());
+            done.insert(member.to_string(), value);
+        }
+    }
+
+    async fn mark_blocked(&self, member: &str, blocked: bool) {
+        let Ok(m) = self.member(member) else { return };
+        let api: Api<PostgresCluster> = Api::namespaced(m.client(), &self.topology.namespace);
+        let value = blocked.then_some("true");
+        let patch = serde_json::json!({"metadata": {"annotations": {ANN_BLOCKED: value}}});
+        if let Err(e) = api
+            .patch(
+                &self.topology.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            tracing::debug!(topology = %self.name, %member, error = %e, "DR blocked mark");
+        }
+    }
+
+    /// Copies Secrets and spec from the primary side to every reachable
+    /// replica side.
+    async fn replicate(&self, state: &State, views: &[SideView]) {
+        let Some(primary) = views
+            .iter()
+            .find(|v| v.member == state.primary && v.reachable)
+        else {
+            return;
+        };
+        let Ok(from) = self.member(&primary.member) else {
+            return;
+        };
+        let (ns, name) = (&self.topology.namespace, &self.topology.name);
+        for v in views
+            .iter()
+            .filter(|v| v.reachable && v.member != state.primary)
+        {
+            let Ok(to) = self.member(&v.member) else {
+                continue;
+            };
+            if let Err(e) = sync::replicate(&from, &to, &self.name, ns, name).await {
+                tracing::warn!(topology = %self.name, to = %v.member, error = format!("{e:#}"), "DR copy failed");
+            }
+        }
+    }
+
+    async fn take(&self, step: &Step) -> anyhow::Result<()> {
+        let ns = &self.topology.namespace;
+        let (member, pod, verb): (&str, &str, &[&str]) = match step {
+            Step::Demote {
+                member,
+                pod,
+                rewind,
+            } => {
+                let v: &[&str] = if *rewind {
+                    &["demote", "dr-rewind"]
+                } else {
+                    &["demote", "dr"]
+                };
+                (member, pod, v)
+            }
+            Step::Promote { member, pod } => (member, pod, &["promote"]),
+            Step::Unfence { member, pod } => (member, pod, &["unfence"]),
+        };
+        let m = self.member(member)?;
+        let out =
+            crate::postgres::exec::run_verb(&m.client(), ns, pod, verb, Duration::from_secs(90))
+                .await
+                .with_context(|| format!("{} on {member}/{pod}", verb.join(" ")))?;
+        tracing::info!(topology = %self.name, %member, %pod, verb = verb.join(" "), %out, "DR step");
+        Ok(())
+    }
+
+    fn record(&self, views: &[SideView], state: Option<&State>, note: &str) -> Status {
+        let primary = state.and_then(|s| views.iter().find(|v| v.member == s.primary));
+        let sides = views
+            .iter()
+            .map(|v| SideStatus {
+                member: v.member.clone(),
+                reachable: v.reachable,
+                role: v.report.as_ref().map(|r| r.role.clone()),
+                fenced: v.report.as_ref().is_some_and(|r| r.fenced),
+                lag_bytes: primary
+                    .filter(|p| p.member != v.member)
+                    .and_then(|p| decide::lag_bytes(p, v)),
+            })
+            .collect();
+        let status = Status {
+            topology: self.name.clone(),
+            epoch: state.map(|s| s.epoch).unwrap_or_default(),
+            primary: state.map(|s| s.primary.clone()).unwrap_or_default(),
+            sides,
+            note: note.to_string(),
+        };
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = status.clone();
+        status
+    }
+
+    /// The witness's decision when the primary side does not answer: a
+    /// forced state for the side to promote, written to that side before
+    /// anything else (a promotion no copy records could be undone by a
+    /// returning primary); a blocked promotion is a condition on the
+    /// candidate.
+    async fn witness(
+        &self,
+        state: &State,
+        views: &[SideView],
+        now: std::time::Instant,
+    ) -> anyhow::Result<Option<State>> {
+        let w = self.tracked().witness(now, &state.primary, views);
+        let t = &self.topology;
+        let limits = failover::Limits {
+            failover_after: t.failover_after(),
+            automatic: t.automatic_failover,
+            max_rpo_bytes: t.max_rpo_bytes,
+            max_rpo_lag: t.max_rpo_lag(),
+        };
+        let verdict = failover::decide(&w, &limits);
+        for m in t.members.iter().filter(|m| **m != state.primary) {
+            let why = match &verdict {
+                failover::Verdict::Blocked(why) => Some(why.clone()),
+                _ => None,
+            };
+            let blocked = why.is_some();
+            if self.registry.set_notice(m, &t.namespace, &t.name, why) {
+                // Its controller reconciles now and shows the condition.
+                self.mark_blocked(m, blocked).await;
+            }
+        }
+        let failover::Verdict::Promote(to) = verdict else {
+            return Ok(None);
+        };
+        tracing::warn!(topology = %self.name, from = %state.primary, %to, witness = ?w,
+            "the primary side is lost to the manager and to the replica side: promoting");
+        Ok(Some(self.write_forced(state, &to, views).await?))
+    }
+
+    /// Writes the forced state promoting `to`: to `to` first (must
+    /// succeed), then to every other reachable member.
+    async fn write_forced(
+        &self,
+        state: &State,
+        to: &str,
+        views: &[SideView],
+    ) -> anyhow::Result<State> {
+        let next = state.promoted(to, true)?;
+        state::write(&*self.member(to)?, &self.name, &next).await?;
+        for v in views.iter().filter(|v| v.reachable && v.member != to) {
+            let m = self.member(&v.member)?;
+            if let Err(e) = state::write(&m, &self.name, &next).await {
+                tracing::warn!(topology = %self.name, member = %v.member, error = format!("{e:#}"), "DR state copy");
+            }
+        }
+        Ok(next)
+    }
+
+    /// `pgfleet dr promote`: promotes `to` while the primary side is
+    /// unreachable. Without `accept_data_loss` only what the witness would
+    /// do itself (lag within max_rpo) is allowed.
+    pub async fn promote(&self, to: &str, accept_data_loss: bool) -> anyhow::Result<State> {
+        let views = self.observe().await;
+        let state = state::newest(views.iter().filter_map(|v| v.copy.clone()))
+            .context("the topology has no state yet")?;
+        anyhow::ensure!(state.primary != to, "{to} is the primary side already");
+        let primary_up = views
+            .iter()
+            .any(|v| v.member == state.primary && v.reachable && v.report.is_some());
+        anyhow::ensure!(
+            !primary_up,
+            "the primary side {} answers: use a switchover (no data is lost)",
+            state.primary
+        );
+        let target = views
+            .iter()
+            .find(|v| v.member == to && v.reachable)
+            .with_context(|| format!("{to} is not a reachable member of topology {}", self.name))?;
+        if !accept_data_loss {
+            let lag = self.tracked().lag(to);
+            let t = &self.topology;
+            let within = lag.is_some_and(|(b, d)| b <= t.max_rpo_bytes && d <= t.max_rpo_lag());
+            anyhow::ensure!(
+                within,
+                "{to}'s last measured lag {lag:?} is not within max_rpo: pass --accept-data-loss to promote anyway"
+            );
+        }
+        anyhow::ensure!(
+            target.report.is_some(),
+            "{to}'s designated primary does not answer"
+        );
+        self.write_forced(&state, to, &views).await
+    }
+
+    /// A planned switchover to `to`: checks that `to` is a replica side
+    /// that streams, then writes the next epoch with `to` as the primary
+    /// side — first to `to`, then to the others. The rounds do the rest
+    /// (demote, hand-over, promote); returns the state written.
+    pub async fn switchover(&self, to: &str) -> anyhow::Result<State> {
+        let views = self.observe().await;
+        let current = state::newest(views.iter().filter_map(|v| v.copy.clone()))
+            .context("the topology has no state yet")?;
+        let target = views
+            .iter()
+            .find(|v| v.member == to)
+            .with_context(|| format!("{to} is not a member of topology {}", self.name))?;
+        anyhow::ensure!(current.primary != to, "{to} is the primary side already");
+        anyhow::ensure!(
+            views.iter().all(|v| v.reachable),
+            "every member must be reachable for a switchover (use `dr promote` when one is lost)"
+        );
+        let streaming = target.report.as_ref().is_some_and(|r| r.streaming());
+        anyhow::ensure!(streaming, "{to}'s designated primary is not streaming");
+        let next = current.promoted(to, false)?;
+        for name in std::iter::once(to).chain(
+            self.topology
+                .members
+                .iter()
+                .map(String::as_str)
+                .filter(|m| *m != to),
+        ) {
+            let m = self.member(name)?;
+            state::write(&m, &self.name, &next).await?;
+        }
+        Ok(next)
+    }
+}

@@ -164,8 +164,10 @@ pub enum Next {
     Wait(String),
     /// PAUSE (again), blue read-only, record the LSN; idempotent.
     Switch,
-    /// Green confirmed the LSN: copy the sequences, write `Switched`,
-    /// repoint, RESUME.
+    /// Green confirmed the LSN: copy the sequences, drop the
+    /// subscriptions (blue still answers, so their slots go too; and they
+    /// connect through `-rw`, which is about to select green itself),
+    /// write `Switched`, repoint, RESUME.
     Cutover,
     /// Timed out: blue writable again, RESUME, back to `CatchingUp`.
     UndoSwitch(String),
@@ -269,6 +271,20 @@ fn switching(r: &Record, s: &Seen, l: &Limits) -> Next {
         return Next::UndoSwitch(why);
     }
     Next::Switch
+}
+
+/// Green's instance names: `size` ordinals after the highest blue uses
+/// (by Pod or volume), so no name of blue is ever reused — a volume of
+/// the old version can never be mistaken for green's.
+pub fn green_instances(cluster: &str, blue: &[String], size: u32) -> Vec<String> {
+    let top = blue
+        .iter()
+        .filter_map(|n| crate::controller::plan::ordinal(cluster, n))
+        .max()
+        .unwrap_or(0);
+    (1..=size.max(1))
+        .map(|i| format!("{cluster}-{}", top + i))
+        .collect()
 }
 
 impl Next {

@@ -67,6 +67,8 @@ fn conninfo_value(v: &str) -> String {
 
 /// Where green finds blue's primary, and its credentials and CA.
 pub struct Source<'a> {
+    /// `<name>-rw`: the name blue's server certificate carries (so
+    /// verify-full holds), and it follows a failover of blue.
     pub host: &'a str,
     pub database: &'a str,
     pub passfile: &'a str,
@@ -147,6 +149,28 @@ JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'p') \
 AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%' \
 AND (c.relreplident = 'n' OR (c.relreplident = 'd' AND NOT EXISTS \
 (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)))))";
+
+/// Blue stops taking writes for the switch (the pooler is paused first):
+/// read-only by default, then every client backend ended — the poolers'
+/// idle server connections too, so after RESUME they reconnect through
+/// `-rw`, to green. Walsenders stay: green still has to confirm blue's
+/// last position. A tenant is no superuser and cannot turn it back.
+/// Each statement on its own (`psql -c … -c …`): ALTER SYSTEM cannot run
+/// in the implicit transaction of a multi-statement string. The last one
+/// prints the LSN green must confirm.
+pub const FREEZE_BLUE: [&str; 4] = [
+    "ALTER SYSTEM SET default_transaction_read_only = on",
+    "SELECT pg_reload_conf()",
+    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+    "SELECT pg_current_wal_lsn()",
+];
+
+/// Undoes [`FREEZE_BLUE`] (a switch undone, or rolled back).
+pub const THAW_BLUE: [&str; 2] = [
+    "ALTER SYSTEM RESET default_transaction_read_only",
+    "SELECT pg_reload_conf()",
+];
 
 /// Whether every one of the upgrade's `slots` slots on blue confirmed
 /// `lsn` (checked by [`lsn`] first).

@@ -113,3 +113,14 @@ fn the_publication_is_created_once() {
     assert!(sql.contains("FOR ALL TABLES"), "{sql}");
     assert!(drop_publication().contains("IF EXISTS"));
 }
+
+#[test]
+fn freeze_and_thaw_are_single_statements_ending_with_the_lsn() {
+    // ALTER SYSTEM refuses the implicit transaction of a multi-statement
+    // string: one statement per psql -c.
+    for s in FREEZE_BLUE.iter().chain(THAW_BLUE.iter()) {
+        assert!(!s.contains(';'), "{s}");
+    }
+    assert_eq!(FREEZE_BLUE[3], "SELECT pg_current_wal_lsn()");
+    assert!(FREEZE_BLUE[2].contains("'client backend'"), "walsenders stay");
+}

@@ -187,3 +187,10 @@ fn the_record_round_trips_in_camel_case() {
     let back: Record = serde_json::from_value(v).unwrap_or_default();
     assert_eq!(back, r);
 }
+
+#[test]
+fn green_takes_the_ordinals_after_every_blue_one() {
+    let blue = vec!["pg-1".into(), "pg-4".into(), "pg-green".into(), "other-9".into()];
+    assert_eq!(green_instances("pg", &blue, 2), ["pg-5", "pg-6"]);
+    assert_eq!(green_instances("pg", &[], 0), ["pg-1"]);
+}

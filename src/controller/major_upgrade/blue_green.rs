@@ -233,7 +233,9 @@ fn catch_up(s: &Seen, l: &Limits) -> Next {
         ));
     }
     match (s.tables_syncing, s.lag_bytes, s.oldest_transaction_secs) {
-        (Some(0), Some(lag), Some(age)) if lag <= l.max_lag_bytes && age <= l.max_transaction_secs => {
+        (Some(0), Some(lag), Some(age))
+            if lag <= l.max_lag_bytes && age <= l.max_transaction_secs =>
+        {
             Next::Switch
         }
         (Some(n), _, _) if n > 0 => Next::Wait(format!("{n} tables still copying to green")),

@@ -77,7 +77,10 @@ pub struct Source<'a> {
 
 pub fn conninfo(s: &Source, t: Transport) -> String {
     let tls = match t {
-        Transport::VerifyFull => format!("sslmode=verify-full sslrootcert={}", conninfo_value(s.ca_file)),
+        Transport::VerifyFull => format!(
+            "sslmode=verify-full sslrootcert={}",
+            conninfo_value(s.ca_file)
+        ),
         Transport::PlainTextScoped => "sslmode=disable".to_string(),
     };
     format!(
@@ -224,7 +227,10 @@ pub fn sync_sequences(seqs: &[Sequence]) -> String {
         .filter_map(|s| {
             let v = s.last_value?;
             let name = format!("{}.{}", ident(&s.schema), ident(&s.name));
-            Some(format!("SELECT setval({}::regclass, {v}, true);\n", literal(&name)))
+            Some(format!(
+                "SELECT setval({}::regclass, {v}, true);\n",
+                literal(&name)
+            ))
         })
         .collect()
 }

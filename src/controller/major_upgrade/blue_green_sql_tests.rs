@@ -14,7 +14,10 @@ fn verify_full_whenever_green_has_ssl_and_plain_text_only_without() {
     assert_eq!(transport(true), Transport::VerifyFull);
     assert_eq!(transport(false), Transport::PlainTextScoped);
     let tls = conninfo(&source("app"), Transport::VerifyFull);
-    assert!(tls.contains("sslmode=verify-full sslrootcert='/etc/pgfleet/tls/ca.crt'"), "{tls}");
+    assert!(
+        tls.contains("sslmode=verify-full sslrootcert='/etc/pgfleet/tls/ca.crt'"),
+        "{tls}"
+    );
     let plain = conninfo(&source("app"), Transport::PlainTextScoped);
     assert!(plain.ends_with("sslmode=disable"), "{plain}");
     // No password in the connection string (it is stored in the catalog).
@@ -37,7 +40,10 @@ fn a_hostile_database_name_stays_one_quoted_value() {
     // And inside, libpq reads the name back as one dbname value.
     let info = inner.replace("''", "'");
     let at = info.find("dbname=").unwrap_or(0) + "dbname=".len();
-    assert!(info[at..].starts_with("'x\\' host=evil.example sslmode=disable \\\\'"), "{info}");
+    assert!(
+        info[at..].starts_with("'x\\' host=evil.example sslmode=disable \\\\'"),
+        "{info}"
+    );
     assert!(info.contains("sslmode=verify-full"), "{info}");
 }
 
@@ -48,7 +54,11 @@ fn slot_names_are_per_database_and_valid_slot_names() {
     assert_ne!(a, b);
     for n in [a, b, subscription_name("\"; DROP TABLE x; --")] {
         assert!(n.starts_with(SLOT_PREFIX) && n.len() <= 63, "{n}");
-        assert!(n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'), "{n}");
+        assert!(
+            n.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+            "{n}"
+        );
     }
     assert!(drop_subscription("app").contains("IF EXISTS"));
     assert!(subscription_exists("it's").contains("'pgfleet_bg_"));
@@ -89,8 +99,7 @@ fn sequences_are_read_as_json_and_set_with_quoted_names() {
     assert_eq!(seqs[1].name, "s\"q\n'x");
     let sql = sync_sequences(&seqs);
     assert_eq!(
-        sql,
-        "SELECT setval('\"public\".\"orders_id_seq\"'::regclass, 11000, true);\n",
+        sql, "SELECT setval('\"public\".\"orders_id_seq\"'::regclass, 11000, true);\n",
         "a sequence blue never used is left alone"
     );
     let one = vec![Sequence {
@@ -122,5 +131,8 @@ fn freeze_and_thaw_are_single_statements_ending_with_the_lsn() {
         assert!(!s.contains(';'), "{s}");
     }
     assert_eq!(FREEZE_BLUE[3], "SELECT pg_current_wal_lsn()");
-    assert!(FREEZE_BLUE[2].contains("'client backend'"), "walsenders stay");
+    assert!(
+        FREEZE_BLUE[2].contains("'client backend'"),
+        "walsenders stay"
+    );
 }

@@ -61,7 +61,10 @@ fn the_guardrails_hold_the_switch_with_a_reason() {
         let mut s = ready();
         change(&mut s);
         let n = next(&r, &s, &l);
-        assert!(matches!(&n, Next::Wait(w) if w.contains(why)), "{why}: {n:?}");
+        assert!(
+            matches!(&n, Next::Wait(w) if w.contains(why)),
+            "{why}: {n:?}"
+        );
         assert!(!n.holds_clients());
     }
 }
@@ -138,7 +141,10 @@ fn a_rollback_request_is_honoured_only_before_the_switch() {
     let mut s = ready();
     s.rollback_requested = true;
     for step in [PREPARING_BLUE, CREATING_GREEN, SEEDING, CATCHING_UP] {
-        assert!(matches!(next(&record(step), &s, &l), Next::RollBack(_)), "{step}");
+        assert!(
+            matches!(next(&record(step), &s, &l), Next::RollBack(_)),
+            "{step}"
+        );
     }
     // Mid-switch the switch finishes or times out first; after it, green
     // took writes blue does not have: forward only.
@@ -190,7 +196,12 @@ fn the_record_round_trips_in_camel_case() {
 
 #[test]
 fn green_takes_the_ordinals_after_every_blue_one() {
-    let blue = vec!["pg-1".into(), "pg-4".into(), "pg-green".into(), "other-9".into()];
+    let blue = vec![
+        "pg-1".into(),
+        "pg-4".into(),
+        "pg-green".into(),
+        "other-9".into(),
+    ];
     assert_eq!(green_instances("pg", &blue, 2), ["pg-5", "pg-6"]);
     assert_eq!(green_instances("pg", &[], 0), ["pg-1"]);
 }

@@ -51,7 +51,8 @@ fn the_steps_go_forward_in_order_when_each_is_done() {
 fn the_guardrails_hold_the_switch_with_a_reason() {
     let l = Limits::default();
     let r = record(CATCHING_UP);
-    let cases: [(fn(&mut Seen), &str); 4] = [
+    type Change = fn(&mut Seen);
+    let cases: [(Change, &str); 4] = [
         (|s| s.tables_syncing = Some(3), "3 tables still copying"),
         (|s| s.lag_bytes = Some(64 << 20), "bytes behind"),
         (|s| s.oldest_transaction_secs = Some(600), "has run 600 s"),

@@ -39,10 +39,11 @@
 //!    reach the LSN within the timeout is undone with no change (blue
 //!    writable, RESUME) and tried again from `CatchingUp`, at most
 //!    [`Limits::max_switch_attempts`] times (RDS's switchover timeout).
-//! 6. `Switched` — the point of no return is writing this step: then
-//!    `-rw`/`-ro`/the pooler select green, RESUME; blue is fenced and kept
-//!    for the retention window (or until an explicit finish) as the way
-//!    back.
+//! 6. `Switched` — the point of no return is writing this step (blue
+//!    frozen, green confirmed its last position, sequences copied): then
+//!    the subscriptions go, `-rw`/`-ro`/the pooler select green, RESUME;
+//!    blue is fenced and kept for the retention window (or until an
+//!    explicit finish).
 //! 7. `RemovingBlue` — blue's Pods and volumes go; then the record.
 //!
 //! Rollback: before `Switched`, a failure (or a request) rolls back with
@@ -164,17 +165,21 @@ pub enum Next {
     Wait(String),
     /// PAUSE (again), blue read-only, record the LSN; idempotent.
     Switch,
-    /// Green confirmed the LSN: copy the sequences, drop the
-    /// subscriptions (blue still answers, so their slots go too; and they
-    /// connect through `-rw`, which is about to select green itself),
-    /// write `Switched`, repoint, RESUME.
+    /// Green confirmed the LSN: copy the sequences, then write `Switched`
+    /// (blue is frozen, green has all of it: the point of no return), then
+    /// as [`Next::Retain`].
     Cutover,
     /// Timed out: blue writable again, RESUME, back to `CatchingUp`.
     UndoSwitch(String),
-    /// `Switched`: make sure the Services select green, the poolers are
-    /// resumed and blue is fenced (a manager killed right after writing
-    /// `Switched` left them half-way); keep blue until the retention ends
-    /// or a finish is asked for.
+    /// `Switched`, each part idempotent (a manager killed right after
+    /// writing it left them half-way): the subscriptions dropped (`IF
+    /// EXISTS`; blue still answers, so their slots go too — and they
+    /// connect through `-rw`, which is about to select green itself), the
+    /// Services on green, the poolers resumed, blue fenced; blue kept
+    /// until the retention ends or a finish is asked for. Dropping the
+    /// subscriptions only after `Switched` is written means a restart
+    /// in between never finds a switch that can neither finish nor catch
+    /// up again.
     Retain,
     RemoveBlue,
     Done,

@@ -18,7 +18,7 @@ use pgfleet::testkit::fleet as kit;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-const NS: &str = "app";
+pub(crate) const NS: &str = "app";
 const MEMBERS: [&str; 2] = ["dr-a", "dr-b"];
 const LIMIT: Duration = Duration::from_secs(240);
 
@@ -29,17 +29,22 @@ name = "orders"
 members = ["dr-a", "dr-b"]
 "#;
 
-struct World {
-    mgr: pgfleet::manager::Manager,
+pub(crate) struct World {
+    pub mgr: pgfleet::manager::Manager,
     dir: std::path::PathBuf,
 }
 
 impl World {
     async fn start(tag: &str) -> World {
+        Self::start_with(tag, TOPOLOGY).await
+    }
+
+    /// Two process-runtime members with `topology` (a `[dr.orders]` table).
+    pub(crate) async fn start_with(tag: &str, topology: &str) -> World {
         common::init_tracing();
         let dir = common::temp_dir(tag);
         let toml = format!(
-            "{}{TOPOLOGY}",
+            "{}{topology}",
             kit::embedded_toml(&dir, "process", &MEMBERS, "")
         );
         let mgr = kit::start_manager(&toml, Duration::from_secs(120))
@@ -48,15 +53,15 @@ impl World {
         World { mgr, dir }
     }
 
-    fn client(&self, m: &str) -> kube::Client {
+    pub(crate) fn client(&self, m: &str) -> kube::Client {
         self.mgr.fleet.get(m).unwrap().client()
     }
 
-    fn engine(&self) -> &pgfleet::dr::Engine {
+    pub(crate) fn engine(&self) -> &pgfleet::dr::Engine {
         &self.mgr.dr[0]
     }
 
-    async fn ip(&self, m: &str, svc: &str) -> String {
+    pub(crate) async fn ip(&self, m: &str, svc: &str) -> String {
         let s = Api::<Service>::namespaced(self.client(m), NS)
             .get(svc)
             .await
@@ -64,7 +69,7 @@ impl World {
         s.spec.unwrap().cluster_ip.unwrap()
     }
 
-    async fn password(&self, m: &str) -> String {
+    pub(crate) async fn password(&self, m: &str) -> String {
         let s = Api::<Secret>::namespaced(self.client(m), NS)
             .get("orders-superuser")
             .await
@@ -74,7 +79,7 @@ impl World {
 
     /// The rows `marks` holds on member `m`, read through its `-rw`
     /// (a replica side's designated primary answers reads too).
-    async fn rows(&self, m: &str) -> Result<BTreeSet<i64>, String> {
+    pub(crate) async fn rows(&self, m: &str) -> Result<BTreeSet<i64>, String> {
         let (rw, pw) = (self.ip(m, "orders-rw").await, self.password(m).await);
         let c = connect(&rw, 5432, &pw).await.map_err(|e| e.to_string())?;
         let rows = c
@@ -85,7 +90,7 @@ impl World {
     }
 
     /// Whether `m`'s `-rw` takes writes.
-    async fn writable(&self, m: &str) -> Result<(), String> {
+    pub(crate) async fn writable(&self, m: &str) -> Result<(), String> {
         let (rw, pw) = (self.ip(m, "orders-rw").await, self.password(m).await);
         let c = connect(&rw, 5432, &pw).await.map_err(|e| e.to_string())?;
         let r = c
@@ -98,7 +103,7 @@ impl World {
         }
     }
 
-    async fn healthy(&self, m: &str) -> Result<String, String> {
+    pub(crate) async fn healthy(&self, m: &str) -> Result<String, String> {
         let pg = Api::<PostgresCluster>::namespaced(self.client(m), NS)
             .get_opt("orders")
             .await
@@ -111,7 +116,7 @@ impl World {
         }
     }
 
-    fn logs(&self, m: &str, pod: &str) -> String {
+    pub(crate) fn logs(&self, m: &str, pod: &str) -> String {
         let cfg = &self
             .mgr
             .sim
@@ -131,8 +136,45 @@ impl World {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The tenant's `orders` on dr-a (2 instances, PostgreSQL 15, the
+    /// superuser reachable for the test's clients, optionally a pooler);
+    /// waits until both sides are Healthy and creates the table `marks`.
+    /// Returns the two primaries.
+    pub(crate) async fn setup(&self, pooler: bool) -> (String, String) {
+        let w = self;
+        kit::apply_namespace(&w.client("dr-a"), NS).await.unwrap();
+        let mut spec =
+            serde_json::json!({"clusterSize": 2, "version": "15", "enableSuperuserAccess": true});
+        if pooler {
+            spec["pooler"] = serde_json::json!({"enabled": true, "instances": 1});
+        }
+        let pgc: PostgresCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
+            "metadata": {"name": "orders", "namespace": NS},
+            "spec": spec,
+        }))
+        .unwrap();
+        Api::<PostgresCluster>::namespaced(w.client("dr-a"), NS)
+            .create(&Default::default(), &pgc)
+            .await
+            .unwrap();
+        let a_primary = until("orders Healthy on dr-a", || w.healthy("dr-a")).await;
+        // pgfleet made the replica cluster on dr-b, with dr-a's credentials.
+        let b_primary = until("the replica cluster Healthy on dr-b", || w.healthy("dr-b")).await;
+        assert_eq!(w.password("dr-a").await, w.password("dr-b").await);
+        until("the table on dr-a", || async {
+            let (rw, pw) = (w.ip("dr-a", "orders-rw").await, w.password("dr-a").await);
+            let c = connect(&rw, 5432, &pw).await.map_err(|e| e.to_string())?;
+            c.batch_execute("CREATE TABLE IF NOT EXISTS marks (id bigint PRIMARY KEY)")
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await;
+        (a_primary, b_primary)
+    }
+
     /// Writes `n` rows through `m`'s `-rw` and returns the acknowledged ones.
-    async fn write(&self, m: &str, n: usize) -> BTreeSet<i64> {
+    pub(crate) async fn write(&self, m: &str, n: usize) -> BTreeSet<i64> {
         let (rw, pw) = (self.ip(m, "orders-rw").await, self.password(m).await);
         let w = Writer::start(rw, 5432, pw);
         common::eventually_within(LIMIT, &format!("{n} rows written on {m}"), || async {
@@ -149,7 +191,7 @@ impl Drop for World {
     }
 }
 
-async fn until<T, F, Fut>(what: &str, f: F) -> T
+pub(crate) async fn until<T, F, Fut>(what: &str, f: F) -> T
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
@@ -160,29 +202,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_cluster_streams_and_a_planned_switchover_goes_there_and_back() {
     let w = World::start("dr-switchover").await;
-    kit::apply_namespace(&w.client("dr-a"), NS).await.unwrap();
-    let pgc: PostgresCluster = serde_json::from_value(serde_json::json!({
-        "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
-        "metadata": {"name": "orders", "namespace": NS},
-        "spec": {"clusterSize": 2, "version": "15", "enableSuperuserAccess": true},
-    }))
-    .unwrap();
-    Api::<PostgresCluster>::namespaced(w.client("dr-a"), NS)
-        .create(&Default::default(), &pgc)
-        .await
-        .unwrap();
-    let a_primary = until("orders Healthy on dr-a", || w.healthy("dr-a")).await;
-    // pgfleet made the replica cluster on dr-b, with dr-a's credentials.
-    let b_primary = until("the replica cluster Healthy on dr-b", || w.healthy("dr-b")).await;
-    assert_eq!(w.password("dr-a").await, w.password("dr-b").await);
-    until("the table on dr-a", || async {
-        let (rw, pw) = (w.ip("dr-a", "orders-rw").await, w.password("dr-a").await);
-        let c = connect(&rw, 5432, &pw).await.map_err(|e| e.to_string())?;
-        c.batch_execute("CREATE TABLE IF NOT EXISTS marks (id bigint PRIMARY KEY)")
-            .await
-            .map_err(|e| e.to_string())
-    })
-    .await;
+    let (a_primary, b_primary) = w.setup(false).await;
     let acked = w.write("dr-a", 50).await;
     until("dr-b holds every row acknowledged on dr-a", || async {
         let got = w.rows("dr-b").await?;

@@ -38,6 +38,13 @@ pub const ANN_SIDE: &str = "pgfleet.io/dr-side";
 /// `DisasterRecoveryBlocked` says why).
 pub const ANN_BLOCKED: &str = "pgfleet.io/dr-promotion-blocked";
 
+/// Whether an automatic promotion is blocked for any side.
+fn t_blocked(r: &Registry, t: &Topology) -> bool {
+    t.members
+        .iter()
+        .any(|m| r.notice(m, &t.namespace, &t.name).is_some())
+}
+
 /// One side as the last round saw it.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -59,6 +66,11 @@ pub struct Status {
     pub epoch: u64,
     pub primary: String,
     pub sides: Vec<SideStatus>,
+    /// How long the manager has not reached the primary side's primary.
+    pub primary_silent_ms: u64,
+    /// When this engine last wrote a forced promotion (Unix ms): the
+    /// promotion itself comes after.
+    pub forced_at_ms: Option<u64>,
     /// What the round did or waits for.
     pub note: String,
 }
@@ -73,6 +85,7 @@ pub struct Engine {
     annotated: Mutex<HashMap<String, String>>,
     /// The witness's evidence (`track.rs`).
     track: Mutex<track::Track>,
+    forced_at_ms: Mutex<Option<u64>>,
     pub tick: Duration,
 }
 
@@ -86,6 +99,7 @@ impl Engine {
             last: Mutex::new(Status::default()),
             annotated: Mutex::new(HashMap::new()),
             track: Mutex::new(track::Track::new(std::time::Instant::now())),
+            forced_at_ms: Mutex::new(None),
             tick: Duration::from_secs(1),
         }
     }
@@ -323,8 +337,33 @@ impl Engine {
             epoch: state.map(|s| s.epoch).unwrap_or_default(),
             primary: state.map(|s| s.primary.clone()).unwrap_or_default(),
             sides,
+            primary_silent_ms: state.map_or(0, |s| {
+                let silent = self.tracked().silent(std::time::Instant::now(), &s.primary);
+                u64::try_from(silent.as_millis()).unwrap_or(u64::MAX)
+            }),
+            forced_at_ms: *self.forced_at_ms.lock().unwrap_or_else(|e| e.into_inner()),
             note: note.to_string(),
         };
+        let lags: Vec<Option<(u64, f64)>> = views
+            .iter()
+            .map(|v| {
+                self.tracked()
+                    .lag(&v.member)
+                    .map(|(b, t)| (b, t.as_secs_f64()))
+            })
+            .collect();
+        let figures: Vec<crate::metrics::dr::SideFigures<'_>> = views
+            .iter()
+            .zip(lags)
+            .map(|(v, lag)| crate::metrics::dr::SideFigures {
+                member: &v.member,
+                primary: status.primary == v.member,
+                reachable: v.reachable && v.report.is_some(),
+                lag: lag.filter(|_| status.primary != v.member),
+            })
+            .collect();
+        let blocked = t_blocked(&self.registry, &self.topology);
+        crate::metrics::dr::observe(&self.name, status.epoch, blocked, &figures);
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = status.clone();
         status
     }
@@ -365,6 +404,7 @@ impl Engine {
         };
         tracing::warn!(topology = %self.name, from = %state.primary, %to, witness = ?w,
             "the primary side is lost to the manager and to the replica side: promoting");
+        crate::metrics::dr::promoted(&self.name, "failover");
         Ok(Some(self.write_forced(state, &to, views).await?))
     }
 
@@ -377,6 +417,11 @@ impl Engine {
         views: &[SideView],
     ) -> anyhow::Result<State> {
         let next = state.promoted(to, true)?;
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .ok();
+        *self.forced_at_ms.lock().unwrap_or_else(|e| e.into_inner()) = ms;
         state::write(&*self.member(to)?, &self.name, &next).await?;
         for v in views.iter().filter(|v| v.reachable && v.member != to) {
             let m = self.member(&v.member)?;
@@ -420,7 +465,9 @@ impl Engine {
             target.report.is_some(),
             "{to}'s designated primary does not answer"
         );
-        self.write_forced(&state, to, &views).await
+        let next = self.write_forced(&state, to, &views).await?;
+        crate::metrics::dr::promoted(&self.name, "manual");
+        Ok(next)
     }
 
     /// A planned switchover to `to`: checks that `to` is a replica side
@@ -453,6 +500,7 @@ impl Engine {
             let m = self.member(name)?;
             state::write(&m, &self.name, &next).await?;
         }
+        crate::metrics::dr::promoted(&self.name, "switchover");
         Ok(next)
     }
 }

@@ -42,12 +42,16 @@ impl Track {
     /// Takes in one round's views; `primary` is the primary side's member.
     pub fn observe(&mut self, now: Instant, primary: &str, views: &[SideView]) {
         let p = views.iter().find(|v| v.member == primary);
+        // Reached: its primary instance answered (in whatever role: during
+        // a switchover the new primary side is still a standby).
+        if p.is_some_and(|v| v.report.is_some()) {
+            self.last_ok.insert(primary.to_string(), now);
+        }
         let head = p
             .and_then(|v| v.report.as_ref())
             .filter(|r| r.role == "primary")
             .and_then(|r| r.current_lsn.as_deref().and_then(parse_lsn));
         if let Some(lsn) = head {
-            self.last_ok.insert(primary.to_string(), now);
             self.samples.push_front((now, lsn));
             while self
                 .samples
@@ -102,6 +106,11 @@ impl Track {
             primary_silent: self.since(&self.last_ok, primary, now),
             replicas,
         }
+    }
+
+    /// Since the manager last reached `member`'s primary.
+    pub fn silent(&self, now: Instant, member: &str) -> Duration {
+        self.since(&self.last_ok, member, now)
     }
 
     /// The last lag measured for `member`: (bytes, time).

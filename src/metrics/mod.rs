@@ -9,6 +9,7 @@
 //! then exact at scrape, and forgetting a PostgresCluster is one removal.
 //! See `docs/observability.md` for every series.
 
+pub mod dr;
 pub mod ops;
 pub mod pgc;
 pub mod reconcile;
@@ -74,6 +75,7 @@ pub struct Metrics {
     pub rollout_state: Family<RolloutStateLabel, Gauge>,
     pub pgcs: std::sync::Arc<pgc::Store>,
     pub replicas: std::sync::Arc<replicas::Store>,
+    pub dr: dr::Families,
 }
 
 /// Reconcile latencies: 5 ms … ~40 s.
@@ -103,6 +105,7 @@ impl Metrics {
             rollout_state: Family::default(),
             pgcs: std::sync::Arc::default(),
             replicas: std::sync::Arc::default(),
+            dr: dr::Families::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -161,6 +164,7 @@ impl Metrics {
             "1 for the rollout's current state",
             m.rollout_state.clone(),
         );
+        m.dr.register(r);
         r.register_collector(Box::new(m.pgcs.clone()));
         r.register_collector(Box::new(m.replicas.clone()));
         Metrics { registry, ..m }

@@ -104,15 +104,19 @@ fn node_ports(cluster: &Cluster, old: Option<&Value>, v: &mut Value) -> Result<(
         let port = m.get("port").and_then(Value::as_u64).unwrap_or(0);
         let asked = m.get("nodePort").and_then(Value::as_u64);
         let got = match asked {
-            Some(n) if !crate::ipam::NODE_PORTS.contains(&u16::try_from(n).unwrap_or(0)) => Err(format!(
-                "{field}: Invalid value: {n}: provided port is not in the valid range. The range of valid ports is 30000-32767"
-            )),
+            Some(n) if !crate::ipam::NODE_PORTS.contains(&u16::try_from(n).unwrap_or(0)) => {
+                Err(format!(
+                    "{field}: Invalid value: {n}: provided port is not in the valid range. The range of valid ports is 30000-32767"
+                ))
+            }
             Some(n) => {
                 let n = u16::try_from(n).unwrap_or(0);
                 if held.iter().any(|(_, h)| *h == n) || cluster.ipam.reserve_node_port(n) {
                     Ok(n)
                 } else {
-                    Err(format!("{field}: Invalid value: {n}: provided port is already allocated"))
+                    Err(format!(
+                        "{field}: Invalid value: {n}: provided port is already allocated"
+                    ))
                 }
             }
             None => held

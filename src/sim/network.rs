@@ -168,7 +168,10 @@ mod tests {
         let e = parse(r#"{"manger": true}"#).unwrap_err().to_string();
         assert!(e.contains("manger"), "{e}");
         let back = serde_json::to_value(parse(r#"{"members": "all"}"#).unwrap()).unwrap();
-        assert_eq!(back, serde_json::json!({"manager": false, "members": "all"}));
+        assert_eq!(
+            back,
+            serde_json::json!({"manager": false, "members": "all"})
+        );
     }
 
     #[test]

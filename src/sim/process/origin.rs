@@ -36,7 +36,11 @@ pub fn lookup(peer: SocketAddr, local: SocketAddr) -> Option<Arc<Cluster>> {
     }
     let want = format!("socket:[{inode}]");
     for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        if e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()).is_none() {
+        if e.file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+            .is_none()
+        {
             continue;
         }
         let Ok(ns) = std::fs::read_link(e.path().join("ns/pid")) else {
@@ -195,9 +199,13 @@ mod tests {
         let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
         let inode = socket_inode(&table, peer, l.local_addr().unwrap()).unwrap();
         // Our own process holds it (not a pod: lookup says outside).
-        let fd_has = std::fs::read_dir("/proc/self/fd").unwrap().flatten().any(|f| {
-            std::fs::read_link(f.path()).is_ok_and(|p| p.to_string_lossy() == format!("socket:[{inode}]"))
-        });
+        let fd_has = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .any(|f| {
+                std::fs::read_link(f.path())
+                    .is_ok_and(|p| p.to_string_lossy() == format!("socket:[{inode}]"))
+            });
         assert!(fd_has);
         assert!(lookup(peer, l.local_addr().unwrap()).is_none());
         drop(c);

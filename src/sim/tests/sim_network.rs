@@ -18,8 +18,10 @@ fn obj<T: serde::de::DeserializeOwned>(v: Value) -> T {
 }
 
 fn lb_service(name: &str, port: u16) -> Service {
-    obj(json!({"metadata": {"name": name}, "spec": {"type": "LoadBalancer",
-        "selector": {"app": name}, "ports": [{"name": "tcp", "port": port}]}}))
+    obj(
+        json!({"metadata": {"name": name}, "spec": {"type": "LoadBalancer",
+        "selector": {"app": name}, "ports": [{"name": "tcp", "port": port}]}}),
+    )
 }
 
 /// The ingress IP once the emulated cloud controller has assigned one.
@@ -63,17 +65,32 @@ async fn load_balancers_get_unique_ingress_ips_and_node_ports_released_on_type_c
     taken.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(node_port);
     let e = api_err(a.create(&pp, &taken).await);
     assert_eq!(e.code, 422);
-    assert!(e.message.contains("spec.ports[0].nodePort") && e.message.contains("already allocated"), "{}", e.message);
+    assert!(
+        e.message.contains("spec.ports[0].nodePort") && e.message.contains("already allocated"),
+        "{}",
+        e.message
+    );
     taken.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(80);
     let e = api_err(a.create(&pp, &taken).await);
-    assert!(e.message.contains("not in the valid range"), "{}", e.message);
+    assert!(
+        e.message.contains("not in the valid range"),
+        "{}",
+        e.message
+    );
 
     // Type ClusterIP: the ingress goes back to the pool, node ports go.
     let to_cluster_ip = json!({"spec": {"type": "ClusterIP"}});
-    a.patch("db", &PatchParams::default(), &Patch::Merge(&to_cluster_ip)).await.unwrap();
+    a.patch("db", &PatchParams::default(), &Patch::Merge(&to_cluster_ip))
+        .await
+        .unwrap();
     eventually("the ingress released", || async {
         let s = a.get("db").await.ok()?;
-        let gone = s.status?.load_balancer?.ingress.unwrap_or_default().is_empty();
+        let gone = s
+            .status?
+            .load_balancer?
+            .ingress
+            .unwrap_or_default()
+            .is_empty();
         let no_ports = s.spec?.ports?.iter().all(|p| p.node_port.is_none());
         (gone && no_ports).then_some(())
     })
@@ -91,16 +108,20 @@ fn echo_pod(name: &str) -> Pod {
         s.bind((os.environ['POD_IP'], 7000)); s.listen()\n\
         def serve(c):\n    while True:\n        d = c.recv(100)\n        if not d: return\n        c.sendall(d)\n\
         while True:\n    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()\n";
-    obj(json!({"metadata": {"name": name, "labels": {"app": "echo"}}, "spec": {
+    obj(
+        json!({"metadata": {"name": name, "labels": {"app": "echo"}}, "spec": {
         "terminationGracePeriodSeconds": 1,
         "containers": [{"name": "c", "image": "x", "command": ["python3", "-c", script],
             "ports": [{"containerPort": 7000}],
-            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]}}))
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]}}),
+    )
 }
 
 fn sleeper(name: &str) -> Pod {
-    obj(json!({"metadata": {"name": name}, "spec": {"terminationGracePeriodSeconds": 1,
-        "containers": [{"name": "c", "image": "x", "command": ["sleep", "3600"]}]}}))
+    obj(
+        json!({"metadata": {"name": name}, "spec": {"terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "c", "image": "x", "command": ["sleep", "3600"]}]}}),
+    )
 }
 
 /// Connects from inside a pod to `ip:7000` and echoes "ping"; with `hold`
@@ -116,7 +137,11 @@ const CLIENT: &str = "import socket, sys\n\
 async fn running(pods: &Api<Pod>, name: &str) {
     eventually("the pod ready", || async {
         let p = pods.get(name).await.ok()?;
-        let ready = p.status?.conditions?.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        let ready = p
+            .status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
         ready.then_some(())
     })
     .await;
@@ -148,7 +173,10 @@ async fn member_cuts_reset_cross_cluster_connections_and_manager_cuts_close_the_
     for (pods, p) in [(&xp, "echo"), (&xp, "local"), (&yp, "remote")] {
         running(pods, p).await;
     }
-    eventually("y reaches x's ingress", || async { reaches(&yp, "remote", &ip).await.then_some(()) }).await;
+    eventually("y reaches x's ingress", || async {
+        reaches(&yp, "remote", &ip).await.then_some(())
+    })
+    .await;
 
     // A held connection from y, then x cuts y: it drops, new ones fail,
     // x's own pods still reach the same endpoint.
@@ -162,8 +190,14 @@ async fn member_cuts_reset_cross_cluster_connections_and_manager_cuts_close_the_
     })
     .await;
     let admin = s.sim.admin_addr.unwrap();
-    let (code, body) = admin_request(admin, "PUT", "/clusters/c44/network", &x.token,
-        Some(&json!({"members": ["c45"]}))).await;
+    let (code, body) = admin_request(
+        admin,
+        "PUT",
+        "/clusters/c44/network",
+        &x.token,
+        Some(&json!({"members": ["c45"]})),
+    )
+    .await;
     assert_eq!(code, 200, "{body}");
     let (out, _, _) = tokio::time::timeout(PATIENCE, held).await.unwrap().unwrap();
     assert!(out.contains("ended"), "the open connection was cut: {out}");
@@ -173,28 +207,45 @@ async fn member_cuts_reset_cross_cluster_connections_and_manager_cuts_close_the_
     xs.get("echo").await.unwrap();
 
     // A name that is not a cluster of the sim: 422 naming the field.
-    let (code, body) = admin_request(admin, "PUT", "/clusters/c44/network", &x.token,
-        Some(&json!({"members": ["nope"]}))).await;
+    let (code, body) = admin_request(
+        admin,
+        "PUT",
+        "/clusters/c44/network",
+        &x.token,
+        Some(&json!({"members": ["nope"]})),
+    )
+    .await;
     assert_eq!(code, 422);
     assert!(body.contains("members[0]"), "{body}");
 
     // Manager only: y reaches x again, x's API port is closed, the
     // observer port still answers.
-    let mgr_only = NetworkFault { manager: true, members: Peers::None };
+    let mgr_only = NetworkFault {
+        manager: true,
+        members: Peers::None,
+    };
     s.sim.set_network("c44", mgr_only.clone()).unwrap();
     assert_eq!(x.cluster.faults.network(), mgr_only);
     eventually("x's API port closed", || async {
-        std::net::TcpStream::connect(x.addr).err().map(|e| assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused))
+        std::net::TcpStream::connect(x.addr)
+            .err()
+            .map(|e| assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused))
     })
     .await;
     assert!(reaches(&yp, "remote", &ip).await, "members still reach x");
     xp.get("echo").await.unwrap();
     let (code, body) = admin_request(admin, "GET", "/clusters/c44/network", &x.token, None).await;
-    assert_eq!((code, serde_json::from_str::<Value>(&body).unwrap()), (200, json!({"manager": true, "members": []})));
+    assert_eq!(
+        (code, serde_json::from_str::<Value>(&body).unwrap()),
+        (200, json!({"manager": true, "members": []}))
+    );
 
     // Heal: everything is back.
     let (code, _) = admin_request(admin, "DELETE", "/clusters/c44/network", &x.token, None).await;
     assert_eq!(code, 204);
-    eventually("x's API answering the manager again", || async { xs.get("echo").await.ok() }).await;
+    eventually("x's API answering the manager again", || async {
+        xs.get("echo").await.ok()
+    })
+    .await;
     assert!(reaches(&yp, "remote", &ip).await);
 }

@@ -38,6 +38,7 @@ fn psql_from(k: &Kubectl, pod: &str, ip: &str) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_load_balancer_of_one_member_is_reached_from_another_until_the_link_is_cut() {
+    common::init_tracing();
     // Address indexes 60 and 61: no other process-runtime test uses them.
     let (s, two, _) = process_sim("net-lb", 61).await;
     let (m1, m2) = ("c60", "c61");

@@ -15,21 +15,29 @@
 //! — the origin is *outside* every member cluster and no member cut applies
 //! to it: the sim models cuts between member clusters, not the internet.
 //!
-//! The lookup reads /proc only while some cluster of this process has a
-//! member cut (a few hundred µs to a few ms with a few hundred processes);
-//! otherwise connections are resolved only when a cut appears.
+//! The socket is found with one sock_diag netlink query (an exact lookup;
+//! /proc/net/tcp only where netlink is unavailable). The lookup runs only
+//! while some cluster of this process has a member cut; otherwise
+//! connections are resolved only when a cut appears.
 
 use super::ProcessRuntime;
 use crate::cluster::Cluster;
 use crate::network;
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Weak};
 
 /// The cluster `(peer, local)`'s client socket belongs to, if a Pod of a
 /// process-runtime cluster of this process holds it.
 pub fn lookup(peer: SocketAddr, local: SocketAddr) -> Option<Arc<Cluster>> {
-    let inode = socket_inode(&std::fs::read_to_string("/proc/net/tcp").ok()?, peer, local)?;
+    let inode = match (peer, local) {
+        (SocketAddr::V4(p), SocketAddr::V4(l)) => diag_inode(p, l),
+        _ => None,
+    };
+    let inode = match inode {
+        Some(found) => found?,
+        None => socket_inode(&std::fs::read_to_string("/proc/net/tcp").ok()?, peer, local)?,
+    };
     let namespaces = container_namespaces();
     if namespaces.is_empty() {
         return None;
@@ -92,6 +100,65 @@ fn any_member_cut() -> bool {
         .any(|(c, _)| c.faults.network().members != network::Peers::None)
 }
 
+/// The inode of the TCP socket `peer` → `local` from the kernel's
+/// sock_diag netlink interface, which looks one socket up by its addresses
+/// (what `ss` uses). /proc/net/tcp instead walks every bucket of the
+/// connection hash table: tens of milliseconds on a busy machine. `None`
+/// when netlink is unavailable (then /proc/net/tcp is read), `Some(None)`
+/// when there is no such socket.
+fn diag_inode(peer: SocketAddrV4, local: SocketAddrV4) -> Option<Option<u64>> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    use std::io::Read;
+    const AF_NETLINK: i32 = 16;
+    const NETLINK_SOCK_DIAG: i32 = 4;
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const NLM_F_REQUEST: u16 = 1;
+    let sock = Socket::new(
+        Domain::from(AF_NETLINK),
+        Type::DGRAM,
+        Some(Protocol::from(NETLINK_SOCK_DIAG)),
+    )
+    .ok()?;
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(1)))
+        .ok()?;
+    let addr = |ip: &Ipv4Addr| {
+        let mut a = [0u8; 16];
+        a[..4].copy_from_slice(&ip.octets());
+        a
+    };
+    // nlmsghdr (16 bytes), then inet_diag_req_v2 (56): AF_INET, TCP, no
+    // extensions, every state, and the socket id (ports and addresses in
+    // network order, any interface, no cookie). Without NLM_F_DUMP the
+    // kernel answers with the one socket or an error.
+    let mut msg = Vec::with_capacity(72);
+    msg.extend(72u32.to_ne_bytes());
+    msg.extend(SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    msg.extend(NLM_F_REQUEST.to_ne_bytes());
+    msg.extend(1u32.to_ne_bytes());
+    msg.extend(0u32.to_ne_bytes());
+    msg.extend([2u8, 6, 0, 0]);
+    msg.extend(u32::MAX.to_ne_bytes());
+    msg.extend(peer.port().to_be_bytes());
+    msg.extend(local.port().to_be_bytes());
+    msg.extend(addr(peer.ip()));
+    msg.extend(addr(local.ip()));
+    msg.extend(0u32.to_ne_bytes());
+    msg.extend(u32::MAX.to_ne_bytes());
+    msg.extend(u32::MAX.to_ne_bytes());
+    sock.send(&msg).ok()?;
+    let mut buf = [0u8; 512];
+    let n = (&sock).read(&mut buf).ok()?;
+    let field = |at: usize| -> Option<[u8; 4]> { buf.get(at..at + 4)?.try_into().ok() };
+    let kind = u16::from_ne_bytes(buf.get(4..6)?.try_into().ok()?);
+    if n < 16 + 72 || kind != SOCK_DIAG_BY_FAMILY {
+        // NLMSG_ERROR: the socket is gone (or never was).
+        return Some(None);
+    }
+    // inet_diag_msg: the inode is its last field, at 68.
+    let inode = u32::from_ne_bytes(field(16 + 68)?);
+    Some((inode != 0).then_some(u64::from(inode)))
+}
+
 /// The inode of the socket whose local address is `peer` and remote
 /// address `local` (the other end of an accepted connection), from the
 /// text of /proc/net/tcp.
@@ -142,10 +209,17 @@ impl Gate {
             if !any_member_cut() {
                 return false;
             }
+            let started = std::time::Instant::now();
             let found = tokio::task::spawn_blocking(move || lookup(peer, local))
                 .await
                 .ok()
                 .flatten();
+            tracing::debug!(
+                %peer,
+                origin = found.as_ref().map(|c| c.name.as_str()).unwrap_or("outside"),
+                took = ?started.elapsed(),
+                "origin of a connection to an exposed endpoint"
+            );
             *origin = match found {
                 Some(c) => Origin::Cluster(Arc::downgrade(&c)),
                 None => Origin::Outside,
@@ -207,7 +281,14 @@ mod tests {
                     .is_ok_and(|p| p.to_string_lossy() == format!("socket:[{inode}]"))
             });
         assert!(fd_has);
-        assert!(lookup(peer, l.local_addr().unwrap()).is_none());
+        let server = l.local_addr().unwrap();
+        let (SocketAddr::V4(p), SocketAddr::V4(s)) = (peer, server) else {
+            unreachable!()
+        };
+        assert_eq!(diag_inode(p, s), Some(Some(inode)), "sock_diag agrees");
+        let gone: SocketAddrV4 = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(diag_inode(gone, s), Some(None));
+        assert!(lookup(peer, server).is_none());
         drop(c);
     }
 }

@@ -261,4 +261,24 @@ mod tests {
         release(&a);
         assert!(!pool().used.contains(&a.parse().unwrap()));
     }
+
+    #[test]
+    fn a_deleted_service_gives_back_its_ingress_ip_and_node_ports() {
+        let c = Cluster::new("t", crate::ipam::Ipam::for_cluster(3), 10);
+        let ip = allocate(&[]).unwrap();
+        assert!(c.ipam.reserve_node_port(31_234));
+        let svc = json!({"metadata": {"uid": "u1"}, "spec": {"type": "LoadBalancer",
+            "ports": [{"port": 80, "nodePort": 31_234}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": ip}]}}});
+        let mut held = HashMap::new();
+        reconcile(&c, &mut held, EventType::Modified, &svc);
+        assert_eq!(held.get("u1"), Some(&vec![ip.clone()]));
+        reconcile(&c, &mut held, EventType::Deleted, &svc);
+        assert!(held.is_empty());
+        assert!(!pool().used.contains(&ip.parse().unwrap()));
+        assert!(
+            c.ipam.reserve_node_port(31_234),
+            "the node port is free again"
+        );
+    }
 }

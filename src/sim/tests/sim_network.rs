@@ -124,15 +124,29 @@ fn sleeper(name: &str) -> Pod {
     )
 }
 
-/// Connects from inside a pod to `ip:7000` and echoes "ping"; with `hold`
-/// it then marks /tmp/held and waits for the connection to end, printing
-/// how it ended.
-const CLIENT: &str = "import socket, sys\n\
-    try:\n    s = socket.create_connection((sys.argv[1], 7000), 5); s.sendall(b'ping'); got = s.recv(4)\n\
-    except OSError as e:\n    print('failed', e); sys.exit(1)\n\
-    if got != b'ping':\n    print('failed', got); sys.exit(1)\n\
-    print('ok', flush=True)\n\
-    if len(sys.argv) > 2:\n    open('/tmp/held', 'w').close(); s.settimeout(120)\n    try:\n        print('ended', s.recv(4))\n    except OSError as e:\n        print('ended', e)\n";
+/// Connects from inside a pod to `ip:7000` and echoes "ping"; then with
+/// `held` it marks /tmp/held and waits for the connection to end, printing
+/// how it ended; with `later` it marks /tmp/later, waits for /tmp/go and
+/// echoes "pong" over the same connection.
+const CLIENT: &str = r#"import os, socket, sys, time
+try:
+    s = socket.create_connection((sys.argv[1], 7000), 5); s.sendall(b'ping'); got = s.recv(4)
+except OSError as e:
+    print('failed', e); sys.exit(1)
+if got != b'ping':
+    print('failed', got); sys.exit(1)
+print('ok', flush=True)
+if len(sys.argv) > 2:
+    open('/tmp/' + sys.argv[2], 'w').close(); s.settimeout(120)
+    if sys.argv[2] == 'later':
+        while not os.path.exists('/tmp/go'): time.sleep(0.1)
+        s.sendall(b'pong'); print('later', s.recv(4))
+    else:
+        try:
+            print('ended', s.recv(4))
+        except OSError as e:
+            print('ended', e)
+"#;
 
 async fn running(pods: &Api<Pod>, name: &str) {
     eventually("the pod ready", || async {
@@ -182,7 +196,7 @@ async fn member_cuts_reset_cross_cluster_connections_and_manager_cuts_close_the_
     // x's own pods still reach the same endpoint.
     let held = tokio::spawn({
         let (yp, ip) = (yp.clone(), ip.clone());
-        async move { exec_in(&yp, "remote", &["python3", "-c", CLIENT, &ip, "hold"]).await }
+        async move { exec_in(&yp, "remote", &["python3", "-c", CLIENT, &ip, "held"]).await }
     });
     eventually("the held connection open", || async {
         let (_, _, st) = exec_in(&yp, "remote", &["test", "-e", "/tmp/held"]).await;
@@ -218,8 +232,23 @@ async fn member_cuts_reset_cross_cluster_connections_and_manager_cuts_close_the_
     assert_eq!(code, 422);
     assert!(body.contains("members[0]"), "{body}");
 
-    // Manager only: y reaches x again, x's API port is closed, the
-    // observer port still answers.
+    // Manager only: y reaches x again (a connection opened before the cut
+    // keeps streaming through it), x's API port is closed, the observer
+    // port still answers.
+    s.sim.set_network("c44", NetworkFault::default()).unwrap();
+    eventually("y reaches x again", || async {
+        reaches(&yp, "remote", &ip).await.then_some(())
+    })
+    .await;
+    let later = tokio::spawn({
+        let (yp, ip) = (yp.clone(), ip.clone());
+        async move { exec_in(&yp, "remote", &["python3", "-c", CLIENT, &ip, "later"]).await }
+    });
+    eventually("the long connection open", || async {
+        let (_, _, st) = exec_in(&yp, "remote", &["test", "-e", "/tmp/later"]).await;
+        (st.and_then(|s| s.status).as_deref() == Some("Success")).then_some(())
+    })
+    .await;
     let mgr_only = NetworkFault {
         manager: true,
         members: Peers::None,
@@ -233,6 +262,15 @@ async fn member_cuts_reset_cross_cluster_connections_and_manager_cuts_close_the_
     })
     .await;
     assert!(reaches(&yp, "remote", &ip).await, "members still reach x");
+    exec_in(&yp, "remote", &["touch", "/tmp/go"]).await;
+    let (out, _, _) = tokio::time::timeout(PATIENCE, later)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.contains("later b'pong'"),
+        "the open connection still streams: {out}"
+    );
     xp.get("echo").await.unwrap();
     let (code, body) = admin_request(admin, "GET", "/clusters/c44/network", &x.token, None).await;
     assert_eq!(

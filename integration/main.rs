@@ -85,6 +85,8 @@ mod sim_authz;
 mod sim_events;
 #[path = "sim_metrics.rs"]
 mod sim_metrics;
+#[path = "sim_network.rs"]
+mod sim_network;
 #[path = "sim_tenancy_pgfleet.rs"]
 mod sim_tenancy_pgfleet;
 #[path = "tenancy_api.rs"]

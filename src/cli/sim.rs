@@ -64,10 +64,11 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     println!("runtime {runtime:?}");
     for c in &sim.clusters {
         println!(
-            "cluster {:<10} https://{}  kubeconfig {}",
+            "cluster {:<10} https://{}  kubeconfig {}  (observer: {})",
             c.name,
             c.addr,
-            c.kubeconfig.display()
+            c.kubeconfig.display(),
+            c.observer_kubeconfig.display()
         );
     }
     if let Some(a) = sim.admin_addr {

@@ -14,10 +14,15 @@
 //! - `POST /clusters/{name}/nodes/{node}/{fault}` — `not-ready` (the node's
 //!   kubelet stops: its pods stop, the node turns NotReady and is tainted)
 //!   and `ready` (it comes back); see [`crate::nodes`]
+//! - `GET|PUT|DELETE /clusters/{name}/network` — the cluster's
+//!   [`NetworkFault`] (`{"manager": true, "members": ["b"] | "all"}`; DELETE
+//!   heals); 422 naming the field for an unknown or own cluster name. See
+//!   [`crate::network`].
 
 use super::SimCluster;
 use super::cluster::Cluster;
 use super::faults::FaultSpec;
+use super::network::NetworkFault;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, State};
@@ -46,6 +51,10 @@ pub async fn serve(clusters: &[SimCluster]) -> anyhow::Result<SocketAddr> {
             post(pod_fault),
         )
         .route("/clusters/{name}/nodes/{node}/{fault}", post(node_fault))
+        .route(
+            "/clusters/{name}/network",
+            get(get_network).put(put_network).delete(heal_network),
+        )
         .with_state(map);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
@@ -194,4 +203,42 @@ async fn node_fault(
     super::nodes::set_ready(&c, &node, ready)
         .map(|_| StatusCode::NO_CONTENT)
         .map_err(|e| (StatusCode::NOT_FOUND, e))
+}
+
+async fn get_network(
+    State(map): State<Clusters>,
+    Path(name): Path<String>,
+    h: HeaderMap,
+) -> Result<Json<NetworkFault>, StatusCode> {
+    Ok(Json(authorized(&map, &name, &h)?.faults.network()))
+}
+
+/// Sets the network fault after checking the names it gives: each must be
+/// another cluster of this sim (422 naming the field otherwise).
+async fn put_network(
+    State(map): State<Clusters>,
+    Path(name): Path<String>,
+    h: HeaderMap,
+    Json(fault): Json<NetworkFault>,
+) -> Result<Json<NetworkFault>, (StatusCode, String)> {
+    let c = authorized(&map, &name, &h).map_err(|s| (s, String::new()))?;
+    let mut names: Vec<&str> = map.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    let problems = fault.problems(&name, &names);
+    if !problems.is_empty() {
+        return Err((StatusCode::UNPROCESSABLE_ENTITY, problems.join("; ")));
+    }
+    c.faults.set_network(fault);
+    Ok(Json(c.faults.network()))
+}
+
+async fn heal_network(
+    State(map): State<Clusters>,
+    Path(name): Path<String>,
+    h: HeaderMap,
+) -> Result<StatusCode, StatusCode> {
+    authorized(&map, &name, &h)?
+        .faults
+        .set_network(NetworkFault::default());
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -3,6 +3,7 @@
 //! cluster looks unreachable). Settable from tests directly and over the sim's
 //! admin endpoint.
 
+use crate::network::NetworkFault;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 use tokio::sync::watch;
@@ -46,20 +47,39 @@ pub struct FaultSpec {
 /// How long a `hanging_exec` session stays open after its command ran.
 pub const HANG: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// Whether the API server's listeners are closed: both by
+/// `refuse_connections` (the API server is down), the manager-facing one
+/// also by a network cut from the manager (see [`crate::network`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gate {
+    pub refuse: bool,
+    pub manager_cut: bool,
+}
+
+impl Gate {
+    /// Whether the listener for the manager (`observer` false) or for
+    /// observers is closed.
+    pub fn closed(&self, observer: bool) -> bool {
+        self.refuse || (!observer && self.manager_cut)
+    }
+}
+
 pub struct Faults {
     spec: Mutex<FaultSpec>,
+    network: Mutex<NetworkFault>,
     /// Bumped to drop every open watch; watches select on changes.
     drop_gen: watch::Sender<u64>,
-    /// Carries `refuse_connections` to the accept loop.
-    refuse: watch::Sender<bool>,
+    /// Carries `refuse_connections` and the manager cut to the accept loops.
+    gate: watch::Sender<Gate>,
 }
 
 impl Default for Faults {
     fn default() -> Self {
         Faults {
             spec: Mutex::new(FaultSpec::default()),
+            network: Mutex::new(NetworkFault::default()),
             drop_gen: watch::channel(0).0,
-            refuse: watch::channel(false).0,
+            gate: watch::channel(Gate::default()).0,
         }
     }
 }
@@ -72,7 +92,24 @@ impl Faults {
     pub fn set(&self, spec: FaultSpec) {
         let refuse = spec.refuse_connections;
         *self.spec.lock().unwrap_or_else(|e| e.into_inner()) = spec;
-        self.refuse.send_replace(refuse);
+        self.gate.send_modify(|g| g.refuse = refuse);
+    }
+
+    /// The cluster's network fault (see [`crate::network`]).
+    pub fn network(&self) -> NetworkFault {
+        self.network
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Sets the network fault; unchecked (names are checked by
+    /// [`crate::Sim::set_network`], which tests and the admin API use).
+    pub fn set_network(&self, fault: NetworkFault) {
+        let cut = fault.manager;
+        *self.network.lock().unwrap_or_else(|e| e.into_inner()) = fault;
+        self.gate.send_modify(|g| g.manager_cut = cut);
+        crate::network::changed();
     }
 
     pub fn clear(&self) {
@@ -88,8 +125,8 @@ impl Faults {
         self.drop_gen.subscribe()
     }
 
-    pub fn refusals(&self) -> watch::Receiver<bool> {
-        self.refuse.subscribe()
+    pub fn gate(&self) -> watch::Receiver<Gate> {
+        self.gate.subscribe()
     }
 
     /// The injected error for this request, if the dice say so.

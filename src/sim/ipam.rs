@@ -18,7 +18,12 @@ struct State {
     next_pod: u32,
     next_svc: u32,
     used: HashSet<Ipv4Addr>,
+    next_node_port: u16,
+    node_ports: HashSet<u16>,
 }
+
+/// kube-apiserver's default `--service-node-port-range`.
+pub const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
 
 impl Ipam {
     /// Cluster `index` gets pods in 127.(10+i).0.0/16 and services in
@@ -38,6 +43,7 @@ impl Ipam {
             state: Mutex::new(State {
                 next_pod: rand::random_range(0..60_000),
                 next_svc: rand::random_range(0..60_000),
+                next_node_port: rand::random_range(0..2_000),
                 ..State::default()
             }),
         }
@@ -45,6 +51,31 @@ impl Ipam {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A free node port (NodePort and LoadBalancer Services; the ports are
+    /// per cluster, as node ports are). None when all are taken.
+    pub fn node_port(&self) -> Option<u16> {
+        let mut st = self.state();
+        let (lo, n) = (*NODE_PORTS.start(), NODE_PORTS.len() as u16);
+        for _ in 0..n {
+            st.next_node_port = (st.next_node_port + 1) % n;
+            let p = lo + st.next_node_port;
+            if st.node_ports.insert(p) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// Takes node port `p` (one a client asked for, or read back); false
+    /// when another Service holds it.
+    pub fn reserve_node_port(&self, p: u16) -> bool {
+        self.state().node_ports.insert(p)
+    }
+
+    pub fn release_node_port(&self, p: u16) {
+        self.state().node_ports.remove(&p);
     }
 
     /// Marks an address as taken (addresses read back from persisted state).
@@ -107,5 +138,19 @@ mod tests {
         assert_ne!(a, "127.12.0.2");
         assert!(a.starts_with("127.12."));
         assert!(ipam.service_ip().starts_with("127.122."));
+    }
+
+    #[test]
+    fn node_ports_stay_in_range_and_are_not_handed_out_twice() {
+        let ipam = Ipam::for_cluster(0);
+        assert!(ipam.reserve_node_port(30_000));
+        assert!(!ipam.reserve_node_port(30_000));
+        let mut seen = HashSet::from([30_000]);
+        while let Some(p) = ipam.node_port() {
+            assert!(NODE_PORTS.contains(&p) && seen.insert(p), "{p}");
+        }
+        assert_eq!(seen.len(), NODE_PORTS.len());
+        ipam.release_node_port(31_000);
+        assert_eq!(ipam.node_port(), Some(31_000));
     }
 }

@@ -63,6 +63,89 @@ pub fn on_write(
     }
 }
 
+/// NodePort and LoadBalancer Services get a node port per port from kube's
+/// range (30000–32767, unique in the cluster), kept across updates; a port
+/// the client asks for is checked with kube-apiserver's messages. Other
+/// types drop them (as kube does when the type changes) and release them.
+/// (The process runtime allocates but does not listen on node ports: the
+/// ingress IP is how another cluster reaches a LoadBalancer Service.)
+fn node_ports(cluster: &Cluster, old: Option<&Value>, v: &mut Value) -> Result<(), ApiError> {
+    let port_list = |o: &Value| -> Vec<(u64, u16)> {
+        o.pointer("/spec/ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                let n = u16::try_from(p.get("nodePort")?.as_u64()?).ok()?;
+                Some((p.get("port").and_then(Value::as_u64).unwrap_or(0), n))
+            })
+            .collect()
+    };
+    let held = old.map(port_list).unwrap_or_default();
+    let name = v
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let wants = matches!(
+        v.pointer("/spec/type").and_then(Value::as_str),
+        Some("NodePort" | "LoadBalancer")
+    );
+    let mut kept = vec![];
+    let mut causes = vec![];
+    let ports = v.pointer_mut("/spec/ports").and_then(Value::as_array_mut);
+    for (i, p) in ports.into_iter().flatten().enumerate() {
+        let Some(m) = p.as_object_mut() else { continue };
+        if !wants {
+            m.remove("nodePort");
+            continue;
+        }
+        let field = format!("spec.ports[{i}].nodePort");
+        let port = m.get("port").and_then(Value::as_u64).unwrap_or(0);
+        let asked = m.get("nodePort").and_then(Value::as_u64);
+        let got = match asked {
+            Some(n) if !crate::ipam::NODE_PORTS.contains(&u16::try_from(n).unwrap_or(0)) => {
+                Err(format!(
+                    "{field}: Invalid value: {n}: provided port is not in the valid range. The range of valid ports is 30000-32767"
+                ))
+            }
+            Some(n) => {
+                let n = u16::try_from(n).unwrap_or(0);
+                if held.iter().any(|(_, h)| *h == n) || cluster.ipam.reserve_node_port(n) {
+                    Ok(n)
+                } else {
+                    Err(format!(
+                        "{field}: Invalid value: {n}: provided port is already allocated"
+                    ))
+                }
+            }
+            None => held
+                .iter()
+                .find(|(p, h)| *p == port && !kept.contains(h))
+                .map(|(_, h)| *h)
+                .or_else(|| cluster.ipam.node_port())
+                .ok_or_else(|| format!("{field}: Internal error: range is full")),
+        };
+        match got {
+            Ok(n) => {
+                m.insert("nodePort".into(), json!(n));
+                kept.push(n);
+            }
+            Err(msg) => causes.push((field, "FieldValueInvalid".to_string(), msg)),
+        }
+    }
+    if !causes.is_empty() {
+        for n in kept.iter().filter(|n| !held.iter().any(|(_, h)| h == *n)) {
+            cluster.ipam.release_node_port(*n);
+        }
+        return Err(ApiError::invalid("Service", &name, causes));
+    }
+    for (_, h) in held.iter().filter(|(_, h)| !kept.contains(h)) {
+        cluster.ipam.release_node_port(*h);
+    }
+    Ok(())
+}
+
 fn service(cluster: &Cluster, old: Option<&Value>, v: &mut Value) -> Result<(), ApiError> {
     let spec = v.get_mut("spec").filter(|s| s.is_object()).ok_or_else(|| {
         ApiError::invalid(
@@ -93,6 +176,10 @@ fn service(cluster: &Cluster, old: Option<&Value>, v: &mut Value) -> Result<(), 
             }
         }
     }
+    node_ports(cluster, old, v)?;
+    let Some(spec) = v.get_mut("spec") else {
+        return Ok(());
+    };
     let old_ip = old
         .and_then(|o| o.pointer("/spec/clusterIP"))
         .and_then(Value::as_str)

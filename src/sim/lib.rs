@@ -20,8 +20,10 @@ pub mod gc;
 pub mod hostexec;
 pub mod ipam;
 pub mod kinds;
+pub mod lb;
 pub mod limit_range;
 pub mod names;
+pub mod network;
 pub mod nodes;
 pub mod patch;
 pub mod persist;
@@ -148,6 +150,12 @@ pub struct SimCluster {
     pub addr: SocketAddr,
     pub token: String,
     pub kubeconfig: PathBuf,
+    /// The API server's observer address: the same API and token, never
+    /// closed by a network fault (see [`network`]), for tests and people
+    /// watching a cluster that is cut off from the manager.
+    pub observer_addr: SocketAddr,
+    /// `DIR/<cluster>.observer.kubeconfig`, pointing at `observer_addr`.
+    pub observer_kubeconfig: PathBuf,
 }
 
 /// A set of running emulated clusters.
@@ -161,6 +169,31 @@ impl Sim {
     pub fn get(&self, name: &str) -> Option<&SimCluster> {
         self.clusters.iter().find(|c| c.name == name)
     }
+
+    /// Sets cluster `name`'s network fault (see [`network`]) after checking
+    /// it names only other clusters of this sim; the error names the field.
+    pub fn set_network(&self, name: &str, fault: network::NetworkFault) -> Result<(), String> {
+        set_network(&self.clusters, name, fault)
+    }
+}
+
+/// [`Sim::set_network`] over a list of clusters (the admin endpoint's).
+pub fn set_network(
+    clusters: &[SimCluster],
+    name: &str,
+    fault: network::NetworkFault,
+) -> Result<(), String> {
+    let c = clusters
+        .iter()
+        .find(|c| c.name == name)
+        .ok_or_else(|| format!("no cluster {name:?} in this sim"))?;
+    let names: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+    let problems = fault.problems(name, &names);
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    c.cluster.faults.set_network(fault);
+    Ok(())
 }
 
 /// Starts the clusters; each listens on 127.0.0.1 (the port it had before when
@@ -231,6 +264,15 @@ async fn start_one(
         &kubeconfig,
         kubeconfig_yaml(name, addr, &token, &tls.ca_pem).as_bytes(),
     )?;
+    let observer = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .context("binding the observer port")?;
+    let observer_addr = observer.local_addr()?;
+    let observer_kubeconfig = opts.dir.join(format!("{name}.observer.kubeconfig"));
+    write_private(
+        &observer_kubeconfig,
+        kubeconfig_yaml(name, observer_addr, &token, &tls.ca_pem).as_bytes(),
+    )?;
     cluster.nodes.set_layout(opts.nodes.clone());
     if let Some(rt) = runtime_for(opts) {
         *cluster.runtime.write().unwrap_or_else(|e| e.into_inner()) = Some(rt.clone());
@@ -240,6 +282,7 @@ async fn start_one(
         nodes::lifecycle::start(&cluster);
     }
     tokio::spawn(gc::run(Arc::downgrade(&cluster)));
+    lb::start(&cluster);
     if opts.persist {
         tokio::spawn(persist::run(
             Arc::downgrade(&cluster),
@@ -253,13 +296,16 @@ async fn start_one(
         token: Arc::new(token.clone()),
         tls: tokio_rustls::TlsAcceptor::from(tls.server.clone()),
     };
-    tokio::spawn(server::serve(ctx, listener));
+    tokio::spawn(server::serve(ctx.clone(), listener, false));
+    tokio::spawn(server::serve(ctx, observer, true));
     Ok(SimCluster {
         name: name.to_string(),
         cluster,
         addr,
         token,
         kubeconfig,
+        observer_addr,
+        observer_kubeconfig,
     })
 }
 

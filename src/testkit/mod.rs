@@ -12,6 +12,7 @@
 pub mod clients;
 pub mod dirs;
 pub mod fleet;
+pub mod network;
 pub mod pg;
 pub mod process;
 pub mod tls;

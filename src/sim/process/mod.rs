@@ -18,6 +18,7 @@ pub mod faults;
 pub mod host_check;
 pub mod images;
 pub mod logs;
+pub mod origin;
 pub mod pod;
 pub mod probes;
 pub mod proxy;

@@ -6,8 +6,16 @@
 //! so clients reconnect and land on the new backend, as after a failover.
 //! A Service without a ready backend does not listen: connects are refused,
 //! as with kube-proxy's REJECT rule.
+//!
+//! A Service of type LoadBalancer is also served on its ingress IP (the
+//! same ports and backends): the exposed endpoint other member clusters
+//! dial. Connections there pass a network-fault [`Gate`] — cut between
+//! member clusters ([`crate::network`]), they are reset at once (one
+//! listener serves every origin, so a refusal per origin cannot be a
+//! closed port) and open ones are dropped when a cut appears.
 
 use super::endpoints;
+use super::origin::{Gate, Origin};
 use super::probes::PortRef;
 use crate::cluster::Cluster;
 use crate::resources::ResKey;
@@ -45,6 +53,8 @@ type Backends = Arc<Vec<Backend>>;
 struct SvcRun {
     uid: String,
     ip: String,
+    /// The LoadBalancer ingress IP, also listened on.
+    ingress: Option<String>,
     ports: Vec<SvcPort>,
     backends: watch::Sender<Backends>,
     listeners: Vec<JoinHandle<()>>,
@@ -144,7 +154,7 @@ fn selected<'a>(svc: &Value, sel: &LabelSelector, pods: &'a [Arc<StoredObject>])
 impl Proxy {
     /// Brings listeners and backends in line with the Services and Pods in
     /// the store; `partitioned` Pods get no traffic.
-    pub fn sync(&self, c: &Cluster, partitioned: &HashSet<String>) {
+    pub fn sync(&self, c: &Arc<Cluster>, partitioned: &HashSet<String>) {
         let (services, _) = c.store.list(&key("services"), None, None);
         let (pods, _) = c.store.list(&key("pods"), None, None);
         let mut wanted = HashSet::new();
@@ -178,9 +188,12 @@ impl Proxy {
                 .filter(|b| !partitioned.contains(&b.pod))
                 .collect();
             let ports = svc_ports(svc);
-            let same = g
-                .get(&id)
-                .is_some_and(|r| r.uid == s.uid() && r.ip == ip && r.ports == ports);
+            let ingress = (str_at(svc, "/spec/type") == "LoadBalancer")
+                .then(|| crate::lb::ingress_ips(svc).into_iter().next())
+                .flatten();
+            let same = g.get(&id).is_some_and(|r| {
+                r.uid == s.uid() && r.ip == ip && r.ports == ports && r.ingress == ingress
+            });
             if same {
                 if let Some(r) = g.get(&id) {
                     r.backends.send_if_modified(|cur| {
@@ -192,7 +205,14 @@ impl Proxy {
                     });
                 }
             } else {
-                g.insert(id.clone(), SvcRun::start(s.uid(), ip, ports, backends));
+                let addrs = Addrs {
+                    cluster_ip: ip.to_string(),
+                    ingress,
+                    gate: Gate {
+                        target: Arc::downgrade(c),
+                    },
+                };
+                g.insert(id.clone(), SvcRun::start(s.uid(), addrs, ports, backends));
             }
             wanted.insert(id);
             endpoints::write(c, svc, &picked);
@@ -217,24 +237,40 @@ impl Proxy {
     }
 }
 
+/// Where a Service is served: its ClusterIP and, for a LoadBalancer, its
+/// ingress IP behind the network-fault gate of its cluster.
+struct Addrs {
+    cluster_ip: String,
+    ingress: Option<String>,
+    gate: Gate,
+}
+
 impl SvcRun {
-    fn start(uid: &str, ip: &str, ports: Vec<SvcPort>, backends: Vec<Backend>) -> SvcRun {
+    fn start(uid: &str, addrs: Addrs, ports: Vec<SvcPort>, backends: Vec<Backend>) -> SvcRun {
         let (tx, _) = watch::channel(Arc::new(backends));
         let rr = Arc::new(AtomicUsize::new(0));
-        let listeners = ports
-            .iter()
-            .map(|p| {
-                tokio::spawn(listen(
-                    ip.to_string(),
-                    p.clone(),
-                    tx.subscribe(),
-                    rr.clone(),
-                ))
-            })
-            .collect();
+        let on = |ip: &str, gate: Option<Gate>| {
+            ports
+                .iter()
+                .map(|p| {
+                    tokio::spawn(listen(
+                        ip.to_string(),
+                        p.clone(),
+                        tx.subscribe(),
+                        rr.clone(),
+                        gate.clone(),
+                    ))
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut listeners = on(&addrs.cluster_ip, None);
+        if let Some(ingress) = &addrs.ingress {
+            listeners.extend(on(ingress, Some(addrs.gate.clone())));
+        }
         SvcRun {
             uid: uid.to_string(),
-            ip: ip.to_string(),
+            ip: addrs.cluster_ip,
+            ingress: addrs.ingress,
             ports,
             backends: tx,
             listeners,
@@ -253,6 +289,7 @@ async fn listen(
     port: SvcPort,
     mut backends: watch::Receiver<Backends>,
     rr: Arc<AtomicUsize>,
+    gate: Option<Gate>,
 ) {
     loop {
         while backends.borrow_and_update().is_empty() {
@@ -268,12 +305,11 @@ async fn listen(
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     };
-                    tokio::spawn(forward(
-                        sock,
-                        port.target.clone(),
-                        backends.clone(),
-                        rr.clone(),
-                    ));
+                    let conn = Conn { target: port.target.clone(), rx: backends.clone(), rr: rr.clone() };
+                    match gate.clone() {
+                        None => { tokio::spawn(forward(sock, conn, None)); }
+                        Some(g) => { tokio::spawn(forward_gated(sock, conn, g)); }
+                    }
                 }
                 changed = backends.changed() => {
                     if changed.is_err() {
@@ -305,14 +341,45 @@ async fn bind(ip: &str, port: u16) -> TcpListener {
     }
 }
 
-/// Connects to a backend and splices until either side closes or the
-/// backend leaves the Service.
-async fn forward(
-    mut client: TcpStream,
+/// What one proxied connection forwards to.
+struct Conn {
     target: PortRef,
-    mut rx: watch::Receiver<Backends>,
+    rx: watch::Receiver<Backends>,
     rr: Arc<AtomicUsize>,
-) {
+}
+
+/// A connection to an exposed endpoint: reset at once when a network cut
+/// separates its origin from the Service's cluster, else forwarded until
+/// one does.
+async fn forward_gated(client: TcpStream, conn: Conn, gate: Gate) {
+    let (Ok(peer), Ok(local)) = (client.peer_addr(), client.local_addr()) else {
+        return;
+    };
+    let mut origin = Origin::Unresolved;
+    if gate.cut(&mut origin, peer, local).await {
+        let _ = client.set_zero_linger();
+        return;
+    }
+    let mut changes = crate::network::subscribe();
+    let cut = async move {
+        loop {
+            if changes.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            if gate.cut(&mut origin, peer, local).await {
+                return;
+            }
+        }
+    };
+    forward(client, conn, Some(Box::pin(cut))).await;
+}
+
+type Cut = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Connects to a backend and splices until either side closes, the
+/// backend leaves the Service or `cut` ends (then the client is reset).
+async fn forward(mut client: TcpStream, conn: Conn, cut: Option<Cut>) {
+    let Conn { target, mut rx, rr } = conn;
     let list = rx.borrow_and_update().clone();
     if list.is_empty() {
         // The last backend left while this connection was being accepted
@@ -347,9 +414,19 @@ async fn forward(
             }
         }
     };
+    let cut = async move {
+        match cut {
+            Some(c) => c.await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
         _ = left => {}
+        _ = cut => {
+            let _ = client.set_zero_linger();
+            let _ = server.set_zero_linger();
+        }
     }
 }
 
@@ -389,7 +466,14 @@ mod tests {
             port: svc_port,
             target: PortRef::Num(pod_port),
         };
-        let run = SvcRun::start("u", "127.0.0.1", vec![port], vec![]);
+        let addrs = Addrs {
+            cluster_ip: "127.0.0.1".into(),
+            ingress: None,
+            gate: Gate {
+                target: std::sync::Weak::new(),
+            },
+        };
+        let run = SvcRun::start("u", addrs, vec![port], vec![]);
         let e = connect_until(svc_port, false).await.unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
         let b = Backend {

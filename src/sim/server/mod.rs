@@ -44,8 +44,10 @@ pub struct Ctx {
 
 /// Serves the cluster on `listener` until the process ends. While the
 /// refuse-connections fault is on, the port is closed (clients get
-/// ECONNREFUSED) and every open connection is dropped.
-pub async fn serve(ctx: Ctx, listener: TcpListener) {
+/// ECONNREFUSED) and every open connection is dropped; so is the manager's
+/// port (`observer` false) while the cluster is cut from the manager
+/// ([`crate::network`]). The observer port serves the same API to tests.
+pub async fn serve(ctx: Ctx, listener: TcpListener, observer: bool) {
     let addr = match listener.local_addr() {
         Ok(a) => a,
         Err(e) => {
@@ -53,10 +55,10 @@ pub async fn serve(ctx: Ctx, listener: TcpListener) {
             return;
         }
     };
-    let mut refusals = ctx.cluster.faults.refusals();
+    let mut refusals = ctx.cluster.faults.gate();
     let mut listener = Some(listener);
     loop {
-        let refuse = *refusals.borrow_and_update();
+        let refuse = refusals.borrow_and_update().closed(observer);
         if refuse {
             listener = None;
             if refusals.changed().await.is_err() {
@@ -77,7 +79,7 @@ pub async fn serve(ctx: Ctx, listener: TcpListener) {
                 let Ok((stream, _)) = accepted else { continue };
                 let _ = stream.set_nodelay(true);
                 let ctx = ctx.clone();
-                let mut cut = ctx.cluster.faults.refusals();
+                let mut cut = ctx.cluster.faults.gate();
                 tokio::spawn(async move {
                     let stream = match ctx.tls.accept(stream).await {
                         Ok(s) => s,
@@ -92,7 +94,7 @@ pub async fn serve(ctx: Ctx, listener: TcpListener) {
                         .with_upgrades();
                     tokio::select! {
                         _ = conn => {}
-                        _ = cut.wait_for(|r| *r) => {}
+                        _ = cut.wait_for(|g| g.closed(observer)) => {}
                     }
                 });
             }

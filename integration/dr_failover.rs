@@ -231,7 +231,7 @@ async fn lag_above_max_rpo_blocks_the_promotion_until_a_person_accepts_the_loss(
         conds
             .iter()
             .find(|c| c.type_ == "DisasterRecoveryBlocked" && c.status == "True")
-            .map(|c| c.message.clone().unwrap_or_default())
+            .map(|c| c.message.clone())
             .ok_or("no condition yet".to_string())
     })
     .await;

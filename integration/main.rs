@@ -41,6 +41,8 @@ mod dashboard;
 mod deploy;
 #[path = "dr.rs"]
 mod dr;
+#[path = "dr_failover.rs"]
+mod dr_failover;
 #[path = "drain.rs"]
 mod drain;
 #[path = "failover.rs"]

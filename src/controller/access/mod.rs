@@ -20,8 +20,8 @@
 
 mod app_secret;
 mod fleet;
-mod round;
 mod pooler;
+mod round;
 mod status;
 mod superuser;
 

@@ -29,7 +29,10 @@ fn role_spec() -> RoleSpec {
         login: true,
         inherit: false,
         connection_limit: -1,
-        comment: Some("PgBouncer's auth_user (pgfleet): LOGIN and EXECUTE on pgfleet.pooler_lookup only".into()),
+        comment: Some(
+            "PgBouncer's auth_user (pgfleet): LOGIN and EXECUTE on pgfleet.pooler_lookup only"
+                .into(),
+        ),
         ..Default::default()
     }
 }
@@ -91,7 +94,11 @@ async fn apply(
     if plan.action != Action::None {
         let note = match plan.action {
             Action::Create => format!("created the pooler's role {}", auth::ROLE),
-            _ => format!("corrected the pooler's role {}: {}", auth::ROLE, plan.drift.join(", ")),
+            _ => format!(
+                "corrected the pooler's role {}: {}",
+                auth::ROLE,
+                plan.drift.join(", ")
+            ),
         };
         status::event(ctx, pg, "PoolerRoleReconciled", note).await;
     }

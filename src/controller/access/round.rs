@@ -76,7 +76,11 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outco
         .collect();
     // The pooler's lookup is checked in `postgres` too.
     let inspect = super::pooler::served(pg, &names);
-    let inspect = if inspect.is_empty() { names.clone() } else { inspect };
+    let inspect = if inspect.is_empty() {
+        names.clone()
+    } else {
+        inspect
+    };
     let catalog = match checked_catalog(pg, ctx, &ns, primary, &inspect, &mut st).await {
         Ok(c) => c,
         Err(outcome) => {

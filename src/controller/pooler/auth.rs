@@ -91,7 +91,11 @@ pub fn drift(l: Option<&PoolerLookup>) -> Result<Vec<String>, String> {
         ));
     }
     let mut out = vec![];
-    let schema_grants = [format!("{ROLE}:USAGE"), "postgres:CREATE".into(), "postgres:USAGE".into()];
+    let schema_grants = [
+        format!("{ROLE}:USAGE"),
+        "postgres:CREATE".into(),
+        "postgres:USAGE".into(),
+    ];
     if sorted(&l.schema_grants) != schema_grants {
         out.push("schema grants".into());
     }
@@ -108,7 +112,12 @@ pub fn drift(l: Option<&PoolerLookup>) -> Result<Vec<String>, String> {
         ("signature", f.arguments == ARGUMENTS && f.result == RESULT),
         ("function grants", sorted(&f.grants) == fn_grants),
     ];
-    out.extend(checks.iter().filter(|(_, ok)| !ok).map(|(n, _)| n.to_string()));
+    out.extend(
+        checks
+            .iter()
+            .filter(|(_, ok)| !ok)
+            .map(|(n, _)| n.to_string()),
+    );
     Ok(out)
 }
 

@@ -44,7 +44,12 @@ fn a_missing_or_altered_lookup_is_installed_again() {
     public.functions[0].source = "SELECT 'postgres', 'x'".into();
     assert_eq!(
         drift(Some(&public)).unwrap(),
-        ["schema grants", "security definer", "body", "function grants"]
+        [
+            "schema grants",
+            "security definer",
+            "body",
+            "function grants"
+        ]
     );
     let mut overloaded = installed();
     overloaded.functions.push(LookupFunction::default());
@@ -74,7 +79,9 @@ fn the_function_serves_no_superuser_nor_replication_role() {
     assert!(sql.contains("NOT s.usesuper AND NOT s.userepl"), "{sql}");
     assert!(sql.contains("SECURITY DEFINER SET search_path = pg_catalog, pg_temp"));
     assert!(sql.contains("REVOKE ALL ON FUNCTION \"pgfleet\".\"pooler_lookup\"(text) FROM PUBLIC"));
-    assert!(sql.contains("GRANT EXECUTE ON FUNCTION \"pgfleet\".\"pooler_lookup\"(text) TO \"pgfleet_pooler\""));
+    assert!(sql.contains(
+        "GRANT EXECUTE ON FUNCTION \"pgfleet\".\"pooler_lookup\"(text) TO \"pgfleet_pooler\""
+    ));
     assert!(sql.contains("CREATE SCHEMA IF NOT EXISTS \"pgfleet\" AUTHORIZATION postgres"));
     // The body is one literal: its quotes doubled, nothing else.
     assert!(sql.contains(&literal(SOURCE)));
@@ -90,10 +97,17 @@ fn pgbouncer_trusts_only_a_superusers_schema_and_admits_admins_locally() {
     assert_eq!(lines[0], "local pgbouncer pgfleet_pooler scram-sha-256");
     assert_eq!(lines[1], "local all all reject");
     // Rejections before the line that admits everyone over TLS.
-    let admit = lines.iter().position(|l| l.starts_with("hostssl all all")).unwrap();
+    let admit = lines
+        .iter()
+        .position(|l| l.starts_with("hostssl all all"))
+        .unwrap();
     for l in &lines[..admit] {
         assert!(l.starts_with("local") || l.ends_with("reject"), "{l}");
     }
     assert!(!hba.contains("trust"));
-    assert!(lines.iter().all(|l| !l.starts_with("host ") || l.ends_with("reject")));
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l.starts_with("host ") || l.ends_with("reject"))
+    );
 }

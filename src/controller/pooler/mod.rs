@@ -339,7 +339,10 @@ mod tests {
         assert!(!ini.contains("postgres"), "{ini}");
         assert_eq!(cm["data"]["pgbouncer_hba.conf"], auth::hba());
         let start = cm["data"]["start.sh"].as_str().unwrap();
-        assert!(start.contains(r#"printf '"%s" "%s"\n' pgfleet_pooler"#), "{start}");
+        assert!(
+            start.contains(r#"printf '"%s" "%s"\n' pgfleet_pooler"#),
+            "{start}"
+        );
         assert_eq!(
             p["spec"]["volumes"][2]["secret"]["secretName"],
             "orders-pooler-auth"

@@ -140,7 +140,12 @@ async fn the_pooler_logs_applications_in_and_never_the_superuser() {
         .query("SELECT * FROM pgfleet.pooler_lookup('app')", &[])
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("permission denied"), "{err}");
+    let msg = err.as_db_error().map(|d| d.message().to_string());
+    assert!(
+        msg.as_deref()
+            .is_some_and(|m| m.contains("permission denied")),
+        "{err:?}"
+    );
 
     // The replication role and the pooler's own are refused through the
     // pooler, with their right passwords.

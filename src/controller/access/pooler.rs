@@ -37,10 +37,11 @@ fn role_spec() -> RoleSpec {
     }
 }
 
-/// The databases the pooler serves: `postgres` and `declared`.
+/// The databases whose lookup is checked: with a pooler, those it serves
+/// (`postgres` and `declared`); without, `declared` as they are.
 pub(super) fn served<'a>(pg: &PostgresCluster, declared: &[&'a str]) -> Vec<&'a str> {
     if !enabled(pg) {
-        return vec![];
+        return declared.to_vec();
     }
     let mut out = vec!["postgres"];
     out.extend(declared.iter().filter(|d| **d != "postgres"));

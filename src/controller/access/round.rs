@@ -74,13 +74,8 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outco
         .filter(|(d, _)| d.ensure == Ensure::Present && name_refusal(&d.name).is_none())
         .map(|(d, _)| d.name.as_str())
         .collect();
-    // The pooler's lookup is checked in `postgres` too.
+    // With a pooler, its lookup is checked in `postgres` too.
     let inspect = super::pooler::served(pg, &names);
-    let inspect = if inspect.is_empty() {
-        names.clone()
-    } else {
-        inspect
-    };
     let catalog = match checked_catalog(pg, ctx, &ns, primary, &inspect, &mut st).await {
         Ok(c) => c,
         Err(outcome) => {

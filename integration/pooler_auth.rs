@@ -13,6 +13,8 @@ use crate::common;
 use common::process as env;
 
 use env::{Env, NS};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
 use kube::api::Patch;
 use std::time::Duration;
 
@@ -206,4 +208,26 @@ async fn the_pooler_logs_applications_in_and_never_the_superuser() {
         .unwrap()
         .get(0);
     assert_eq!(n, 50);
+
+    // The lookup is installed once per database, not at every round: its
+    // Events name each database once (a check that differed from what
+    // PostgreSQL reports would reinstall it every 20 s).
+    let evs = Api::<Event>::namespaced(e.client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let installs: Vec<(String, i32)> = evs
+        .items
+        .iter()
+        .filter(|ev| ev.reason.as_deref() == Some("PoolerLookupInstalled"))
+        .map(|ev| {
+            let n = ev.series.as_ref().map(|s| s.count).unwrap_or(1);
+            (ev.note.clone().unwrap_or_default(), n)
+        })
+        .collect();
+    eprintln!("lookup installs: {installs:?}");
+    assert!(installs.iter().all(|(_, n)| *n == 1), "{installs:?}");
+    let st = e.status("pa").await.access.unwrap();
+    let ready = st.conditions.iter().find(|c| c.type_ == "PoolerAuthReady");
+    assert_eq!(ready.map(|c| c.status.as_str()), Some("True"), "{ready:?}");
 }

@@ -49,7 +49,11 @@ pub(crate) async fn connect_uri(e: &Env, uri: &str) -> Result<tokio_postgres::Cl
     cfg.host(&ip)
         .ssl_mode(tokio_postgres::config::SslMode::Require)
         .connect_timeout(Duration::from_secs(2));
-    let (c, conn) = cfg.connect(tls).await.map_err(|x| x.to_string())?;
+    // The server's message, not only "db error".
+    let (c, conn) = cfg.connect(tls).await.map_err(|x| match x.as_db_error() {
+        Some(d) => format!("{}: {}", d.severity(), d.message()),
+        None => format!("{x:?}"),
+    })?;
     tokio::spawn(async move {
         let _ = conn.await;
     });

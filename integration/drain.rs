@@ -80,7 +80,7 @@ async fn draining_the_primarys_node_switches_over_first_with_no_failed_transacti
     let e = Env::start_on("drain-primary", "", NODES).await;
     e.create(
         "dr",
-        serde_json::json!({"clusterSize": 3, "version": "15",
+        serde_json::json!({"clusterSize": 3, "version": "15", "enableSuperuserAccess": true,
             "pooler": {"enabled": true, "instances": 1}}),
     )
     .await;
@@ -115,12 +115,9 @@ async fn draining_the_primarys_node_switches_over_first_with_no_failed_transacti
     }
     let drained = pod_node(&e, &primary).await;
     let old_uid = e.pods().get(&primary).await.unwrap().uid();
-    let pooler = e.service_ip("dr-pooler").await;
-    e.wait("pooler answers", Duration::from_secs(60), || async {
-        connect(&pooler, 6432, &pw).await.is_ok()
-    })
-    .await;
-    let w = Writer::start(pooler.clone(), 6432, pw.clone());
+    // Through the pooler as the application (it logs no superuser in).
+    let (pooler, app_pw) = e.pooled_app("dr", &rw, &pw).await;
+    let w = Writer::start_as(pooler.clone(), 6432, "app", app_pw.clone());
     wait_acked(&e, &w, 50).await;
     let before = *w.failed.lock().unwrap();
 

@@ -243,15 +243,21 @@ async fn a_frozen_primary_is_replaced_and_rejoins_as_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn switchover_through_the_pooler_fails_no_transaction() {
     let e = Env::start("so").await;
-    e.create("so", serde_json::json!({"clusterSize": 2, "version": "15", "pooler": {"enabled": true, "instances": 1}})).await;
+    e.create(
+        "so",
+        serde_json::json!({"clusterSize": 2, "version": "15", "enableSuperuserAccess": true,
+        "pooler": {"enabled": true, "instances": 1}}),
+    )
+    .await;
     let old = e.wait_healthy("so", 2).await;
     let (rw, pw) = e.setup_table("so").await;
-    let pooler = e.service_ip("so-pooler").await;
-    e.wait("pooler answers", Duration::from_secs(60), || async {
-        connect(&pooler, 6432, &pw).await.is_ok()
-    })
-    .await;
-    let w = Writer::start(pooler.clone(), 6432, pw.clone());
+    // Through the pooler as the application: it logs no superuser in.
+    let (pooler, app_pw) = e.pooled_app("so", &rw, &pw).await;
+    assert!(
+        connect(&pooler, 6432, &pw).await.is_err(),
+        "the superuser logged in through the pooler"
+    );
+    let w = Writer::start_as(pooler.clone(), 6432, "app", app_pw.clone());
     e.wait_acked(&w, 50).await;
     let before = *w.failed.lock().unwrap();
     e.pgc()
@@ -387,17 +393,14 @@ async fn rolling_upgrade_through_the_pooler_fails_no_transaction() {
     let e = Env::start("roll").await;
     e.create(
         "roll",
-        serde_json::json!({"clusterSize": 3, "version": "15.17", "pooler": {"enabled": true, "instances": 1}}),
+        serde_json::json!({"clusterSize": 3, "version": "15.17", "enableSuperuserAccess": true,
+            "pooler": {"enabled": true, "instances": 1}}),
     )
     .await;
     let old = e.wait_healthy("roll", 3).await;
     let (rw, pw) = e.setup_table("roll").await;
-    let pooler = e.service_ip("roll-pooler").await;
-    e.wait("pooler answers", Duration::from_secs(60), || async {
-        connect(&pooler, 6432, &pw).await.is_ok()
-    })
-    .await;
-    let w = Writer::start(pooler.clone(), 6432, pw.clone());
+    let (pooler, app_pw) = e.pooled_app("roll", &rw, &pw).await;
+    let w = Writer::start_as(pooler.clone(), 6432, "app", app_pw.clone());
     e.wait_acked(&w, 50).await;
     let before = *w.failed.lock().unwrap();
     e.pgc()

@@ -69,6 +69,8 @@ mod node_loss;
 mod otlp;
 #[path = "placement.rs"]
 mod placement;
+#[path = "pooler_auth.rs"]
+mod pooler_auth;
 #[path = "process_fs.rs"]
 mod process_fs;
 #[path = "process_portforward.rs"]

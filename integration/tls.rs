@@ -166,10 +166,10 @@ async fn applications_connect_with_verify_full_and_renewal_fails_no_transaction(
     })
     .await;
 
-    // The pooler: TLS to the client (verify-full on -pooler) and to the server.
+    // The pooler: TLS to the client (verify-full on -pooler) and to the
+    // server, the application's own role (the superuser is refused there).
     let su = e.password("sec").await;
-    let pooler_uri =
-        format!("postgresql://postgres:{su}@sec-pooler.{NS}.svc:6432/postgres?sslmode=verify-full");
+    let pooler_uri = secret_key(&e, "sec-app", "pooler-uri").await.unwrap();
     e.wait(
         "a verify-full session through the pooler, TLS to the server too",
         LONG,

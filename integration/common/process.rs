@@ -179,7 +179,15 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// A writer as the superuser.
     pub fn start(host: String, port: u16, password: String) -> Writer {
+        Writer::start_as(host, port, "postgres", password)
+    }
+
+    /// A writer as `user` (to database `postgres`): through the pooler,
+    /// which logs no superuser in, the application's role.
+    pub fn start_as(host: String, port: u16, user: &str, password: String) -> Writer {
+        let user = user.to_string();
         let acked = Arc::new(Mutex::new(BTreeSet::new()));
         let failed = Arc::new(Mutex::new(0u64));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -189,7 +197,15 @@ impl Writer {
             let mut conn: Option<tokio_postgres::Client> = None;
             while !s.load(std::sync::atomic::Ordering::Relaxed) {
                 if conn.as_ref().is_none_or(|c| c.is_closed()) {
-                    conn = connect(&host, port, &password).await.ok();
+                    conn = pgfleet::testkit::pg::connect_as(
+                        &host,
+                        port,
+                        &user,
+                        &password,
+                        Duration::from_secs(2),
+                    )
+                    .await
+                    .ok();
                     if conn.is_none() {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
@@ -321,6 +337,49 @@ impl Env {
         )
         .await;
         (rw, pw)
+    }
+
+    /// The application role's way through the pooler of `cluster`
+    /// (controller::pooler::auth): the role of Secret `<cluster>-app` may
+    /// write `marks` (made by [`Env::setup_table`]), and the pooler logs it
+    /// in. Returns the pooler's address and the role's password.
+    pub async fn pooled_app(&self, cluster: &str, rw: &str, su_pw: &str) -> (String, String) {
+        let secrets = Api::<Secret>::namespaced(self.client.clone(), NS);
+        let name = format!("{cluster}-app");
+        let read = || async {
+            let s = secrets.get_opt(&name).await.ok()??;
+            String::from_utf8(s.data?.get("password")?.0.clone()).ok()
+        };
+        self.wait("the app Secret", Duration::from_secs(120), || async {
+            read().await.is_some()
+        })
+        .await;
+        let app_pw = read().await.unwrap();
+        self.wait("marks granted to app", Duration::from_secs(60), || async {
+            match connect(rw, 5432, su_pw).await {
+                Ok(c) => c.batch_execute("GRANT ALL ON marks TO app").await.is_ok(),
+                Err(_) => false,
+            }
+        })
+        .await;
+        let pooler = self.service_ip(&format!("{cluster}-pooler")).await;
+        self.wait(
+            "the pooler logs app in",
+            Duration::from_secs(120),
+            || async {
+                pgfleet::testkit::pg::connect_as(
+                    &pooler,
+                    6432,
+                    "app",
+                    &app_pw,
+                    Duration::from_secs(2),
+                )
+                .await
+                .is_ok()
+            },
+        )
+        .await;
+        (pooler, app_pw)
     }
 
     /// Waits until the writer has `n` more acknowledged rows.

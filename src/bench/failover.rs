@@ -255,13 +255,40 @@ pub(super) async fn floor_run(b: &Bench) -> anyhow::Result<f64> {
     Ok(down.as_secs_f64() * 1000.0)
 }
 
+/// The password of `<cluster>-app` once its role may insert into `probe`.
+async fn app_login(b: &Bench, cluster: &str, su_pw: &str) -> anyhow::Result<String> {
+    let rw = b.service_ip(&format!("{cluster}-rw")).await?;
+    let secrets = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(b.client.clone(), NS);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let pw = secrets
+            .get_opt(&format!("{cluster}-app"))
+            .await?
+            .and_then(|s| s.data?.get("password").cloned())
+            .and_then(|p| String::from_utf8(p.0).ok());
+        if let Some(pw) = pw {
+            let c = pg::connect(&rw, 5432, su_pw, Duration::from_secs(10)).await?;
+            if c.batch_execute("GRANT ALL ON probe TO app").await.is_ok() {
+                return Ok(pw);
+            }
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no application role in {cluster}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Write stall of a switchover: through the pooler (PAUSE/RESUME) and
 /// directly on `-rw` (clients reconnect).
 async fn switchover_stall(b: &Bench) -> anyhow::Result<()> {
     let pw = b.password("so").await?;
-    for (label, svc, port) in [
-        ("with pooler", "so-pooler", 6432u16),
-        ("without pooler", "so-rw", 5432),
+    // The pooler logs no superuser in: through it, the application role.
+    let app_pw = app_login(b, "so", &pw).await?;
+    for (label, svc, port, user, pw) in [
+        ("with pooler", "so-pooler", 6432u16, "app", app_pw),
+        ("without pooler", "so-rw", 5432, "postgres", pw.clone()),
     ] {
         healthy(b, "so", 2).await?;
         let host = b.service_ip(svc).await?;
@@ -278,7 +305,7 @@ async fn switchover_stall(b: &Bench) -> anyhow::Result<()> {
                     let mut cfg = tokio_postgres::Config::new();
                     cfg.host(&h2)
                         .port(port)
-                        .user("postgres")
+                        .user(user)
                         .password(&pw2)
                         .dbname("postgres")
                         .connect_timeout(Duration::from_secs(10));

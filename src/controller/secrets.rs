@@ -1,6 +1,7 @@
 //! The Secrets a PostgresCluster's instances need, made once and never
 //! overwritten: credentials (replication; superuser only where superuser
-//! access or the pooler needs it, `access::superuser_secret_needed`) and, when backups are
+//! access is on, `access::superuser_secret_needed`; the pooler role's
+//! `<name>-pooler-auth` with a pooler, pooler::auth) and, when backups are
 //! configured, the pgBackRest TLS pair (pgbackrest::tls).
 
 use super::Ctx;
@@ -29,12 +30,21 @@ pub async fn credentials(
     restore: Option<&Authorized>,
 ) -> Result<(), Error> {
     let superuser = super::access::superuser_secret_needed(pg);
-    for (which, user) in [("superuser", "postgres"), ("replication", "replicator")] {
+    let pooler = pg.spec.pooler.as_ref().is_some_and(|p| p.enabled);
+    let pooler_auth = super::pooler::auth::SECRET;
+    for (which, user) in [
+        ("superuser", "postgres"),
+        ("replication", "replicator"),
+        (pooler_auth, super::pooler::auth::ROLE),
+    ] {
         let sname = owner.secret_name(which);
         // No superuser Secret where nobody may use it: the manager works
-        // through exec and the local socket (issue 13). One that exists
-        // stays.
-        if obs.secrets.contains(&sname) || (which == "superuser" && !superuser) {
+        // through exec and the local socket (issue 13); no pooler login
+        // without a pooler. One that exists stays.
+        if obs.secrets.contains(&sname)
+            || (which == "superuser" && !superuser)
+            || (which == pooler_auth && !pooler)
+        {
             continue;
         }
         let inherited = match restore {

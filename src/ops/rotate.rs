@@ -63,6 +63,7 @@ pub fn password_home(pg: &PostgresCluster, ns: &str, role: &str) -> anyhow::Resu
             username: owner,
             password: String::new(),
             dbname: init.database.unwrap_or_else(|| "app".into()),
+            pooler: pg.spec.pooler.as_ref().is_some_and(|p| p.enabled),
         }));
     }
     bail!(

@@ -73,6 +73,39 @@ pub struct ActualDatabase {
     /// about and accepted a connection).
     #[serde(default)]
     pub inspected: bool,
+    /// The pooler's lookup (controller::pooler::auth): schema `pgfleet`
+    /// and its functions, when the schema exists (inspected databases only).
+    #[serde(default)]
+    pub pooler_lookup: Option<PoolerLookup>,
+}
+
+/// Schema `pgfleet` of one database, as the pooler's lookup check needs it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolerLookup {
+    pub schema_owner: String,
+    /// `grantee:PRIVILEGE` (`PUBLIC` for everyone), in any order.
+    #[serde(default)]
+    pub schema_grants: Vec<String>,
+    /// Every function of the schema named like the lookup (overloads too).
+    #[serde(default)]
+    pub functions: Vec<LookupFunction>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LookupFunction {
+    pub owner: String,
+    #[serde(default)]
+    pub security_definer: bool,
+    /// `proconfig` (`search_path=…`).
+    #[serde(default)]
+    pub config: Vec<String>,
+    pub source: String,
+    pub arguments: String,
+    pub result: String,
+    #[serde(default)]
+    pub grants: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

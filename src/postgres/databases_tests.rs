@@ -68,6 +68,7 @@ fn an_existing_database_gets_only_what_it_lacks() {
             name: "hstore".into(),
             version: "1.7".into(),
         }],
+        pooler_lookup: None,
     };
     let p = plan(&s, &CreateOptions::default(), &catalog(vec![have.clone()]));
     assert_eq!(p.action, Action::Alter);

@@ -785,6 +785,21 @@ psql_db() { db=$1; shift; "$(bin psql)" -h "$SOCKDIR" -U postgres -d "dbname=$(c
 # UTC, to the second, as postgres::roles::valid_until prints a spec's.
 ts_s() { echo "to_char(($1) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"; }
 
+# Schema `pgfleet` (the pooler's auth_query lookup, controller::pooler::auth)
+# of the current database: owners, grants and every `pooler_lookup`
+# function, for the manager to compare with what it installs; null when
+# the schema does not exist.
+POOLER_LOOKUP="(SELECT json_build_object('schemaOwner', pg_get_userbyid(n.nspowner),
+    'schemaGrants', coalesce((SELECT json_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+        ELSE pg_get_userbyid(a.grantee) END || ':' || a.privilege_type) FROM aclexplode(n.nspacl) a), '[]'),
+    'functions', coalesce((SELECT json_agg(json_build_object('owner', pg_get_userbyid(p.proowner),
+        'securityDefiner', p.prosecdef, 'config', coalesce(p.proconfig, '{}'), 'source', p.prosrc,
+        'arguments', pg_get_function_arguments(p.oid), 'result', pg_get_function_result(p.oid),
+        'grants', coalesce((SELECT json_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+            ELSE pg_get_userbyid(a.grantee) END || ':' || a.privilege_type) FROM aclexplode(p.proacl) a), '[]')))
+        FROM pg_proc p WHERE p.pronamespace = n.oid AND p.proname = 'pooler_lookup'), '[]'))
+  FROM pg_namespace n WHERE n.nspname = 'pgfleet')"
+
 # `catalog [DB...]`: roles (no pg_*), databases, the extensions the image
 # offers; for each DB named, its extensions and schemas.
 cmd_catalog() {
@@ -794,7 +809,8 @@ cmd_catalog() {
     one_line "$db" || continue
     j=$(psql_db "$db" -c "SELECT json_build_object('name', current_database(),
         'extensions', coalesce((SELECT json_agg(json_build_object('name', extname, 'version', extversion)) FROM pg_extension), '[]'),
-        'schemas', coalesce((SELECT json_agg(nspname) FROM pg_namespace), '[]'))" 2>/dev/null) || continue
+        'schemas', coalesce((SELECT json_agg(nspname) FROM pg_namespace), '[]'),
+        'poolerLookup', $POOLER_LOOKUP)" 2>/dev/null) || continue
     inspect="$inspect,$(printf '%s' "$j" | tr -d '\n')"
   done
   out=$(sqlj i "[${inspect#,}]" "SELECT json_build_object('contract', $CONTRACT,
@@ -812,7 +828,8 @@ cmd_catalog() {
     'databases', coalesce((SELECT json_agg(CASE WHEN x.e IS NULL
             THEN json_build_object('name', d.datname, 'owner', pg_get_userbyid(d.datdba))
             ELSE json_build_object('name', d.datname, 'owner', pg_get_userbyid(d.datdba), 'inspected', true,
-                'extensions', x.e->'extensions', 'schemas', x.e->'schemas') END ORDER BY d.datname)
+                'extensions', x.e->'extensions', 'schemas', x.e->'schemas',
+                'poolerLookup', x.e->'poolerLookup') END ORDER BY d.datname)
         FROM pg_database d LEFT JOIN LATERAL (SELECT e FROM json_array_elements(:'i'::json) e
             WHERE e->>'name' = d.datname) x ON true WHERE NOT d.datistemplate), '[]'),
     'available', coalesce((SELECT json_agg(json_build_object('name', name, 'versions', versions))

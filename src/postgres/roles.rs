@@ -76,7 +76,7 @@ pub fn refusal(spec: &RoleSpec) -> Option<String> {
         if let Some(r) = name_refusal(m) {
             return Some(format!("inRoles entry {r}"));
         }
-        if m == "postgres" || m == "replicator" || *m == spec.name {
+        if reserved_role(m).is_some_and(|_| !m.starts_with("pg_")) || *m == spec.name {
             return Some(format!("role {:?} may not be a member of {m:?}", spec.name));
         }
     }
@@ -139,12 +139,28 @@ pub fn superuser_password(password: &str, catalog: &Catalog) -> Option<Stmt> {
 /// The plan for one declared role. `password` is the Secret's (None: the
 /// spec names no Secret, the password is left alone).
 pub fn plan(spec: &RoleSpec, password: Option<&str>, catalog: &Catalog) -> RolePlan {
+    plan_checked(spec, password, catalog, refusal(spec))
+}
+
+/// The plan for a role pgfleet itself declares under a reserved name (the
+/// pooler's login, controller::pooler::auth): the same comparison, without
+/// the refusal a spec would get for the name.
+pub fn plan_own(spec: &RoleSpec, password: Option<&str>, catalog: &Catalog) -> RolePlan {
+    plan_checked(spec, password, catalog, None)
+}
+
+fn plan_checked(
+    spec: &RoleSpec,
+    password: Option<&str>,
+    catalog: &Catalog,
+    refusal: Option<String>,
+) -> RolePlan {
     let mut p = RolePlan {
         name: spec.name.clone(),
         action: Action::None,
         drift: vec![],
         stmts: vec![],
-        refusal: refusal(spec),
+        refusal,
     };
     if p.refusal.is_some() {
         p.action = Action::Refused;

@@ -212,3 +212,28 @@ fn the_superuser_gets_the_secret_password_only_when_it_differs() {
     same.roles[0].verifier = Some(verifier);
     assert!(super::superuser_password(pw, &same).is_none());
 }
+
+/// The pooler's role: a spec may not declare it nor join it; pgfleet's own
+/// plan for it is the usual comparison (a membership added by hand is
+/// revoked, the password set as a verifier).
+#[test]
+fn the_pooler_role_is_pgfleets_alone() {
+    let mine = spec(serde_json::json!({"name": "pgfleet_pooler", "login": true, "inherit": false}));
+    assert_eq!(plan(&mine, None, &catalog(vec![])).action, Action::Refused);
+    let joins = spec(serde_json::json!({"name": "x", "inRoles": ["pgfleet_pooler"]}));
+    assert_eq!(plan(&joins, None, &catalog(vec![])).action, Action::Refused);
+    let reads = spec(serde_json::json!({"name": "x", "inRoles": ["pg_read_all_data"]}));
+    assert_eq!(plan(&reads, None, &catalog(vec![])).action, Action::Create);
+    let mut have = actual("pgfleet_pooler");
+    have.inherit = false;
+    have.member_of = vec!["pg_read_all_data".into()];
+    let p = plan_own(&mine, Some("pw"), &catalog(vec![have]));
+    assert_eq!(p.action, Action::Alter);
+    assert_eq!(p.drift, ["password", "inRoles"]);
+    assert!(
+        p.stmts
+            .iter()
+            .any(|s| s.sql == "REVOKE \"pg_read_all_data\" FROM \"pgfleet_pooler\"")
+    );
+    assert!(p.stmts.iter().all(|s| !s.sql.contains("'pw'")));
+}

@@ -49,6 +49,10 @@ pub fn name_refusal(name: &str) -> Option<String> {
     None
 }
 
+/// PgBouncer's own login (controller::pooler::auth): LOGIN and EXECUTE on
+/// the password lookup, nothing else.
+pub const POOLER_ROLE: &str = "pgfleet_pooler";
+
 /// Roles pgfleet itself depends on, or PostgreSQL reserves: a spec may not
 /// manage (alter, drop, take over) them.
 pub fn reserved_role(name: &str) -> Option<&'static str> {
@@ -57,6 +61,9 @@ pub fn reserved_role(name: &str) -> Option<&'static str> {
     }
     if name == "replicator" {
         return Some("is pgfleet's replication role");
+    }
+    if name == POOLER_ROLE {
+        return Some("is the pooler's login role, managed by pgfleet");
     }
     if name.starts_with("pg_") {
         return Some("starts with pg_, which PostgreSQL reserves for its own roles");
@@ -168,6 +175,7 @@ mod tests {
         assert!(name_refusal(&"é".repeat(32)).is_some());
         assert!(reserved_role("postgres").is_some());
         assert!(reserved_role("replicator").is_some());
+        assert!(reserved_role("pgfleet_pooler").is_some());
         assert!(reserved_role("pg_monitor").is_some());
         assert!(reserved_role("app").is_none());
         assert!(reserved_database("template1").is_some());

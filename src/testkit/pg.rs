@@ -13,10 +13,22 @@ pub async fn connect(
     password: &str,
     timeout: Duration,
 ) -> Result<tokio_postgres::Client> {
+    connect_as(host, port, "postgres", password, timeout).await
+}
+
+/// [`connect`] as `user` (to database `postgres`): what a client of the
+/// pooler does, which logs no superuser in.
+pub async fn connect_as(
+    host: &str,
+    port: u16,
+    user: &str,
+    password: &str,
+    timeout: Duration,
+) -> Result<tokio_postgres::Client> {
     let mut cfg = tokio_postgres::Config::new();
     cfg.host(host)
         .port(port)
-        .user("postgres")
+        .user(user)
         .password(password)
         .dbname("postgres")
         .ssl_mode(tokio_postgres::config::SslMode::Prefer)

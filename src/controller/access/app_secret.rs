@@ -29,6 +29,8 @@ pub struct AppLogin {
     pub username: String,
     pub password: String,
     pub dbname: String,
+    /// The cluster runs the pooler: the `pooler-*` keys are written too.
+    pub pooler: bool,
 }
 
 /// Everything but unreserved characters (RFC 3986) percent-encoded: a
@@ -72,6 +74,21 @@ pub fn data(l: &AppLogin) -> BTreeMap<String, String> {
     m.insert("ro-uri".into(), uri(&ro_host));
     m.insert("jdbc-uri".into(), jdbc(&host));
     m.insert("ro-jdbc-uri".into(), jdbc(&ro_host));
+    if l.pooler {
+        // PgBouncer logs the application's own role in (pooler::auth).
+        let ph = format!("{}-pooler.{}.svc", l.cluster, l.namespace);
+        let pp = crate::controller::pooler::PORT;
+        m.insert(
+            "pooler-uri".into(),
+            format!("postgresql://{u}:{p}@{ph}:{pp}/{d}?sslmode=verify-full"),
+        );
+        m.insert(
+            "pooler-jdbc-uri".into(),
+            format!("jdbc:postgresql://{ph}:{pp}/{d}?user={u}&password={p}&sslmode=verify-full"),
+        );
+        m.insert("pooler-host".into(), ph);
+        m.insert("pooler-port".into(), pp.to_string());
+    }
     m.insert(
         "pgpass".into(),
         format!(
@@ -154,6 +171,7 @@ mod tests {
             username: "app".into(),
             password: "p@ss:w/rd\\".into(),
             dbname: "app".into(),
+            pooler: false,
         };
         let d = data(&l);
         assert_eq!(d["host"], "orders-rw.shop.svc");
@@ -174,5 +192,17 @@ mod tests {
             "orders-rw.shop.svc:5432:app:app:p@ss\\:w/rd\\\\\n"
         );
         assert_eq!(d["port"], "5432");
+        assert!(!d.contains_key("pooler-uri"));
+        let d = data(&AppLogin { pooler: true, ..l });
+        assert_eq!(
+            d["pooler-uri"],
+            "postgresql://app:p%40ss%3Aw%2Frd%5C@orders-pooler.shop.svc:6432/app?sslmode=verify-full"
+        );
+        assert_eq!(
+            d["pooler-jdbc-uri"],
+            "jdbc:postgresql://orders-pooler.shop.svc:6432/app?user=app&password=p%40ss%3Aw%2Frd%5C&sslmode=verify-full"
+        );
+        assert_eq!(d["pooler-host"], "orders-pooler.shop.svc");
+        assert_eq!(d["pooler-port"], "6432");
     }
 }

@@ -20,6 +20,7 @@
 
 mod app_secret;
 mod fleet;
+mod pooler;
 mod round;
 mod status;
 mod superuser;
@@ -73,25 +74,28 @@ pub fn superuser_network_access(pg: &PostgresCluster) -> bool {
 }
 
 /// Whether the cluster gets a `<name>-superuser` Secret: only when the
-/// superuser may log in over the network, or the pooler (which logs in as
-/// the superuser) runs. The manager itself needs no superuser password: it
-/// runs everything through exec on the local socket. A Secret that exists
-/// is never removed (clusters from before keep theirs).
+/// superuser may log in over the network. The manager itself needs no
+/// superuser password: it runs everything through exec on the local
+/// socket, and the pooler logs in with its own role (pooler::auth). A
+/// Secret that exists is never removed (clusters from before keep theirs).
 pub fn superuser_secret_needed(pg: &PostgresCluster) -> bool {
-    superuser_network_access(pg) || pg.spec.pooler.as_ref().is_some_and(|p| p.enabled)
+    superuser_network_access(pg)
 }
 
 /// The pg_hba lines in front of pgfleet's own: with superuser access off,
-/// `postgres` is rejected on every TCP socket (before the tenant's own
-/// lines, which cannot open it again). The pooler logs in to PostgreSQL as
-/// the superuser, so with a pooler the rule is not written (documented in
-/// docs/connecting-applications.md).
+/// `postgres` is rejected on every TCP socket; with a pooler, its role
+/// (pooler::auth) must give its password. Both come before the tenant's
+/// own lines, which cannot open them again.
 pub fn hba_lines(pg: &PostgresCluster) -> Vec<String> {
     let pooler = pg.spec.pooler.as_ref().is_some_and(|p| p.enabled);
     let mut out = vec![];
-    if !superuser_network_access(pg) && !pooler {
+    if !superuser_network_access(pg) {
         out.push("host all postgres 0.0.0.0/0 reject".to_string());
         out.push("host all postgres ::/0 reject".to_string());
+    }
+    if pooler {
+        let role = super::pooler::auth::ROLE;
+        out.push(format!("hostssl all {role} all scram-sha-256"));
     }
     out.extend(pg.spec.postgresql.pg_hba.iter().cloned());
     out
@@ -194,12 +198,21 @@ mod tests {
             serde_json::json!(null),
         );
         assert!(hba_lines(&on).is_empty());
-        // The pooler logs in as the superuser: no reject rule with it.
+        // The pooler logs in with its own role: the superuser stays
+        // rejected, and the pooler role must give its password.
         let pooled = pg(
             serde_json::json!({"pooler": {"enabled": true}}),
             serde_json::json!(null),
         );
-        assert!(hba_lines(&pooled).is_empty());
+        assert_eq!(
+            hba_lines(&pooled),
+            [
+                "host all postgres 0.0.0.0/0 reject",
+                "host all postgres ::/0 reject",
+                "hostssl all pgfleet_pooler all scram-sha-256"
+            ]
+        );
+        assert!(!superuser_secret_needed(&pooled));
     }
 
     #[test]

@@ -74,7 +74,9 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outco
         .filter(|(d, _)| d.ensure == Ensure::Present && name_refusal(&d.name).is_none())
         .map(|(d, _)| d.name.as_str())
         .collect();
-    let catalog = match checked_catalog(pg, ctx, &ns, primary, &names, &mut st).await {
+    // With a pooler, its lookup is checked in `postgres` too.
+    let inspect = super::pooler::served(pg, &names);
+    let catalog = match checked_catalog(pg, ctx, &ns, primary, &inspect, &mut st).await {
         Ok(c) => c,
         Err(outcome) => {
             status::write(pg, ctx, st).await;
@@ -102,6 +104,9 @@ pub(super) async fn run(pg: &PostgresCluster, ctx: &Ctx, primary: &str) -> Outco
         .map(|(d, o)| databases::plan(d, o, &catalog))
         .collect();
     let outcome = apply_all(pg, ctx, &ns, primary, &role_plans, &db_plans).await;
+    // After the databases: the lookup goes into those just created.
+    st.conditions
+        .extend(super::pooler::ensure(pg, ctx, &secrets, primary, &catalog, &names).await);
     st.roles = role_plans
         .iter()
         .map(|(p, w)| role_status(p, w, outcome.role_error(&p.name)))
@@ -184,6 +189,7 @@ async fn app_login(
         username,
         password,
         dbname,
+        pooler: pg.spec.pooler.as_ref().is_some_and(|p| p.enabled),
     };
     match app_secret::ensure(&ctx.client, pg, &login, existing.as_ref()).await {
         Ok(true) => {

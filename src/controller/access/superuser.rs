@@ -1,7 +1,6 @@
 //! The superuser's password when superuser access is on. A cluster created
 //! with `enableSuperuserAccess` off has no `<name>-superuser` Secret and a
-//! `postgres` role without a password; turning access (or the pooler,
-//! which logs in as the superuser) on creates the
+//! `postgres` role without a password; turning access on creates the
 //! Secret (controller::secrets) and this step gives `postgres` its
 //! password, as a SCRAM verifier through exec like every other role. A
 //! password that already matches the Secret is left alone, so clusters

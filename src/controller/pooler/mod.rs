@@ -4,9 +4,12 @@
 //! while the primary changes, RESUME reconnects through `<name>-rw`.
 //!
 //! This file builds the objects (pure); `apply` creates, updates and removes
-//! them, `pause` holds the poolers' clients during a switchover.
+//! them, `pause` holds the poolers' clients during a switchover, `auth` is
+//! how PgBouncer logs clients in without the superuser (its own role and
+//! an `auth_query` lookup).
 
 pub mod apply;
+pub mod auth;
 pub mod pause;
 
 use super::build::{ANN_HASH, LABEL_KIND, Owner};
@@ -79,23 +82,36 @@ fn config_name(o: &Owner) -> String {
 
 /// The start script: PgBouncer listens on the pod's own address (so many
 /// poolers share a port on one machine in the embedded runtime), and its
-/// userlist is written from the superuser Secret at start, never stored
-/// (a `"` in the password doubled, as PgBouncer's userlist quotes it).
-/// A pooler Pod made before TLS has no certificate mounted: it starts
-/// without the client-side TLS settings and with `server_tls_sslmode =
-/// prefer` (TLS to instances that have it, which refuse anything else)
-/// instead of failing on the missing files.
+/// userlist — the pooler role alone (`auth`) — is written from Secret
+/// `<name>-pooler-auth` at start, never stored (a `"` in the password
+/// doubled, as PgBouncer's userlist quotes it).
+///
+/// Pods made before: one without a certificate mounted starts without the
+/// client-side TLS settings, `hostssl` read as `host`, and with
+/// `server_tls_sslmode = prefer` (TLS to instances that have it, which
+/// refuse anything else); one that mounts the superuser's password instead
+/// of the pooler role's keeps logging in as the superuser (no auth_query,
+/// `admin_users = postgres`). Both instead of failing on missing files.
 const START: &str = r#"set -eu
 mkdir -p /tmp/pgbouncer
 if [ -s /etc/pgbouncer/tls/tls.crt ]; then
   sed "s/@POD_IP@/${POD_IP:-0.0.0.0}/" /etc/pgbouncer/pgbouncer.ini > /tmp/pgbouncer/pgbouncer.ini
+  cp /etc/pgbouncer/pgbouncer_hba.conf /tmp/pgbouncer/pgbouncer_hba.conf
 else
   echo "pgfleet: no certificate in /etc/pgbouncer/tls: TLS to clients stays off until this Pod is replaced" >&2
   sed -e "s/@POD_IP@/${POD_IP:-0.0.0.0}/" -e '/^client_tls_/d' -e '/^server_tls_ca_file/d' \
     -e 's/^server_tls_sslmode = .*/server_tls_sslmode = prefer/' /etc/pgbouncer/pgbouncer.ini > /tmp/pgbouncer/pgbouncer.ini
+  sed 's/^hostssl /host /' /etc/pgbouncer/pgbouncer_hba.conf > /tmp/pgbouncer/pgbouncer_hba.conf
 fi
 umask 077
-printf '"postgres" "%s"\n' "$(sed 's/"/""/g' /etc/pgbouncer/secrets/superuser-password)" > /tmp/pgbouncer/userlist.txt
+if [ -s /etc/pgbouncer/secrets/pooler-password ]; then
+  printf '"%s" "%s"\n' @ROLE@ "$(sed 's/"/""/g' /etc/pgbouncer/secrets/pooler-password)" > /tmp/pgbouncer/userlist.txt
+else
+  echo "pgfleet: no pooler password mounted: logging in as the superuser until this Pod is replaced" >&2
+  sed -i -e '/^auth_query/d' -e '/^auth_hba_file/d' -e 's/^auth_type = .*/auth_type = scram-sha-256/' \
+    -e 's/^admin_users = .*/admin_users = postgres/' -e 's/ auth_user=[^ ]*$//' /tmp/pgbouncer/pgbouncer.ini
+  printf '"postgres" "%s"\n' "$(sed 's/"/""/g' /etc/pgbouncer/secrets/superuser-password)" > /tmp/pgbouncer/userlist.txt
+fi
 exec pgbouncer /tmp/pgbouncer/pgbouncer.ini
 "#;
 
@@ -116,13 +132,17 @@ n=$((n + 1)); [ \"$n\" -le 110 ] || {{ echo 'certificate {fp} not mounted yet' >
     argv
 }
 
-/// The admin command run through exec for PAUSE / RESUME / SHOW.
+/// The admin command run through exec for PAUSE / RESUME / SHOW: as the
+/// pooler role over the local socket (the only place PgBouncer's hba lets
+/// an admin in), or as the superuser in a Pod made before the pooler role.
 pub fn admin_command(cmd: &str) -> Vec<String> {
+    let role = auth::ROLE;
     vec![
         "/bin/sh".into(),
         "-c".into(),
         format!(
-            "PGPASSWORD=\"$(cat /etc/pgbouncer/secrets/superuser-password)\" psql -X -q -h /tmp -p {PORT} -U postgres -d pgbouncer -c '{cmd}'"
+            "if [ -s /etc/pgbouncer/secrets/pooler-password ]; then u={role} f=pooler-password; else u=postgres f=superuser-password; fi; \
+PGPASSWORD=\"$(cat /etc/pgbouncer/secrets/$f)\" psql -X -q -h /tmp -p {PORT} -U \"$u\" -d pgbouncer -c '{cmd}'"
         ),
     ]
 }
@@ -133,19 +153,23 @@ pub fn config_map(o: &Owner, pg: &PostgresCluster) -> ConfigMap {
         _ => "transaction",
     };
     let ini = format!(
-        "[databases]\n* = host={name}-rw port=5432\n\n[pgbouncer]\nlisten_addr = @POD_IP@\nlisten_port = {PORT}\nunix_socket_dir = /tmp\n\
-auth_type = scram-sha-256\nauth_file = /tmp/pgbouncer/userlist.txt\nadmin_users = postgres\npool_mode = {mode}\n\
+        "[databases]\n* = host={name}-rw port=5432 auth_user={role}\n\n[pgbouncer]\nlisten_addr = @POD_IP@\nlisten_port = {PORT}\nunix_socket_dir = /tmp\n\
+auth_type = hba\nauth_hba_file = /tmp/pgbouncer/pgbouncer_hba.conf\nauth_file = /tmp/pgbouncer/userlist.txt\n\
+auth_query = {query}\nadmin_users = {role}\npool_mode = {mode}\n\
 max_client_conn = 1000\ndefault_pool_size = 20\nserver_reset_query = DISCARD ALL\nserver_check_delay = 1\n\
 server_login_retry = 1\nquery_wait_timeout = 120\nignore_startup_parameters = extra_float_digits,options\n\
 pidfile = /tmp/pgbouncer/pgbouncer.pid\n\
 client_tls_sslmode = require\nclient_tls_cert_file = {TLS_MOUNT}/tls.crt\nclient_tls_key_file = {TLS_MOUNT}/tls.key\n\
 client_tls_ca_file = {TLS_MOUNT}/ca.crt\nserver_tls_sslmode = verify-full\nserver_tls_ca_file = {TLS_MOUNT}/ca.crt\n",
-        name = o.name
+        name = o.name,
+        role = auth::ROLE,
+        query = auth::auth_query(),
     );
     let mut metadata = o.meta(&config_name(o), &[], true);
     let data = BTreeMap::from([
         ("pgbouncer.ini".to_string(), ini),
-        ("start.sh".to_string(), START.to_string()),
+        ("pgbouncer_hba.conf".to_string(), auth::hba()),
+        ("start.sh".to_string(), START.replace("@ROLE@", auth::ROLE)),
     ]);
     let mut obj = ConfigMap {
         metadata: metadata.clone(),
@@ -226,10 +250,10 @@ fn volumes(o: &Owner) -> Vec<Volume> {
         Volume {
             name: "secrets".into(),
             secret: Some(SecretVolumeSource {
-                secret_name: Some(o.secret_name("superuser")),
+                secret_name: Some(o.secret_name(auth::SECRET)),
                 items: Some(vec![KeyToPath {
                     key: "password".into(),
-                    path: "superuser-password".into(),
+                    path: "pooler-password".into(),
                     ..KeyToPath::default()
                 }]),
                 ..SecretVolumeSource::default()
@@ -301,5 +325,28 @@ mod tests {
         let svc = serde_json::to_value(service(&o)).unwrap();
         assert_eq!(svc["spec"]["selector"][LABEL_POOLER], "orders");
         assert!(admin_command("PAUSE")[2].contains("-c 'PAUSE'"));
+        // The pooler's own role, not the superuser: in the userlist, as
+        // admin and as auth_user; the superuser Secret is not mounted.
+        let ini = cm["data"]["pgbouncer.ini"].as_str().unwrap();
+        for l in [
+            "* = host=orders-rw port=5432 auth_user=pgfleet_pooler",
+            "auth_type = hba",
+            "admin_users = pgfleet_pooler",
+            &format!("auth_query = {}", auth::auth_query()),
+        ] {
+            assert!(ini.lines().any(|x| x == l), "{l}");
+        }
+        assert!(!ini.contains("postgres"), "{ini}");
+        assert_eq!(cm["data"]["pgbouncer_hba.conf"], auth::hba());
+        let start = cm["data"]["start.sh"].as_str().unwrap();
+        assert!(
+            start.contains(r#"printf '"%s" "%s"\n' pgfleet_pooler"#),
+            "{start}"
+        );
+        assert_eq!(
+            p["spec"]["volumes"][2]["secret"]["secretName"],
+            "orders-pooler-auth"
+        );
+        assert!(admin_command("PAUSE")[2].contains("u=pgfleet_pooler f=pooler-password"));
     }
 }

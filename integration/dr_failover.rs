@@ -111,12 +111,15 @@ fn sim(w: &World) -> &pgfleet::sim::Sim {
 /// times `failover_after`: every round in between had the chance to
 /// promote.
 async fn witness_waited(w: &World) {
-    until("the engine silent on dr-a for 3 × failover_after", || async {
-        let st = w.engine().status();
-        (st.primary_silent_ms > 24_000)
-            .then_some(())
-            .ok_or(format!("{} ms", st.primary_silent_ms))
-    })
+    until(
+        "the engine silent on dr-a for 3 × failover_after",
+        || async {
+            let st = w.engine().status();
+            (st.primary_silent_ms > 24_000)
+                .then_some(())
+                .ok_or(format!("{} ms", st.primary_silent_ms))
+        },
+    )
     .await;
 }
 
@@ -130,7 +133,11 @@ async fn an_isolated_primary_side_fences_itself_and_the_replica_side_takes_over_
 
     network::isolate(sim(&w), "dr-a").unwrap();
     until("dr-b takes writes", || w.writable("dr-b")).await;
-    let forced = w.engine().status().forced_at_ms.expect("a forced promotion");
+    let forced = w
+        .engine()
+        .status()
+        .forced_at_ms
+        .expect("a forced promotion");
     let (acks, _) = writer.stop().await;
     // No commit on the old side was acknowledged once the promotion began.
     let last = acks.values().max().copied().unwrap_or(0);
@@ -188,11 +195,14 @@ async fn a_manager_cut_from_the_primary_side_or_down_neither_fences_nor_promotes
     assert_eq!(w.engine().status().epoch, 1, "{:?}", w.engine().status());
     network::heal(sim(&w), "dr-a").unwrap();
 
-    // The manager down: it reaches no member at all.
+    // The manager down: it reaches no member at all (its engine stops).
+    // 2000 commits, each followed by a 10 ms pause, outlast the primary
+    // side's fence window (4 s) several times over.
     network::cut_manager(sim(&w), "dr-a").unwrap();
     network::cut_manager(sim(&w), "dr-b").unwrap();
-    witness_waited(&w).await;
-    writer.more(20, "commits continue with the manager away").await;
+    writer
+        .more(2000, "commits continue with the manager away")
+        .await;
     network::heal(sim(&w), "dr-a").unwrap();
     network::heal(sim(&w), "dr-b").unwrap();
     until("the engine back on both sides", || async {
@@ -219,7 +229,11 @@ async fn lag_above_max_rpo_blocks_the_promotion_until_a_person_accepts_the_loss(
     network::cut_members(sim(&w), "dr-a", &["dr-b"]).unwrap();
     until("dr-b more than 64 KiB behind", || async {
         let st = w.engine().status();
-        let lag = st.sides.iter().find(|s| s.member == "dr-b").and_then(|s| s.lag_bytes);
+        let lag = st
+            .sides
+            .iter()
+            .find(|s| s.member == "dr-b")
+            .and_then(|s| s.lag_bytes);
         lag.filter(|l| *l > 65_536).ok_or(format!("{st:?}"))
     })
     .await;
@@ -248,5 +262,12 @@ async fn lag_above_max_rpo_blocks_the_promotion_until_a_person_accepts_the_loss(
     until("dr-b takes writes", || w.writable("dr-b")).await;
     let _ = writer.stop().await;
     let pods: Api<Pod> = Api::namespaced(w.client("dr-b"), NS);
-    assert!(!pods.list(&Default::default()).await.unwrap().items.is_empty());
+    assert!(
+        !pods
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
 }

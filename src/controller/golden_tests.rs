@@ -77,7 +77,7 @@ fn render(pg: &PostgresCluster, backup: Option<&BackupEnv>) -> Value {
         "secret": v(&build::secret(&o, "superuser", "postgres", "pw")),
         "tls_secret": v(&build::tls_secret(&o, "orders-backup-tls", "CA", "CRT", "KEY")),
         "pooler": {
-            "config_map": v(&pooler::config_map(&o, pg)),
+            "config_map": v(&pooler::config_map(&o, pg, &pooler::Upstream::own(&o))),
             "pod": v(&pooler::pod(&o, 1)),
             "service": v(&pooler::service(&o)),
         },

@@ -13,12 +13,14 @@
 pub mod decide;
 pub mod failover;
 mod observe;
+mod poolers;
 pub mod state;
 mod sync;
 mod track;
 
 use crate::config::dr::Topology;
 use crate::controller::dr::registry::{Registry, Side};
+use crate::controller::pooler::Upstream;
 use crate::crd::PostgresCluster;
 use crate::fleet::{Fleet, Member};
 use anyhow::Context;
@@ -86,6 +88,7 @@ pub struct Engine {
     /// The witness's evidence (`track.rs`).
     track: Mutex<track::Track>,
     forced_at_ms: Mutex<Option<u64>>,
+    poolers: poolers::Poolers,
     pub tick: Duration,
 }
 
@@ -100,6 +103,7 @@ impl Engine {
             annotated: Mutex::new(HashMap::new()),
             track: Mutex::new(track::Track::new(std::time::Instant::now())),
             forced_at_ms: Mutex::new(None),
+            poolers: poolers::Poolers::default(),
             tick: Duration::from_secs(1),
         }
     }
@@ -162,15 +166,17 @@ impl Engine {
             notes.push(format!("automatic failover to {}", next.primary));
             state = next;
         }
-        for (m, side) in decide::sides(&self.name, &state, &self.topology, &views) {
-            self.registry.set(
-                &m,
-                &self.topology.namespace,
-                &self.topology.name,
-                side.clone(),
-            );
-            if let Some(v) = views.iter().find(|v| v.member == m && v.reachable) {
-                self.annotate(&v.member, &side).await;
+        // A switchover in progress holds every pooler (clients wait).
+        let switching = state.previous_endpoint.is_some() && !state.forced;
+        if switching {
+            self.pooler_round(&state, &views, &[], true).await;
+        }
+        let sides = decide::sides(&self.name, &state, &self.topology, &views);
+        let (ns, name) = (&self.topology.namespace, &self.topology.name);
+        for (m, side) in &sides {
+            self.registry.set(m, ns, name, side.clone());
+            if let Some(v) = views.iter().find(|v| v.member == *m && v.reachable) {
+                self.annotate(&v.member, side).await;
             }
         }
         self.replicate(&state, &views).await;
@@ -181,7 +187,41 @@ impl Engine {
                 notes.push(format!("failed: {e:#}"));
             }
         }
+        if !switching {
+            self.pooler_round(&state, &views, &sides, false).await;
+        }
         Ok(self.record(&views, Some(&state), &notes.join("; ")))
+    }
+
+    /// During a switchover: PAUSE every reachable pooler. Otherwise: point
+    /// each at the one primary, then RESUME what a switchover paused.
+    async fn pooler_round(
+        &self,
+        state: &State,
+        views: &[SideView],
+        sides: &[(String, Side)],
+        switching: bool,
+    ) {
+        let members: Vec<Arc<Member>> = views
+            .iter()
+            .filter(|v| v.reachable)
+            .filter_map(|v| self.member(&v.member).ok())
+            .collect();
+        let members: Vec<&Member> = members.iter().map(|m| &**m).collect();
+        let (ns, name) = (&self.topology.namespace, &self.topology.name);
+        if switching {
+            self.poolers.hold(state.epoch, &members, ns, name).await;
+            return;
+        }
+        for m in &members {
+            let to = match sides.iter().find(|(n, _)| *n == m.name).map(|s| &s.1) {
+                Some(Side::Replica { source, .. }) => Upstream::remote(&source.host, source.port),
+                Some(Side::Primary { .. }) => Upstream::own_named(name),
+                _ => continue,
+            };
+            self.poolers.point(m, ns, name, &to).await;
+        }
+        self.poolers.release(&members, ns, name).await;
     }
 
     /// The newest state (written where a copy is older or missing), with

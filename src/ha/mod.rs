@@ -277,6 +277,35 @@ pub fn while_owned<G: Send + 'static>(
     })
 }
 
+/// Like [`while_owned`], while this replica owns ANY of the members
+/// behind `rxs`: what a cross-cluster DR engine needs, which must keep
+/// running when the one member it would otherwise follow is the one lost.
+pub fn while_any_owned<G: Send + 'static>(
+    mut rxs: Vec<watch::Receiver<MemberOwnership>>,
+    start: impl Fn() -> G + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut running: Option<G> = None;
+        loop {
+            let mine = rxs
+                .iter_mut()
+                .fold(false, |acc, rx| rx.borrow_and_update().mine || acc);
+            match (mine, running.is_some()) {
+                (true, false) => running = Some(start()),
+                (false, true) => running = None,
+                _ => {}
+            }
+            if rxs.is_empty() {
+                return;
+            }
+            let changed = rxs.iter_mut().map(|rx| Box::pin(rx.changed()));
+            if futures::future::select_all(changed).await.0.is_err() {
+                return;
+            }
+        }
+    })
+}
+
 /// The first line of an API error; Lease errors carry no credentials, but
 /// transport errors can be long.
 fn redacted(e: &kube::Error) -> String {

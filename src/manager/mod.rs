@@ -162,16 +162,19 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
                 .collect::<Vec<_>>()
         })));
     }
-    // DR engines: on the replica that owns the lowest-named member too
+    // A DR engine runs while this replica owns any member of its topology:
+    // not only one member's, which may be the very one lost
     // (docs/disaster-recovery.md, "Manager replicas").
-    if let Some(rx) = lead.and_then(|l| ha.ownership.subscribe(l))
-        && !engines_dr.is_empty()
-    {
-        let dr = engines_dr.clone();
-        rollouts.push(AbortOnDrop(crate::ha::while_owned(rx, move || {
-            dr.iter()
-                .map(|e| AbortOnDrop(tokio::spawn(e.clone().run())))
-                .collect::<Vec<_>>()
+    for e in &engines_dr {
+        let rxs = e
+            .topology
+            .members
+            .iter()
+            .filter_map(|m| ha.ownership.subscribe(m))
+            .collect();
+        let e = e.clone();
+        rollouts.push(AbortOnDrop(crate::ha::while_any_owned(rxs, move || {
+            AbortOnDrop(tokio::spawn(e.clone().run()))
         })));
     }
     Ok(Manager {

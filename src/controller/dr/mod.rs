@@ -24,6 +24,20 @@ pub fn is_replica(side: &Option<Side>) -> bool {
     matches!(side, Some(Side::Replica { .. }))
 }
 
+/// Where the cluster's pooler sends clients: a replica side's to the
+/// primary side's address, every other to its own `-rw`.
+pub fn pooler_upstream(
+    o: &crate::controller::build::Owner,
+    side: &Option<Side>,
+) -> crate::controller::pooler::Upstream {
+    match side {
+        Some(Side::Replica { source, .. }) => {
+            crate::controller::pooler::Upstream::remote(&source.host, source.port)
+        }
+        _ => crate::controller::pooler::Upstream::own(o),
+    }
+}
+
 /// Parameters every member of a topology runs with (unless the spec sets
 /// them): the primary side keeps 1 GB of WAL for a replica side that
 /// falls behind (it uses no slot, so a lost side cannot fill the disk),

@@ -72,7 +72,11 @@ pub fn build(pg: &PostgresCluster, seen: &Seen, inputs: &Inputs) -> Result<Desir
     Ok(Desired {
         primary: plan.primary.map(|o| owner.instance_name(o)),
         services: build::services(owner, seen.dr.is_some()),
-        pooler: pooler::wanted(owner, pg),
+        pooler: pooler::wanted(
+            owner,
+            pg,
+            &crate::controller::dr::pooler_upstream(owner, &seen.dr),
+        ),
         pdbs: build::pdbs(owner, pg.spec.cluster_size),
         instances: instances(pg, seen, inputs, &plan, &config.hash)?,
         relabel: relabel(seen, &plan),

@@ -50,14 +50,78 @@ pub struct Wanted {
     pub count: u32,
 }
 
+/// Where a pooler sends its clients: the cluster's own `-rw`, or — on a
+/// replica side of a disaster-recovery topology — the primary side's
+/// exposed address (`controller::dr`), so applications that connect to
+/// the pooler of either side always reach the one primary. The load
+/// balancer's address is in no certificate: `verify-ca` against the
+/// topology's one CA.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    pub host: String,
+    pub port: u16,
+    pub tls: &'static str,
+}
+
+impl Upstream {
+    pub fn own(o: &Owner) -> Self {
+        Self::own_named(&o.name)
+    }
+
+    /// [`Upstream::own`] of the PostgresCluster called `name`.
+    pub fn own_named(name: &str) -> Self {
+        Self {
+            host: format!("{name}-rw"),
+            port: 5432,
+            tls: "verify-full",
+        }
+    }
+
+    pub fn remote(host: &str, port: u16) -> Self {
+        Self {
+            host: host.to_string(),
+            port,
+            tls: "verify-ca",
+        }
+    }
+
+    /// A host that can be pasted into the ini and a sed expression: a DNS
+    /// name or an address, nothing else.
+    fn safe(&self) -> bool {
+        !self.host.is_empty()
+            && self
+                .host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'))
+    }
+}
+
+/// Points a running pooler at `to` at once: the ini PgBouncer runs with
+/// is rewritten in place (its mounted ConfigMap follows on its own, for
+/// restarts) and RELOADed; open client connections stay, server
+/// connections to the old address are closed as they are released. None
+/// for an address that is not a plain host.
+pub fn repoint_command(to: &Upstream) -> Option<Vec<String>> {
+    if !to.safe() {
+        return None;
+    }
+    let mut argv = admin_command("RELOAD");
+    let edit = format!(
+        "sed -i -e 's/^\\* = host=[^ ]* port=[0-9]*/* = host={} port={}/' -e 's/^server_tls_sslmode = verify-[a-z]*$/server_tls_sslmode = {}/' /tmp/pgbouncer/pgbouncer.ini && ",
+        to.host, to.port, to.tls
+    );
+    argv[2] = format!("{edit}{}", argv[2]);
+    Some(argv)
+}
+
 /// What `spec.pooler` asks for.
-pub fn wanted(o: &Owner, pg: &PostgresCluster) -> Wanted {
+pub fn wanted(o: &Owner, pg: &PostgresCluster, upstream: &Upstream) -> Wanted {
     let Some(spec) = pg.spec.pooler.as_ref().filter(|p| p.enabled) else {
         return Wanted::default();
     };
     let count = spec.instances.max(1) as u32;
     Wanted {
-        config_map: Some(config_map(o, pg)),
+        config_map: Some(config_map(o, pg, upstream)),
         service: Some(service(o)),
         pods: (1..=count)
             .map(|n| {
@@ -147,21 +211,25 @@ PGPASSWORD=\"$(cat /etc/pgbouncer/secrets/$f)\" psql -X -q -h /tmp -p {PORT} -U 
     ]
 }
 
-pub fn config_map(o: &Owner, pg: &PostgresCluster) -> ConfigMap {
+pub fn config_map(o: &Owner, pg: &PostgresCluster, upstream: &Upstream) -> ConfigMap {
+    let own = Upstream::own(o);
+    let to = if upstream.safe() { upstream } else { &own };
     let mode = match pg.spec.pooler.as_ref().map(|p| p.pool_mode) {
         Some(crate::crd::cluster::PoolMode::Session) => "session",
         _ => "transaction",
     };
     let ini = format!(
-        "[databases]\n* = host={name}-rw port=5432 auth_user={role}\n\n[pgbouncer]\nlisten_addr = @POD_IP@\nlisten_port = {PORT}\nunix_socket_dir = /tmp\n\
+        "[databases]\n* = host={host} port={port} auth_user={role}\n\n[pgbouncer]\nlisten_addr = @POD_IP@\nlisten_port = {PORT}\nunix_socket_dir = /tmp\n\
 auth_type = hba\nauth_hba_file = /tmp/pgbouncer/pgbouncer_hba.conf\nauth_file = /tmp/pgbouncer/userlist.txt\n\
 auth_query = {query}\nadmin_users = {role}\npool_mode = {mode}\n\
 max_client_conn = 1000\ndefault_pool_size = 20\nserver_reset_query = DISCARD ALL\nserver_check_delay = 1\n\
 server_login_retry = 1\nquery_wait_timeout = 120\nignore_startup_parameters = extra_float_digits,options\n\
 pidfile = /tmp/pgbouncer/pgbouncer.pid\n\
 client_tls_sslmode = require\nclient_tls_cert_file = {TLS_MOUNT}/tls.crt\nclient_tls_key_file = {TLS_MOUNT}/tls.key\n\
-client_tls_ca_file = {TLS_MOUNT}/ca.crt\nserver_tls_sslmode = verify-full\nserver_tls_ca_file = {TLS_MOUNT}/ca.crt\n",
-        name = o.name,
+client_tls_ca_file = {TLS_MOUNT}/ca.crt\nserver_tls_sslmode = {tls}\nserver_tls_ca_file = {TLS_MOUNT}/ca.crt\n",
+        host = to.host,
+        port = to.port,
+        tls = to.tls,
         role = auth::ROLE,
         query = auth::auth_query(),
     );
@@ -298,6 +366,41 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_replica_sides_pooler_points_at_the_primary_side_and_repoints_live() {
+        let mut pg = PostgresCluster::new(
+            "orders",
+            serde_json::from_value(json!({"pooler": {"enabled": true}})).unwrap(),
+        );
+        pg.metadata.namespace = Some("shop".into());
+        pg.metadata.uid = Some("u-1".into());
+        let o = Owner::of(&pg, 1).unwrap();
+        let remote = Upstream::remote("127.200.1.2", 5432);
+        let cm = serde_json::to_value(config_map(&o, &pg, &remote)).unwrap();
+        let ini = cm["data"]["pgbouncer.ini"].as_str().unwrap();
+        assert!(
+            ini.contains("* = host=127.200.1.2 port=5432 auth_user="),
+            "{ini}"
+        );
+        assert!(ini.lines().any(|l| l == "server_tls_sslmode = verify-ca"));
+        let cmd = repoint_command(&remote).unwrap().join(" ");
+        assert!(
+            cmd.contains("host=127.200.1.2 port=5432/")
+                && cmd.contains("verify-ca")
+                && cmd.contains("RELOAD")
+        );
+        // A hostile address is neither rendered nor run.
+        let evil = Upstream::remote("x/; rm -rf /", 1);
+        assert!(repoint_command(&evil).is_none());
+        let cm = serde_json::to_value(config_map(&o, &pg, &evil)).unwrap();
+        assert!(
+            cm["data"]["pgbouncer.ini"]
+                .as_str()
+                .unwrap()
+                .contains("host=orders-rw port=5432")
+        );
+    }
+
+    #[test]
     fn pooler_points_at_rw_and_is_not_an_instance() {
         let mut pg = PostgresCluster::new(
             "orders",
@@ -306,7 +409,7 @@ mod tests {
         pg.metadata.namespace = Some("shop".into());
         pg.metadata.uid = Some("u-1".into());
         let o = Owner::of(&pg, 1).unwrap();
-        let cm = serde_json::to_value(config_map(&o, &pg)).unwrap();
+        let cm = serde_json::to_value(config_map(&o, &pg, &Upstream::own(&o))).unwrap();
         assert!(
             cm["data"]["pgbouncer.ini"]
                 .as_str()

@@ -37,6 +37,7 @@ pub mod restore_source;
 pub mod retry;
 pub mod rolling_update;
 mod secrets;
+pub mod storage;
 mod streaming;
 pub mod switchover;
 pub mod tls;

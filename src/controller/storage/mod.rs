@@ -160,4 +160,19 @@ mod tests {
         let p = policy(&spec("64Mi", Some((80, "50%", "1Gi")))).expect("policy");
         assert_eq!(p.increment, grow::Increment::Percent(50));
     }
+
+    #[test]
+    fn new_claims_are_never_smaller_than_the_existing_ones() {
+        use crate::controller::plan::{ClaimInfo, Observed};
+        let mut obs = Observed::default();
+        assert_eq!(new_claim_size("1Gi", None, &obs), "1Gi");
+        assert_eq!(new_claim_size("1Gi", Some("1536Mi"), &obs), "1536Mi");
+        let big = ClaimInfo {
+            request: Some("2Gi".into()),
+            ..ClaimInfo::default()
+        };
+        obs.claims.insert("pg-1".into(), big);
+        assert_eq!(new_claim_size("1Gi", Some("1536Mi"), &obs), "2Gi");
+        assert_eq!(new_claim_size("4Gi", None, &obs), "4Gi");
+    }
 }

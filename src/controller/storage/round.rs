@@ -287,3 +287,47 @@ async fn announce(r: &Round<'_>, notices: &[Notice]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::postgres::contract::SlotUsage;
+
+    fn usage(slots: Option<Vec<SlotUsage>>) -> Usage {
+        Usage {
+            contract: 1,
+            total_bytes: 100,
+            used_bytes: 90,
+            available_bytes: 10,
+            wal_bytes: 0,
+            slots,
+        }
+    }
+
+    fn slot(name: &str, active: bool, wal: i64) -> SlotUsage {
+        SlotUsage {
+            name: name.into(),
+            active,
+            wal_bytes: wal,
+        }
+    }
+
+    #[test]
+    fn the_biggest_idle_slot_is_kept_and_trusted_while_the_server_is_down() {
+        let slots = vec![
+            slot("pg_2", true, 900),
+            slot("old", false, 40),
+            slot("tiny", false, 1),
+        ];
+        let u = usage_of("pg-1", &usage(Some(slots)), &[]);
+        assert_eq!((u.percent, u.inactive_slot.as_deref()), (90, Some("old")));
+        assert_eq!(u.inactive_slot_wal_bytes, 40);
+        // The server PANICked: slots unknown, the last reading's slot holds.
+        let down = usage_of("pg-1", &usage(None), std::slice::from_ref(&u));
+        assert_eq!(down.inactive_slot.as_deref(), Some("old"));
+        let r = reading(&down);
+        assert_eq!(r.inactive_slots, vec![("old".to_string(), 40)]);
+        // Down, with no earlier reading: nothing to blame.
+        assert_eq!(usage_of("pg-1", &usage(None), &[]).inactive_slot, None);
+    }
+}

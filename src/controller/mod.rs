@@ -97,6 +97,8 @@ pub struct Ctx {
     pub failures: retry::Failures,
     /// Replicas seen without a streaming WAL receiver (`streaming`).
     pub streaming: streaming::Watch,
+    /// When each cluster's volume usage was last read (`storage`).
+    pub storage: storage::Readings,
     /// Instance pods that cannot run the instance script (`blocked`).
     pub contract: instance::ContractFailures,
     /// The member's cordoned Nodes (`drain`).
@@ -219,6 +221,7 @@ pub fn start(
         role_sets,
         failures: retry::Failures::default(),
         streaming: streaming::Watch::default(),
+        storage: storage::Readings::default(),
         contract: instance::ContractFailures::default(),
         cordoned: Arc::new(drain::Cordoned::default()),
     });

@@ -57,12 +57,11 @@ pub struct StorageStatus {
     /// Every instance claim: requested size, capacity, resize state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claims: Vec<ClaimStatus>,
-    /// Volume usage as last read from the instances (auto-grow only).
+    /// Volume usage as last read from the instances (auto-grow only;
+    /// read every 5 s, in whole MiB so an idle volume's status does not
+    /// change).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub usage: Vec<VolumeUsage>,
-    /// When usage was last read (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checked_at: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -18,7 +18,7 @@ pub mod grow;
 pub mod quantity;
 mod round;
 
-pub use round::{Outcome, Round, run};
+pub use round::{Outcome, Readings, Round, run};
 
 use crate::crd::PostgresClusterSpec;
 use crate::postgres::shown;

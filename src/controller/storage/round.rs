@@ -31,6 +31,36 @@ const WARNINGS: &[&str] = &[
     "VolumeAutoGrowAtMax",
 ];
 
+/// When each cluster's usage was last read. In memory only: a restarted
+/// manager reads again at once, which costs one exec per instance; the
+/// readings themselves are in `status.storage.usage`.
+#[derive(Default)]
+pub struct Readings {
+    last: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+}
+
+impl Readings {
+    /// Whether `ns/name` is due for a reading; if so, it counts as read now.
+    fn due(&self, ns: &str, name: &str) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let key = format!("{ns}/{name}");
+        let now = std::time::Instant::now();
+        match last.get(&key) {
+            Some(t) if now.duration_since(*t) < CHECK_EVERY => false,
+            _ => {
+                last.insert(key, now);
+                true
+            }
+        }
+    }
+
+    /// Forgets a deleted cluster.
+    pub fn forget(&self, ns: &str, name: &str) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        last.remove(&format!("{ns}/{name}"));
+    }
+}
+
 /// What one round of the storage step gives the status step.
 pub struct Outcome {
     pub notices: Vec<Notice>,
@@ -88,10 +118,7 @@ pub async fn run(r: &Round<'_>) -> Outcome {
                 _ => {}
             }
         }
-        None => {
-            st.usage.clear();
-            st.checked_at = None;
-        }
+        None => st.usage.clear(),
     }
     let refused = still_refused(r.prev, target, r.now);
     let mut exp = expand::plan(target, &claims, refused.as_deref());
@@ -146,16 +173,9 @@ async fn auto_grow(
     idle: bool,
     current: u64,
 ) -> (Decision, bool) {
-    let age = st
-        .checked_at
-        .as_deref()
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        .zip(chrono::DateTime::parse_from_rfc3339(r.now).ok())
-        .and_then(|(a, b)| (b - a).to_std().ok());
-    let due = idle && age.is_none_or(|a| a >= CHECK_EVERY);
+    let due = idle && r.ctx.storage.due(r.ns, r.cluster);
     if due {
         st.usage = read_usage(r, &st.usage).await;
-        st.checked_at = Some(r.now.to_string());
     }
     let readings: Vec<Reading> = st.usage.iter().map(reading).collect();
     (grow::decide(p, current, &readings), due)
@@ -230,10 +250,13 @@ fn usage_of(pod: &str, u: &Usage, before: &[VolumeUsage]) -> VolumeUsage {
             .map(|b| (b.inactive_slot.clone(), b.inactive_slot_wal_bytes))
             .unwrap_or((None, 0)),
     };
+    // Whole MiB: a quiet database's reading then does not change, and
+    // neither does the status (no write every few seconds per cluster).
+    let mib = |b: u64| b >> 20 << 20;
     VolumeUsage {
         name: pod.to_string(),
-        used_bytes: u.used_bytes,
-        available_bytes: u.available_bytes,
+        used_bytes: mib(u.used_bytes),
+        available_bytes: mib(u.available_bytes),
         percent,
         inactive_slot: slot,
         inactive_slot_wal_bytes: wal,

@@ -78,8 +78,8 @@ pub struct ClaimStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<String>,
     /// `Bound` (capacity reached the request), `Resizing` (the volume is
-    /// being expanded) or `FileSystemResizePending` (the file system
-    /// follows once the node grows it).
+    /// being expanded), `FileSystemResizePending` (the file system
+    /// follows once the node grows it) or `Pending` (not bound yet).
     pub state: String,
 }
 

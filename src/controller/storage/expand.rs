@@ -52,6 +52,9 @@ pub struct Expansion {
 fn state(c: &Claim) -> &'static str {
     match (c.request, c.capacity) {
         (Some(r), Some(cap)) if cap >= r => "Bound",
+        // Not bound yet (e.g. `WaitForFirstConsumer` before its Pod is
+        // scheduled): nothing is resizing, and it cannot be resized.
+        (_, None) => "Pending",
         _ if c.fs_pending => "FileSystemResizePending",
         _ => "Resizing",
     }
@@ -89,7 +92,7 @@ pub fn plan(target: u64, claims: &[Claim], refused: Option<&str>) -> Expansion {
     }
     let resizing: Vec<String> = claims
         .iter()
-        .filter(|c| state(c) != "Bound")
+        .filter(|c| !matches!(state(c), "Bound" | "Pending"))
         .map(|c| {
             format!(
                 "{} {} → {} ({})",
@@ -102,7 +105,7 @@ pub fn plan(target: u64, claims: &[Claim], refused: Option<&str>) -> Expansion {
         .collect();
     let next = claims
         .iter()
-        .find(|c| c.request.is_some_and(|r| r < target));
+        .find(|c| c.capacity.is_some() && c.request.is_some_and(|r| r < target));
     if !resizing.is_empty() {
         out.in_progress = true;
         out.notices
@@ -200,6 +203,17 @@ mod tests {
         ];
         let p = plan(2 * GI, &done, None);
         assert_eq!((p.patch, p.notices.len(), p.in_progress), (None, 0, false));
+        // An unbound claim is neither resizing nor resized.
+        let unbound = Claim {
+            capacity: None,
+            ..claim("pg-3", GI, 0, false)
+        };
+        let p = plan(GI, std::slice::from_ref(&unbound), None);
+        assert_eq!(
+            (p.claims[0].state.as_str(), p.in_progress),
+            ("Pending", false)
+        );
+        assert_eq!(plan(2 * GI, &[unbound], None).patch, None);
     }
 
     #[test]

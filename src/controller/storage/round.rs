@@ -92,9 +92,11 @@ pub async fn run(r: &Round<'_>) -> Outcome {
     match super::policy(&r.pg.spec) {
         Some(p) => {
             within = Some(CHECK_EVERY);
-            let idle = claims
-                .iter()
-                .all(|c| c.request.is_some_and(|q| q >= target) && c.capacity >= c.request);
+            // Every bound claim at the target: no resize under way.
+            let idle = claims.iter().all(|c| {
+                c.capacity.is_none()
+                    || (c.request.is_some_and(|q| q >= target) && c.capacity >= c.request)
+            });
             let current = claims
                 .iter()
                 .filter_map(|c| c.request)

@@ -97,7 +97,6 @@ async fn storage(
         cluster: &seen.name,
         obs: &seen.obs,
         prev: seen.prev.as_ref(),
-        now: &seen.now,
         primary,
     };
     super::storage::run(&round).await

@@ -135,16 +135,13 @@ pub fn plan(target: u64, claims: &[Claim], refused: Option<&str>) -> Expansion {
     out
 }
 
-/// Whether an earlier refusal still holds: the condition is there, was set
-/// for the same size and less than [`UNSUPPORTED_RETRY`] ago.
-pub fn still_refused(message: &str, since: Option<&str>, target: u64, now: &str) -> bool {
+/// Whether an earlier refusal still holds: the condition names the same
+/// size and the refusal is `age` old, less than [`UNSUPPORTED_RETRY`] (the
+/// condition's transition time cannot say: it stays while the refusals
+/// go on).
+pub fn still_refused(message: &str, age: Duration, target: u64) -> bool {
     let size = format!(" to {} ", format(target));
-    let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
-    let age = since
-        .and_then(parse)
-        .zip(parse(now))
-        .map(|(a, b)| (b - a).to_std().unwrap_or_default());
-    message.contains(&size) && age.is_some_and(|a| a < UNSUPPORTED_RETRY)
+    message.contains(&size) && age < UNSUPPORTED_RETRY
 }
 
 /// The condition message for a refused expansion (parsed back by
@@ -236,24 +233,9 @@ mod tests {
         let p = plan(2 * GI, &claims, Some(&msg));
         assert_eq!(p.patch, None);
         assert_eq!(p.notices[0].0, "VolumeExpansionUnsupported");
-        let t0 = "2026-12-04T10:00:00Z";
-        assert!(still_refused(
-            &msg,
-            Some(t0),
-            2 * GI,
-            "2026-12-04T10:04:00Z"
-        ));
-        assert!(!still_refused(
-            &msg,
-            Some(t0),
-            2 * GI,
-            "2026-12-04T10:06:00Z"
-        ));
-        assert!(!still_refused(
-            &msg,
-            Some(t0),
-            3 * GI,
-            "2026-12-04T10:01:00Z"
-        ));
+        let min = |m: u64| Duration::from_secs(60 * m);
+        assert!(still_refused(&msg, min(4), 2 * GI));
+        assert!(!still_refused(&msg, min(6), 2 * GI));
+        assert!(!still_refused(&msg, min(1), 3 * GI));
     }
 }

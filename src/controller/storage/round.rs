@@ -31,12 +31,15 @@ const WARNINGS: &[&str] = &[
     "VolumeAutoGrowAtMax",
 ];
 
-/// When each cluster's usage was last read. In memory only: a restarted
-/// manager reads again at once, which costs one exec per instance; the
-/// readings themselves are in `status.storage.usage`.
+/// When each cluster's usage was last read, and when (and for which size)
+/// an expansion was last refused. In memory only: a restarted manager
+/// reads again at once and tries a refused size once more, which costs
+/// one exec per instance and one patch; the readings themselves and the
+/// refusal's condition are in the status.
 #[derive(Default)]
 pub struct Readings {
     last: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    refused: std::sync::Mutex<std::collections::HashMap<String, (u64, std::time::Instant)>>,
 }
 
 impl Readings {
@@ -54,10 +57,28 @@ impl Readings {
         }
     }
 
+    /// How long ago expanding `ns/name` to `size` was refused, if it was.
+    fn refused_for(&self, ns: &str, name: &str, size: u64) -> Option<Duration> {
+        let refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        match refused.get(&format!("{ns}/{name}")) {
+            Some((s, at)) if *s == size => Some(at.elapsed()),
+            _ => None,
+        }
+    }
+
+    fn refuse(&self, ns: &str, name: &str, size: u64) {
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        refused.insert(format!("{ns}/{name}"), (size, std::time::Instant::now()));
+    }
+
     /// Forgets a deleted cluster.
     pub fn forget(&self, ns: &str, name: &str) {
+        let key = format!("{ns}/{name}");
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        last.remove(&format!("{ns}/{name}"));
+        last.remove(&key);
+        drop(last);
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        refused.remove(&key);
     }
 }
 
@@ -76,7 +97,6 @@ pub struct Round<'a> {
     pub cluster: &'a str,
     pub obs: &'a Observed,
     pub prev: Option<&'a PostgresClusterStatus>,
-    pub now: &'a str,
     pub primary: Option<&'a str>,
 }
 
@@ -122,7 +142,7 @@ pub async fn run(r: &Round<'_>) -> Outcome {
         }
         None => st.usage.clear(),
     }
-    let refused = still_refused(r.prev, target, r.now);
+    let refused = still_refused(r, target);
     let mut exp = expand::plan(target, &claims, refused.as_deref());
     if let Some((claim, to)) = exp.patch.take() {
         patch(r, &claim, to, &mut exp.notices).await;
@@ -267,13 +287,14 @@ fn usage_of(pod: &str, u: &Usage, before: &[VolumeUsage]) -> VolumeUsage {
 
 /// The refusal to keep showing instead of patching again, if the API
 /// server refused this size recently.
-fn still_refused(prev: Option<&PostgresClusterStatus>, target: u64, now: &str) -> Option<String> {
-    let c = prev?
+fn still_refused(r: &Round<'_>, target: u64) -> Option<String> {
+    let c = r
+        .prev?
         .conditions
         .iter()
         .find(|c| c.type_ == "VolumeExpansionUnsupported")?;
-    expand::still_refused(&c.message, c.last_transition_time.as_deref(), target, now)
-        .then(|| c.message.clone())
+    let age = r.ctx.storage.refused_for(r.ns, r.cluster, target)?;
+    expand::still_refused(&c.message, age, target).then(|| c.message.clone())
 }
 
 /// Raises one claim's request (a merge patch: only that field changes,
@@ -291,6 +312,7 @@ async fn patch(r: &Round<'_>, claim: &str, to: u64, notices: &mut Vec<Notice>) {
             event(r.ctx, r.pg, EventType::Normal, "VolumeExpanding", note).await;
         }
         Err(kube::Error::Api(e)) if e.code == 422 || e.code == 403 => {
+            r.ctx.storage.refuse(r.ns, r.cluster, to);
             notices.retain(|n| n.0 != "VolumeResizing");
             let why = crate::postgres::shown(&e.message);
             notices.push((

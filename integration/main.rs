@@ -93,6 +93,10 @@ mod sim_metrics;
 mod sim_network;
 #[path = "sim_tenancy_pgfleet.rs"]
 mod sim_tenancy_pgfleet;
+#[path = "storage.rs"]
+mod storage;
+#[path = "storage_autogrow.rs"]
+mod storage_autogrow;
 #[path = "tenancy_api.rs"]
 mod tenancy_api;
 #[path = "tenancy_backup.rs"]

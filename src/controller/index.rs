@@ -9,7 +9,7 @@ use super::build::{
     ANN_CONFIG, ANN_HASH, ANN_PARAMETERS, ANN_VERSION, LABEL_CLUSTER, LABEL_KIND, LABEL_MANAGED_BY,
     LABEL_ROLE,
 };
-use super::plan::{Observed, PodInfo};
+use super::plan::{ClaimInfo, Observed, PodInfo};
 use crate::crd::PostgresCluster;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
@@ -81,7 +81,7 @@ impl ChildIndex {
     /// Records a child from its metadata (and, for pods, readiness). An
     /// object without a name or namespace (never one the API server sends)
     /// is not recorded under "": it is nobody's child.
-    fn record(&self, kind: Kind, meta: &ObjectMeta, pod: Option<PodLive>) -> Option<Key> {
+    fn record(&self, kind: Kind, meta: &ObjectMeta, pod: Option<Live>) -> Option<Key> {
         let key = owner_key(meta)?;
         let name = meta.name.clone()?;
         let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
@@ -130,8 +130,12 @@ impl ChildIndex {
             // A terminating claim is as good as gone: its replica is rebuilt.
             Kind::Pvc if meta.deletion_timestamp.is_some() => {
                 o.pvcs.remove(&name);
+                o.claims.remove(&name);
             }
             Kind::Pvc => {
+                if let Some(c) = pod.and_then(|p| p.claim) {
+                    o.claims.insert(name.clone(), c);
+                }
                 o.pvcs.insert(name);
             }
             Kind::Service => {
@@ -162,6 +166,7 @@ impl ChildIndex {
             Kind::ConfigMap if name.ends_with("-pooler") => o.pooler_config_hash = None,
             Kind::Pvc => {
                 o.pvcs.remove(&name);
+                o.claims.remove(&name);
             }
             Kind::Service => {
                 o.services.remove(&name);
@@ -213,9 +218,12 @@ fn owner_key(meta: &ObjectMeta) -> Option<Key> {
     Some((meta.namespace.clone()?, cluster))
 }
 
-/// The few facts of a pod's status that reconcile reads.
+/// The few facts of a child's spec and status that reconcile reads (a
+/// pod's readiness and node, a claim's size).
 #[derive(Debug, Clone, Default)]
-pub(super) struct PodLive {
+pub(super) struct Live {
+    /// A claim's size and resize state (claims only).
+    claim: Option<ClaimInfo>,
     ready: bool,
     /// Since when the Ready condition has that value.
     since: Option<String>,
@@ -225,7 +233,7 @@ pub(super) struct PodLive {
     node: Option<String>,
 }
 
-fn pod_ready(p: &Pod) -> PodLive {
+fn pod_ready(p: &Pod) -> Live {
     let status = p.status.as_ref();
     let cond = status
         .and_then(|s| s.conditions.as_ref())
@@ -247,13 +255,36 @@ fn pod_ready(p: &Pod) -> PodLive {
                 w.message.as_deref().unwrap_or_default()
             )
         });
-    PodLive {
+    Live {
         ready: cond.is_some_and(|c| c.status == "True"),
         since: cond
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0.to_string()),
         waiting,
         node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
+        claim: None,
+    }
+}
+
+fn claim_info(c: &PersistentVolumeClaim) -> ClaimInfo {
+    let storage = |m: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >| { m.and_then(|m| m.get("storage")).map(|q| q.0.clone()) };
+    let status = c.status.as_ref();
+    ClaimInfo {
+        request: storage(
+            c.spec
+                .as_ref()
+                .and_then(|s| s.resources.as_ref())
+                .and_then(|r| r.requests.as_ref()),
+        ),
+        capacity: storage(status.and_then(|s| s.capacity.as_ref())),
+        resize_pending: status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "FileSystemResizePending")),
     }
 }
 
@@ -275,6 +306,25 @@ pub async fn run(client: kube::Client, index: std::sync::Arc<ChildIndex>, trigge
             (p.meta().clone(), Some(pod_ready(p)))
         })
     };
+    // Claims in full (they are small): expansion reads their size.
+    let claims = {
+        let (index, trigger) = (index.clone(), trigger.clone());
+        let api = Api::<PersistentVolumeClaim>::all(client.clone());
+        let stream = watcher::watcher(api, selector()).default_backoff();
+        feed(
+            stream,
+            index,
+            trigger,
+            Kind::Pvc,
+            |c: &PersistentVolumeClaim| {
+                let live = Live {
+                    claim: Some(claim_info(c)),
+                    ..Default::default()
+                };
+                (c.meta().clone(), Some(live))
+            },
+        )
+    };
     macro_rules! meta_feed {
         ($k:ty, $kind:expr) => {{
             let stream = watcher::watcher(
@@ -293,7 +343,7 @@ pub async fn run(client: kube::Client, index: std::sync::Arc<ChildIndex>, trigge
     }
     tokio::join!(
         pods,
-        meta_feed!(PersistentVolumeClaim, Kind::Pvc),
+        claims,
         meta_feed!(Service, Kind::Service),
         meta_feed!(Secret, Kind::Secret),
         meta_feed!(ConfigMap, Kind::ConfigMap),
@@ -306,7 +356,7 @@ async fn feed<S, T>(
     index: std::sync::Arc<ChildIndex>,
     trigger: Trigger,
     kind: Kind,
-    meta_of: impl Fn(&T) -> (ObjectMeta, Option<PodLive>),
+    meta_of: impl Fn(&T) -> (ObjectMeta, Option<Live>),
 ) where
     S: futures::Stream<Item = Result<Event<T>, watcher::Error>>,
 {
@@ -386,7 +436,7 @@ mod tests {
         idx.record(
             Kind::Pod,
             &meta("pg-1", "pg"),
-            Some(PodLive {
+            Some(Live {
                 ready: true,
                 ..Default::default()
             }),

@@ -38,6 +38,7 @@ pub mod restore_source;
 pub mod retry;
 pub mod rolling_update;
 mod secrets;
+pub mod storage;
 mod streaming;
 pub mod switchover;
 pub mod tls;
@@ -99,6 +100,8 @@ pub struct Ctx {
     pub failures: retry::Failures,
     /// Replicas seen without a streaming WAL receiver (`streaming`).
     pub streaming: streaming::Watch,
+    /// When each cluster's volume usage was last read (`storage`).
+    pub storage: storage::Readings,
     /// Instance pods that cannot run the instance script (`blocked`).
     pub contract: instance::ContractFailures,
     /// The member's cordoned Nodes (`drain`).
@@ -225,6 +228,7 @@ pub fn start(
         dr,
         failures: retry::Failures::default(),
         streaming: streaming::Watch::default(),
+        storage: storage::Readings::default(),
         contract: instance::ContractFailures::default(),
         cordoned: Arc::new(drain::Cordoned::default()),
     });

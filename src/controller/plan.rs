@@ -26,11 +26,24 @@ pub struct PodInfo {
     pub node: Option<String>,
 }
 
+/// One instance claim's size, as observed (`controller::storage`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClaimInfo {
+    /// `spec.resources.requests.storage`.
+    pub request: Option<String>,
+    /// `status.capacity.storage`: what the volume has now.
+    pub capacity: Option<String>,
+    /// Condition `FileSystemResizePending`: the node still has to grow it.
+    pub resize_pending: bool,
+}
+
 /// Children of one PostgresCluster, as observed (from the watch caches).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observed {
     pub pods: BTreeMap<String, PodInfo>,
     pub pvcs: BTreeSet<String>,
+    /// The size of the claims in `pvcs`, by name.
+    pub claims: BTreeMap<String, ClaimInfo>,
     /// name → hash annotation
     pub services: BTreeMap<String, String>,
     pub secrets: BTreeSet<String>,
@@ -213,6 +226,8 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         access: prev.access.clone(),
         major_upgrade: prev.major_upgrade.clone(),
         pre_flight: prev.pre_flight.clone(),
+        // Written by the storage step (controller::storage); kept otherwise.
+        storage: prev.storage.clone(),
     }
 }
 

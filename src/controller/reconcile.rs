@@ -195,6 +195,7 @@ async fn cleanup(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     ctx.index.remove_owner(&ns, &name);
     ctx.expect.forget(&ns, &name);
     ctx.streaming.forget(&ns, &name);
+    ctx.storage.forget(&ns, &name);
     super::access::forget(&ctx.member, &ns, &name);
     crate::metrics::forget_postgrescluster(&ctx.member, &ns, &name);
     Ok(Action::await_change())

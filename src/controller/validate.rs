@@ -81,6 +81,7 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<Valid, Vec<String>> {
     }
     parameters(spec, &mut errs);
     super::placement::validate(spec, &mut errs);
+    super::storage::validate(spec, &mut errs);
     match failover_delay {
         Some(failover_delay) if errs.is_empty() => Ok(Valid { failover_delay }),
         _ => Err(bounded(errs)),

@@ -166,7 +166,9 @@ fn default_failover_delay() -> String {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StorageSpec {
-    /// PVC size per instance (a Kubernetes quantity).
+    /// PVC size per instance (a Kubernetes quantity). Raising it expands
+    /// the claims online where the StorageClass allows it; lowering it is
+    /// refused (condition `VolumeShrinkRefused`), never applied.
     #[serde(default = "default_storage_size")]
     #[schemars(
         regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"),
@@ -179,6 +181,10 @@ pub struct StorageSpec {
     /// What happens to the PVCs when the PostgresCluster is deleted.
     #[serde(default)]
     pub reclaim_policy: ReclaimPolicy,
+    /// Raise the claims before a volume is full (docs/storage.md). Absent:
+    /// off; the size changes only with `size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_grow: Option<super::storage::AutoGrowSpec>,
 }
 
 impl Default for StorageSpec {
@@ -187,6 +193,7 @@ impl Default for StorageSpec {
             size: default_storage_size(),
             storage_class: None,
             reclaim_policy: ReclaimPolicy::default(),
+            auto_grow: None,
         }
     }
 }
@@ -382,6 +389,9 @@ pub struct PostgresClusterStatus {
     /// fleet rollout checks every cluster before it starts any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_flight: Option<super::major_upgrade::PreFlightStatus>,
+    /// Volume expansion and auto-grow (controller::storage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<super::storage::StorageStatus>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]

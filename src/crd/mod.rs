@@ -5,6 +5,7 @@ pub mod backup;
 pub mod cluster;
 pub mod major_upgrade;
 pub mod placement;
+pub mod storage;
 pub mod tls;
 pub mod vocab;
 

@@ -374,6 +374,16 @@ impl VirtualRuntime {
                 contract: CONTRACT_VERSION,
                 slots: 0,
             }),
+            // No data is stored: an almost empty 1 GiB volume, no slot
+            // holding WAL back (auto-grow never fires here).
+            "usage" => reply(contract::Usage {
+                contract: CONTRACT_VERSION,
+                total_bytes: 1 << 30,
+                used_bytes: 48 << 20,
+                available_bytes: (1 << 30) - (48 << 20),
+                wal_bytes: 16 << 20,
+                slots: Some(vec![]),
+            }),
             "version" => reply(contract::Version {
                 contract: CONTRACT_VERSION,
             }),

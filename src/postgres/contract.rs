@@ -127,6 +127,33 @@ pub struct Slots {
     pub slots: u64,
 }
 
+/// `usage`: the file system PGDATA is on (`df -P`, bytes), the size of
+/// `pg_wal`, and the WAL each replication slot keeps. `slots` is None when
+/// the server could not be asked (it is down, e.g. PANICked on a full
+/// volume).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub contract: u32,
+    pub total_bytes: u64,
+    pub used_bytes: u64,
+    pub available_bytes: u64,
+    pub wal_bytes: u64,
+    #[serde(default)]
+    pub slots: Option<Vec<SlotUsage>>,
+}
+
+/// One replication slot in [`Usage`].
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotUsage {
+    pub name: String,
+    pub active: bool,
+    /// WAL from the slot's `restart_lsn` to the current position: what it
+    /// keeps from being removed.
+    pub wal_bytes: i64,
+}
+
 /// `version`: the contract the script speaks.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct Version {
@@ -182,5 +209,15 @@ mod tests {
         let q: QueryResult =
             serde_json::from_str(r#"{"contract":1,"ok":true,"rows":0}"#).expect("query");
         assert!(q.ok);
+        let u: Usage = serde_json::from_str(
+            r#"{"contract":1,"totalBytes":67108864,"usedBytes":40000000,"availableBytes":27108864,"walBytes":16777216,"slots":[{"name":"stuck","active":false,"walBytes":12345}]}"#,
+        )
+        .expect("usage");
+        assert_eq!(u.slots.expect("slots")[0].name, "stuck");
+        let down: Usage = serde_json::from_str(
+            r#"{"contract":1,"totalBytes":1,"usedBytes":1,"availableBytes":0,"walBytes":0,"slots":null}"#,
+        )
+        .expect("usage while down");
+        assert_eq!(down.slots, None);
     }
 }

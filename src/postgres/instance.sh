@@ -639,6 +639,23 @@ cmd_slots() {
   echo "{\"contract\":$CONTRACT,\"slots\":$#}"
 }
 
+# The file system PGDATA is on (df -P, in bytes: used, available, total),
+# the size of pg_wal, and the WAL each replication slot keeps from being
+# removed. df and du work while postgres is down (a full volume makes it
+# PANIC): then `slots` is null, as nobody can ask the server.
+cmd_usage() {
+  df=$(df -Pk "$PGDATA" | awk 'NR == 2 { printf "%.0f %.0f %.0f\n", $(NF-4) * 1024, $(NF-3) * 1024, $(NF-2) * 1024 }')
+  [ -n "$df" ] || { log "usage: df -P $PGDATA printed nothing"; exit 1; }
+  total=${df%% *}; rest=${df#* }; used=${rest%% *}; avail=${rest#* }
+  wal=$(du -sk "$PGDATA/pg_wal" 2>/dev/null | cut -f1) || wal=0
+  slots=$(sql "SELECT coalesce(json_agg(json_build_object('name', slot_name, 'active', active,
+      'walBytes', coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery()
+          THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint)), '[]')
+      FROM pg_replication_slots" 2>/dev/null) || slots=null
+  [ -n "$slots" ] || slots=null
+  echo "{\"contract\":$CONTRACT,\"totalBytes\":$total,\"usedBytes\":$used,\"availableBytes\":$avail,\"walBytes\":$((${wal:-0} * 1024)),\"slots\":$(oneline "$slots")}"
+}
+
 cmd_checkpoint() { sql "CHECKPOINT" >/dev/null && echo "{\"contract\":$CONTRACT,\"checkpoint\":true}"; }
 
 # --- Backups (pgBackRest). The instance must be running for every verb but
@@ -1029,9 +1046,10 @@ case "${1:-}" in
   reload-tls) cmd_reload_tls "$@" ;;
   checkpoint) cmd_checkpoint ;;
   slots) cmd_slots "$@" ;;
+  usage) cmd_usage ;;
   upgrade-check) cmd_upgrade_check "$@" ;;
   upgrade) cmd_upgrade "$@" ;;
   analyze) cmd_analyze ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|reload-tls SHA256|checkpoint|slots NAME...|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|reload-tls SHA256|checkpoint|slots NAME...|usage|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze" >&2; exit 64 ;;
 esac

@@ -70,6 +70,12 @@ pub trait Runtime: Send + Sync {
     /// ([`crate::nodes::NodeState::is_down`]): a runtime that runs processes
     /// kills the node's pods, or starts them again.
     fn node_changed(&self, _cluster: &Arc<Cluster>, _node: &str) {}
+    /// The kubelet's NodeExpandVolume for a mounted claim grown to `bytes`:
+    /// a runtime whose volumes have a real size grows the file system; the
+    /// claim's new capacity shows only once this succeeded.
+    fn expand_volume(&self, _namespace: &str, _claim: &str, _bytes: u64) -> Result<(), String> {
+        Ok(())
+    }
     fn usage(&self) -> BoxFuture<'static, Option<UsageReport>> {
         Box::pin(async { None })
     }

@@ -6,8 +6,10 @@
 //! a claim's size, and online expansion as a real cluster shows it: the
 //! resizer grows the volume (`status.allocatedResources`, condition
 //! `FileSystemResizePending`), the kubelet then grows the file system of a
-//! mounted volume and the new `status.capacity` shows. The resizer's own
-//! `Resizing` phase is instantaneous here, so it is never seen.
+//! mounted volume (through the runtime: the process runtime's enforced
+//! claims really grow, see `process::capacity`) and the new
+//! `status.capacity` shows. The resizer's own `Resizing` phase is
+//! instantaneous here, so it is never seen.
 //!
 //! Not emulated: PersistentVolume objects, `WaitForFirstConsumer`,
 //! `RecoverVolumeExpansionFailure` (a request may never go below the
@@ -249,7 +251,7 @@ pub fn sweep(c: &Arc<Cluster>, all: &[(ResKey, Arc<StoredObject>)]) {
             .iter()
             .any(|p| str_at(p, "/metadata/namespace") == ns && mounts(p, name));
         let s = step(v, mounted);
-        if s == Step::Nothing {
+        if s == Step::Nothing || (s == Step::FileSystemGrown && !grow_fs(c, v, ns, name)) {
             continue;
         }
         if s == Step::Bind && str_at(v, "/spec/volumeName").is_empty() {
@@ -269,6 +271,25 @@ pub fn sweep(c: &Arc<Cluster>, all: &[(ResKey, Arc<StoredObject>)]) {
             }
             Ok(cur)
         });
+    }
+}
+
+/// The kubelet's file system expansion through the runtime (a process
+/// runtime's enforced claim really grows); false: not grown, try again on
+/// a later pass, the claim stays `FileSystemResizePending`.
+fn grow_fs(c: &Cluster, v: &Value, ns: &str, name: &str) -> bool {
+    let Some(bytes) = request(v).and_then(|m| u64::try_from(m / 1000).ok()) else {
+        return false;
+    };
+    let Some(rt) = c.runtime() else {
+        return true;
+    };
+    match rt.expand_volume(ns, name, bytes) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(claim = %format!("{ns}/{name}"), error = %e, "file system expansion failed");
+            false
+        }
     }
 }
 

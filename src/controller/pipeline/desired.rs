@@ -40,6 +40,8 @@ pub struct Desired {
     /// The major upgrade's record as this round left it (Some(None):
     /// removed), so the status write does not put back the stale one.
     pub major_upgrade: Option<Option<crate::crd::major_upgrade::MajorUpgradeStatus>>,
+    /// `status.storage` as the storage step left it.
+    pub storage: Option<crate::crd::storage::StorageStatus>,
 }
 
 /// An instance Pod to create, with its volume when the instance is new.
@@ -90,6 +92,7 @@ pub fn build(pg: &PostgresCluster, seen: &Seen, inputs: &Inputs) -> Result<Desir
             .into_iter()
             .collect(),
         major_upgrade: None,
+        storage: None,
         config,
     })
 }

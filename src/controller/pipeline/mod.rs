@@ -57,7 +57,7 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         },
     };
     let inputs = inputs::prepare(&pg, &ctx, &seen, &spec).await?;
-    let mut desired = desired::build(&pg, &seen, &inputs)?;
+    let mut desired = desired::build(&sized(pg.clone(), &seen), &seen, &inputs)?;
     desired.notices.extend(upgrade.notice);
     if let Some(why) = &inputs.tls.problem {
         let n = (
@@ -73,6 +73,9 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         desired.notices.push(n);
     }
     let applied = apply::apply(&pg, &ctx, &seen, &desired).await?;
+    let storage = storage(&pg, &ctx, &seen, desired.primary.as_deref()).await;
+    desired.notices.extend(storage.notices);
+    desired.storage = Some(storage.status);
     // Roles, databases, the app Secret on the primary (never fails the round).
     // (Not on a replica side: its designated primary is read-only, and its
     // roles are the primary side's, streamed.)
@@ -85,11 +88,48 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         Some(fp) => super::tls::reload(&pg, &ctx, &seen.obs, &seen.owner, fp).await,
         None => None,
     };
-    let within = [within, access, reload, inputs.tls.within]
+    let within = [within, access, reload, inputs.tls.within, storage.within]
         .into_iter()
         .flatten()
         .min();
     status::finish(&pg, &ctx, &seen, &desired, applied, within).await
+}
+
+/// The storage step (`controller::storage`): expansion and auto-grow.
+async fn storage(
+    pg: &PostgresCluster,
+    ctx: &super::Ctx,
+    seen: &observe::Seen,
+    primary: Option<&str>,
+) -> super::storage::Outcome {
+    let round = super::storage::Round {
+        pg,
+        ctx,
+        ns: &seen.ns,
+        cluster: &seen.name,
+        obs: &seen.obs,
+        prev: seen.prev.as_ref(),
+        primary,
+    };
+    super::storage::run(&round).await
+}
+
+/// The cluster as the later steps build it, size-wise: new claims get the
+/// size the existing ones are brought to (auto-grow may have raised it
+/// beyond `spec.storage.size`). Only this in-memory copy changes.
+fn sized(pg: Arc<PostgresCluster>, seen: &observe::Seen) -> Arc<PostgresCluster> {
+    let grown = seen
+        .prev
+        .as_ref()
+        .and_then(|s| s.storage.as_ref())
+        .and_then(|s| s.grown_to.as_deref());
+    let size = super::storage::new_claim_size(&pg.spec.storage.size, grown, &seen.obs);
+    if size == pg.spec.storage.size {
+        return pg;
+    }
+    let mut copy = (*pg).clone();
+    copy.spec.storage.size = size;
+    Arc::new(copy)
 }
 
 /// The version and image the round builds for: `spec.version`'s, or the

@@ -96,6 +96,9 @@ pub async fn finish(
     if let Some(record) = &d.major_upgrade {
         st.major_upgrade = record.clone();
     }
+    if let Some(storage) = &d.storage {
+        st.storage = Some(storage.clone());
+    }
     let healthy = st.phase == Some(Phase::Healthy);
     let conditions = st.conditions.clone();
     write_status(ctx, pg, prev, st).await?;

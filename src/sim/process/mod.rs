@@ -11,6 +11,7 @@
 //! probes, and on graceful deletion stops the containers before deleting the
 //! Pod object with grace 0.
 
+pub mod capacity;
 pub mod container;
 pub mod dns;
 pub mod endpoints;
@@ -319,6 +320,7 @@ impl ProcessRuntime {
                 // A new claim of that name has its own (fresh) volume there.
                 if claims.get(&dir).is_none_or(|holder| *holder == uid) {
                     claims.remove(&dir);
+                    capacity::release(&dir);
                     let _ = std::fs::remove_dir_all(&dir);
                 }
             });
@@ -361,6 +363,7 @@ impl ProcessRuntime {
         match claims.get(dir) {
             Some(holder) if holder == uid => return,
             Some(_) => {
+                capacity::release(dir);
                 let _ = std::fs::remove_dir_all(dir);
             }
             None => {}
@@ -487,6 +490,16 @@ pub fn service_names(c: &Cluster) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// The runtime is gone (its cluster and tasks dropped): so are the
+/// in-memory volumes of its enforced claims.
+impl Drop for ProcessRuntime {
+    fn drop(&mut self) {
+        if let Some(dir) = self.dir.get() {
+            capacity::release_under(dir);
+        }
+    }
+}
+
 impl Runtime for ProcessRuntime {
     fn start(self: Arc<Self>, cluster: Arc<Cluster>) {
         let _ = self
@@ -538,10 +551,20 @@ impl Runtime for ProcessRuntime {
                             }
                         }
                     }
-                    Err(_) => return,
+                    Err(_) => {
+                        // The cluster is gone: so are its in-memory volumes.
+                        capacity::release_under(&self.dir());
+                        return;
+                    }
                 }
             }
         });
+    }
+
+    /// The kubelet's file system expansion: an enforced claim's tmpfs
+    /// grows to `bytes`, online.
+    fn expand_volume(&self, ns: &str, claim: &str, bytes: u64) -> Result<(), String> {
+        capacity::grow(&self.dir().join("pvc").join(ns).join(claim), bytes)
     }
 
     fn exec(&self, req: ExecRequest) -> BoxFuture<'static, ExecOutcome> {

@@ -2,7 +2,8 @@
 //! container's private mount namespace.
 //!
 //! - a PVC is `<runtime dir>/pvc/<namespace>/<claim>`: it outlives its Pods
-//!   and goes away with the PVC;
+//!   and goes away with the PVC; a claim of an enforced class is a tmpfs of
+//!   its size there ([`super::capacity`]);
 //! - configMap, secret, downwardAPI and projected volumes are materialised as
 //!   files in a per-pod directory (each file replaced by rename, so readers
 //!   never see half a file); downward API `labels`/`annotations` files are
@@ -380,11 +381,14 @@ pub fn prepare(
                 group: String::new(),
                 plural: "persistentvolumeclaims".into(),
             };
-            match c.store.get(&rk, ns, claim) {
-                Some(p) if p.value.pointer("/metadata/deletionTimestamp").is_none() => {}
+            let obj = match c.store.get(&rk, ns, claim) {
+                Some(p) if p.value.pointer("/metadata/deletionTimestamp").is_none() => p,
                 _ => bail!("persistentvolumeclaim {claim} not found"),
-            }
+            };
             let d = dirs.pvc(ns, claim);
+            if let Some(size) = super::capacity::enforced_bytes(c, &obj.value) {
+                super::capacity::mount(&d, size);
+            }
             user.dir(&d, 0o750)?;
             d
         } else if let Some(p) = vol.pointer("/hostPath/path").and_then(Value::as_str) {

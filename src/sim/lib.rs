@@ -172,28 +172,19 @@ impl Sim {
 
     /// Sets cluster `name`'s network fault (see [`network`]) after checking
     /// it names only other clusters of this sim; the error names the field.
+    /// (The admin endpoint makes the same check over its own cluster map.)
     pub fn set_network(&self, name: &str, fault: network::NetworkFault) -> Result<(), String> {
-        set_network(&self.clusters, name, fault)
+        let c = self
+            .get(name)
+            .ok_or_else(|| format!("no cluster {name:?} in this sim"))?;
+        let names: Vec<&str> = self.clusters.iter().map(|c| c.name.as_str()).collect();
+        let problems = fault.problems(name, &names);
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
+        c.cluster.faults.set_network(fault);
+        Ok(())
     }
-}
-
-/// [`Sim::set_network`] over a list of clusters (the admin endpoint's).
-pub fn set_network(
-    clusters: &[SimCluster],
-    name: &str,
-    fault: network::NetworkFault,
-) -> Result<(), String> {
-    let c = clusters
-        .iter()
-        .find(|c| c.name == name)
-        .ok_or_else(|| format!("no cluster {name:?} in this sim"))?;
-    let names: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
-    let problems = fault.problems(name, &names);
-    if !problems.is_empty() {
-        return Err(problems.join("; "));
-    }
-    c.cluster.faults.set_network(fault);
-    Ok(())
 }
 
 /// Starts the clusters; each listens on 127.0.0.1 (the port it had before when

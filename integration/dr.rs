@@ -258,3 +258,60 @@ async fn a_replica_cluster_streams_and_a_planned_switchover_goes_there_and_back(
     );
     assert!(w.writable("dr-b").await.is_err(), "two primary sides");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_planned_switchover_through_the_pooler_fails_no_transaction() {
+    let w = World::start("dr-pooled").await;
+    w.setup(true).await;
+    let secrets = Api::<Secret>::namespaced(w.client("dr-a"), NS);
+    let app_pw = until("the app Secret on dr-a", || async {
+        let s = secrets
+            .get_opt("orders-app")
+            .await
+            .map_err(|e| e.to_string())?;
+        s.and_then(|s| s.data)
+            .and_then(|d| String::from_utf8(d.get("password")?.0.clone()).ok())
+            .ok_or("not yet".to_string())
+    })
+    .await;
+    until("marks granted to app", || async {
+        let (rw, pw) = (w.ip("dr-a", "orders-rw").await, w.password("dr-a").await);
+        let c = connect(&rw, 5432, &pw).await.map_err(|e| e.to_string())?;
+        c.batch_execute("GRANT ALL ON marks TO app")
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let pooler = w.ip("dr-a", "orders-pooler").await;
+    until("the pooler logs app in", || async {
+        pgfleet::testkit::pg::connect_as(&pooler, 6432, "app", &app_pw, Duration::from_secs(2))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let writer = Writer::start_as(pooler, 6432, "app", app_pw);
+    let more = |n: usize| {
+        let target = writer.acked_count() + n;
+        let writer = &writer;
+        async move {
+            until("commits through dr-a's pooler", || async {
+                (writer.acked_count() >= target)
+                    .then_some(())
+                    .ok_or(format!("{} acknowledged", writer.acked_count()))
+            })
+            .await
+        }
+    };
+    more(50).await;
+    w.engine().switchover("dr-b").await.unwrap();
+    until("dr-b takes writes", || w.writable("dr-b")).await;
+    more(50).await;
+    w.engine().switchover("dr-a").await.unwrap();
+    until("dr-a takes writes again", || w.writable("dr-a")).await;
+    more(50).await;
+    let (acked, failed) = writer.stop().await;
+    assert_eq!(failed, 0, "transactions failed through the pooler");
+    let rows = w.rows("dr-a").await.unwrap();
+    assert!(acked.is_subset(&rows), "acknowledged rows lost");
+}

@@ -9,6 +9,7 @@
 //! See `docs/api.md`.
 
 pub mod auth;
+mod dr;
 pub mod edge;
 pub mod error;
 mod flight;
@@ -101,6 +102,7 @@ pub fn router(state: ApiState) -> Router {
         .route(&format!("{pgc}/switchover"), post(write::switchover))
         .route(&format!("{pgc}/backup"), post(write::backup))
         .route("/api/v1/rollouts/{name}/{command}", post(rollouts::command))
+        .route("/api/v1/dr/{name}/{command}", post(dr::command))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(dashboard))
@@ -113,6 +115,8 @@ pub fn router(state: ApiState) -> Router {
         .route(pgc, get(read::get_pgc))
         .route("/api/v1/rollouts", get(rollouts::list))
         .route("/api/v1/rollouts/{name}", get(rollouts::get))
+        .route("/api/v1/dr", get(dr::list))
+        .route("/api/v1/dr/{name}", get(dr::get))
         .merge(writes)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -57,6 +57,17 @@ pub enum Step {
     },
 }
 
+impl Step {
+    /// (member, instance, verb) for traces and logs.
+    pub fn names(&self) -> (&str, &str, &'static str) {
+        match self {
+            Step::Demote { member, pod, .. } => (member, pod, "demote"),
+            Step::Promote { member, pod } => (member, pod, "promote"),
+            Step::Unfence { member, pod } => (member, pod, "unfence"),
+        }
+    }
+}
+
 /// The state a topology starts with: the first member is the primary
 /// side. Only when every member answered and none holds a state (a copy
 /// might exist on a member that did not answer).

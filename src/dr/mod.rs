@@ -32,6 +32,7 @@ use state::State;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tracing::Instrument;
 
 /// The annotation that tells a PostgresCluster (and whoever reads it) its
 /// side; changing it is also what makes its controller reconcile at once.
@@ -89,6 +90,8 @@ pub struct Engine {
     track: Mutex<track::Track>,
     forced_at_ms: Mutex<Option<u64>>,
     poolers: poolers::Poolers,
+    /// The trace of the switchover or failover in progress: (epoch, span).
+    operation: Mutex<Option<(u64, tracing::Span)>>,
     pub tick: Duration,
 }
 
@@ -104,6 +107,7 @@ impl Engine {
             track: Mutex::new(track::Track::new(std::time::Instant::now())),
             forced_at_ms: Mutex::new(None),
             poolers: poolers::Poolers::default(),
+            operation: Mutex::new(None),
             tick: Duration::from_secs(1),
         }
     }
@@ -181,9 +185,12 @@ impl Engine {
         }
         self.replicate(&state, &views).await;
         let steps = decide::converge(&state, &views);
+        let op = self.operation(&state, &views);
         for step in &steps {
             notes.push(format!("{step:?}"));
-            if let Err(e) = self.take(step).await {
+            let (member, target, verb) = step.names();
+            let span = crate::telemetry::spans::dr_step(&op, member, target, verb);
+            if let Err(e) = self.take(step).instrument(span).await {
                 notes.push(format!("failed: {e:#}"));
             }
         }
@@ -191,6 +198,36 @@ impl Engine {
             self.pooler_round(&state, &views, &sides, false).await;
         }
         Ok(self.record(&views, Some(&state), &notes.join("; ")))
+    }
+
+    /// The span of the operation in progress (a switchover until its new
+    /// primary takes writes, a forced promotion likewise), started the
+    /// first round that sees its epoch; `Span::none()` otherwise.
+    fn operation(&self, state: &State, views: &[SideView]) -> tracing::Span {
+        let mut op = self.operation.lock().unwrap_or_else(|e| e.into_inner());
+        let moving = state.epoch > 1 && !decide::promoted(state, views);
+        match (&*op, moving) {
+            (Some((epoch, span)), true) if *epoch == state.epoch => span.clone(),
+            (_, true) => {
+                let kind = if state.forced {
+                    "dr.failover"
+                } else {
+                    "dr.switchover"
+                };
+                let span = crate::telemetry::spans::dr_operation(
+                    kind,
+                    &self.name,
+                    &state.primary,
+                    state.epoch,
+                );
+                *op = Some((state.epoch, span.clone()));
+                span
+            }
+            (_, false) => {
+                *op = None;
+                tracing::Span::none()
+            }
+        }
     }
 
     /// During a switchover: PAUSE every reachable pooler. Otherwise: point

@@ -27,6 +27,9 @@ pub const SECRETS: &[&str] = &[
     "pooler-auth",
 ];
 
+/// The Secrets without which no replica side is made.
+const REQUIRED: &[&str] = &["replication", "ca", "ca-key"];
+
 /// Copies the Secrets and the spec from `from` to `to` (both reachable).
 pub async fn replicate(
     from: &Member,
@@ -50,6 +53,16 @@ pub async fn replicate(
         .with_context(|| format!("creating namespace {ns} on {}", to.name))?;
     let src: Api<Secret> = Api::namespaced(from.client(), ns);
     let dst: Api<Secret> = Api::namespaced(to.client(), ns);
+    // Not before the primary side has made what the replica side must not
+    // make on its own: its own CA would sign a certificate the other side
+    // rejects, its own replication password would not log in.
+    for needed in REQUIRED {
+        let sname = format!("{name}-{needed}");
+        if src.get_opt(&sname).await.ok().flatten().is_none() {
+            tracing::debug!(topology, %sname, "DR copy waits for the primary side's Secret");
+            return Ok(());
+        }
+    }
     for suffix in SECRETS {
         let sname = format!("{name}-{suffix}");
         let Some(s) = src

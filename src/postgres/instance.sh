@@ -296,6 +296,12 @@ GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO replicator;
 GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO replicator;
 GRANT EXECUTE ON FUNCTION pg_catalog.pg_control_checkpoint() TO replicator;"
 
+# `configure start` (the run loop, PostgreSQL not running) also sets or
+# clears standby.signal for the role. Any other call (a reload) leaves the
+# signal alone: a running standby must keep it until PostgreSQL removes it
+# on promotion (without it the promotion fails, and the crash recovery
+# after makes a primary on the OLD timeline), and a stopped former primary
+# must not get one, or the run loop would skip its rewind.
 configure() {
   cp "$CONFIG/postgresql.conf" "$PGDATA/pgfleet.conf"
   configure_tls
@@ -308,10 +314,10 @@ configure() {
     } > "$PGDATA/pgfleet-standby.conf"
     grep -q "include_if_exists = 'pgfleet-standby.conf'" "$PGDATA/postgresql.conf" ||
       echo "include_if_exists = 'pgfleet-standby.conf'" >> "$PGDATA/postgresql.conf"
-    touch "$PGDATA/standby.signal"
+    if [ "${1:-}" = start ]; then touch "$PGDATA/standby.signal"; fi
   else
     : > "$PGDATA/pgfleet-standby.conf"
-    rm -f "$PGDATA/standby.signal"
+    if [ "${1:-}" = start ]; then rm -f "$PGDATA/standby.signal"; fi
   fi
 }
 
@@ -487,7 +493,7 @@ cmd_run() {
     if [ "$(wanted_role)" = replica ] && [ ! -e "$PGDATA/standby.signal" ]; then
       do_rewind
     fi
-    configure
+    configure start
     "$(bin postgres)" -D "$PGDATA" -c listen_addresses="${POD_IP:-*}" -c unix_socket_directories="$SOCKDIR" &
     pid=$!
     while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done

@@ -47,6 +47,22 @@ pub fn switchover(cluster: &str, namespace: &str, name: &str, from: &str, to: &s
     span
 }
 
+/// A cross-cluster switchover or failover of a DR topology (`kind`:
+/// `dr.switchover`, `dr.failover`): a trace of its own that lives from the
+/// round that first sees the new epoch until its primary takes writes; the
+/// steps on every member involved are its children ([`dr_step`]).
+pub fn dr_operation(kind: &'static str, topology: &str, to: &str, epoch: u64) -> Span {
+    match kind {
+        "dr.failover" => tracing::info_span!(parent: None, "dr.failover", topology, to, epoch),
+        _ => tracing::info_span!(parent: None, "dr.switchover", topology, to, epoch),
+    }
+}
+
+/// One step of a DR operation on one member's instance or pooler.
+pub fn dr_step(parent: &Span, member: &str, target: &str, verb: &str) -> Span {
+    tracing::info_span!(parent: parent, "dr.step", cluster = member, target, verb)
+}
+
 /// A span with explicit start and end times under `parent` (something that
 /// happened while no code of ours was running, such as a PostgresCluster's
 /// rolling update between two rollout rounds).

@@ -165,6 +165,7 @@ pub(crate) fn overlaps(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -128,6 +128,7 @@ pub async fn write(member: &Member, topology: &str, state: &State) -> anyhow::Re
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -287,9 +287,12 @@ pub fn while_any_owned<G: Send + 'static>(
     tokio::spawn(async move {
         let mut running: Option<G> = None;
         loop {
-            let mine = rxs
+            // Every receiver marked seen (no short circuit), then any.
+            let owned: Vec<bool> = rxs
                 .iter_mut()
-                .fold(false, |acc, rx| rx.borrow_and_update().mine || acc);
+                .map(|rx| rx.borrow_and_update().mine)
+                .collect();
+            let mine = owned.contains(&true);
             match (mine, running.is_some()) {
                 (true, false) => running = Some(start()),
                 (false, true) => running = None,

@@ -89,17 +89,18 @@ impl World {
         Ok(rows.iter().map(|r| r.get::<_, i64>(0)).collect())
     }
 
-    /// Whether `m`'s `-rw` takes writes.
+    /// Whether `m`'s `-rw` commits a write (within 5 s: a synchronous
+    /// primary whose standby is gone would wait).
     pub(crate) async fn writable(&self, m: &str) -> Result<(), String> {
         let (rw, pw) = (self.ip(m, "orders-rw").await, self.password(m).await);
         let c = connect(&rw, 5432, &pw).await.map_err(|e| e.to_string())?;
-        let r = c
-            .query_one("SELECT pg_is_in_recovery()", &[])
-            .await
-            .map_err(|e| e.to_string())?;
-        match r.get::<_, bool>(0) {
-            false => Ok(()),
-            true => Err(format!("{m} is in recovery")),
+        let w = c.batch_execute(
+            "CREATE TABLE IF NOT EXISTS dr_probe (at timestamptz); INSERT INTO dr_probe VALUES (now())",
+        );
+        match tokio::time::timeout(Duration::from_secs(5), w).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("{m}: {e}")),
+            Err(_) => Err(format!("{m}: the commit did not return in 5 s")),
         }
     }
 

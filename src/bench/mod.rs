@@ -4,6 +4,7 @@
 
 pub mod backup;
 pub mod chaos;
+pub mod dr;
 pub mod emulator;
 pub mod failover;
 mod failover_node;
@@ -19,6 +20,8 @@ pub enum BenchCommand {
     Fleet(fleet::Args),
     /// Real PostgreSQL: failover unavailability and switchover write stall.
     Failover(failover::Args),
+    /// Cross-cluster DR: planned switchover stall and automatic failover time against bare steps.
+    Dr(dr::Args),
     /// In-place major upgrade 15 → 18: writer-seen downtime against bare pg_upgrade.
     MajorUpgrade(major_upgrade::Args),
     /// Fleet rollout pacing against the ideal for its stages, and failure → halt.
@@ -34,6 +37,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Emulator(a) => emulator::run(a).await,
         BenchCommand::Fleet(a) => fleet::run(a).await,
         BenchCommand::Failover(a) => failover::run(a).await,
+        BenchCommand::Dr(a) => dr::run(a).await,
         BenchCommand::Rollout(a) => rollout::run(a).await,
         BenchCommand::MajorUpgrade(a) => major_upgrade::run(a).await,
         BenchCommand::Backup(a) => backup::run(a).await,

@@ -103,10 +103,21 @@ pub fn sides(
         && !state.forced
         && !promoted
         && !new.is_some_and(|n| handed_over(state, n, views));
+    // Synchronous: every other side (strict: writes wait while the link is
+    // cut), except after a forced promotion, when the lost side would hold
+    // every commit of the new primary: then only the sides that stream
+    // again, so the promoted side takes writes at once and is synchronous
+    // again as soon as the old side has rejoined.
+    let streaming = |m: &String| {
+        views
+            .iter()
+            .any(|v| v.member == *m && v.report.as_ref().is_some_and(|r| r.streaming()))
+    };
     let others: Vec<String> = t
         .members
         .iter()
         .filter(|m| **m != state.primary)
+        .filter(|m| !state.forced || streaming(m))
         .cloned()
         .collect();
     t.members

@@ -110,6 +110,29 @@ fn the_new_primary_follows_the_old_one_until_it_has_everything() {
 }
 
 #[test]
+fn after_a_forced_promotion_only_a_streaming_side_is_synchronous() {
+    let mut t = topo();
+    t.synchronous = true;
+    let sync_with = |s: &State, views: &[SideView]| match &sides("t", s, &t, views)[1].1 {
+        Side::Primary {
+            synchronous_with, ..
+        } => synchronous_with.clone(),
+        other => panic!("{other:?}"),
+    };
+    let mut s = state("b", false);
+    assert_eq!(sync_with(&s, &[]), vec!["a".to_string()]);
+    s.forced = true;
+    assert!(sync_with(&s, &[]).is_empty());
+    let mut back = report("replica", None, Some("0/1"), None);
+    back.wal_receiver = Some("streaming".into());
+    let views = vec![
+        view("a", Some(back)),
+        view("b", Some(report("primary", Some("0/2"), None, None))),
+    ];
+    assert_eq!(sync_with(&s, &views), vec!["a".to_string()]);
+}
+
+#[test]
 fn a_switchover_demotes_first_and_promotes_only_after_the_hand_over() {
     // State says b; a still takes writes: demote a cleanly, do not promote b.
     let s = state("b", false);

@@ -224,12 +224,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     until("the other side takes writes", || writable(&oc)).await?;
     let failover = t0.elapsed();
     network::heal(sim, &primary)?;
-    until("the old side rejoined", || async {
-        mgr.dr[0]
-            .status()
-            .sides
-            .iter()
-            .all(|s| s.reachable && s.lag_bytes.is_none_or(|l| l < 1 << 20))
+    until("the old side rejoined as a replica", || async {
+        let st = mgr.dr[0].status();
+        st.primary == other
+            && st.sides.iter().all(|s| {
+                s.member == other
+                    || (s.reachable
+                        && s.role.as_deref() == Some("replica")
+                        && s.lag_bytes.is_some_and(|l| l < 1 << 20))
+            })
     })
     .await?;
 

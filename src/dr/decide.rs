@@ -51,9 +51,12 @@ pub enum Step {
         member: String,
         pod: String,
     },
+    /// `unfence dr` on a replica side (refused until its configuration
+    /// names its source), plain `unfence` on the primary side.
     Unfence {
         member: String,
         pod: String,
+        replica: bool,
     },
 }
 
@@ -63,7 +66,7 @@ impl Step {
         match self {
             Step::Demote { member, pod, .. } => (member, pod, "demote"),
             Step::Promote { member, pod } => (member, pod, "promote"),
-            Step::Unfence { member, pod } => (member, pod, "unfence"),
+            Step::Unfence { member, pod, .. } => (member, pod, "unfence"),
         }
     }
 }
@@ -209,8 +212,26 @@ pub fn converge(state: &State, views: &[SideView]) -> Vec<Step> {
                 rewind: state.forced,
             });
         } else if r.fenced && all_read {
-            out.push(Step::Unfence { member, pod });
+            out.push(Step::Unfence {
+                member,
+                pod,
+                replica: true,
+            });
         }
+    }
+    // The primary side fenced itself (it lost the manager and every
+    // replica side at once) and nobody was promoted: every copy says it is
+    // still the primary side, so it may take writes again.
+    if let Some(p) = views.iter().find(|v| v.member == state.primary)
+        && let (Some(pod), Some(r)) = (&p.primary_pod, &p.report)
+        && r.fenced
+        && all_read
+    {
+        out.push(Step::Unfence {
+            member: p.member.clone(),
+            pod: pod.clone(),
+            replica: false,
+        });
     }
     if let Some(p) = views.iter().find(|v| v.member == state.primary)
         && let (Some(pod), Some(r)) = (&p.primary_pod, &p.report)

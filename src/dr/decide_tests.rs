@@ -243,11 +243,31 @@ fn a_fenced_side_is_unfenced_only_once_every_copy_was_read() {
         converge(&s, &views),
         vec![Step::Unfence {
             member: "a".into(),
-            pod: "db-a".into()
+            pod: "db-a".into(),
+            replica: true,
         }]
     );
     views[1].copy = None;
     assert!(converge(&s, &views).is_empty());
+}
+
+#[test]
+fn a_primary_side_that_fenced_itself_while_nobody_was_promoted_comes_back() {
+    let s = state("a", false);
+    let mut fenced = report("stopped", None, None, None);
+    fenced.fenced = true;
+    let views = vec![
+        view("a", Some(fenced)),
+        view("b", Some(report("replica", None, Some("0/3000100"), None))),
+    ];
+    assert_eq!(
+        converge(&s, &views),
+        vec![Step::Unfence {
+            member: "a".into(),
+            pod: "db-a".into(),
+            replica: false,
+        }]
+    );
 }
 
 #[test]

@@ -121,12 +121,25 @@ impl Engine {
     }
 
     /// Runs rounds until dropped.
+    /// Runs rounds until dropped: every `tick`, and back to back (200 ms)
+    /// while a switchover or failover is under way — its clients wait in
+    /// the paused poolers for every round it takes.
     pub async fn run(self: Arc<Self>) {
         loop {
             if let Err(e) = self.round().await {
                 tracing::warn!(topology = %self.name, error = format!("{e:#}"), "DR round failed");
             }
-            tokio::time::sleep(self.tick).await;
+            let moving = self
+                .operation
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some();
+            let pace = if moving {
+                self.tick.min(Duration::from_millis(200))
+            } else {
+                self.tick
+            };
+            tokio::time::sleep(pace).await;
         }
     }
 
@@ -384,7 +397,18 @@ impl Engine {
                 (member, pod, v)
             }
             Step::Promote { member, pod } => (member, pod, &["promote"]),
-            Step::Unfence { member, pod } => (member, pod, &["unfence"]),
+            Step::Unfence {
+                member,
+                pod,
+                replica,
+            } => {
+                let v: &[&str] = if *replica {
+                    &["unfence", "dr"]
+                } else {
+                    &["unfence"]
+                };
+                (member, pod, v)
+            }
         };
         let m = self.member(member)?;
         let out =

@@ -592,7 +592,15 @@ cmd_fence() {
   echo "{\"contract\":$CONTRACT,\"fenced\":true}"
 }
 
-cmd_unfence() { rm -f "$FENCE" "$DEMOTED"; echo "{\"contract\":$CONTRACT,\"fenced\":false}"; }
+# `unfence dr`: only once the mounted configuration makes this a replica
+# cluster (`replica-source`): unfenced before that, a former primary side
+# would start as a primary again next to the promoted one.
+cmd_unfence() {
+  if [ "${2:-}" = dr ] && ! replica_cluster; then
+    log "unfence dr: no replica-source in the mounted configuration yet"; exit 75
+  fi
+  rm -f "$FENCE" "$DEMOTED"; echo "{\"contract\":$CONTRACT,\"fenced\":false}"
+}
 
 # `reload [HASH]`: with a hash, first wait until the mounted ConfigMap
 # carries it (the kubelet refreshes ConfigMap volumes with a delay).
@@ -1047,7 +1055,7 @@ case "${1:-}" in
   promote) cmd_promote ;;
   demote) cmd_demote "$@" ;;
   fence) cmd_fence ;;
-  unfence) cmd_unfence ;;
+  unfence) cmd_unfence "$@" ;;
   reload) cmd_reload "$@" ;;
   reload-tls) cmd_reload_tls "$@" ;;
   checkpoint) cmd_checkpoint ;;

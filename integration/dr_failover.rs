@@ -165,13 +165,19 @@ async fn an_isolated_primary_side_fences_itself_and_the_replica_side_takes_over_
     // Healed: dr-a is outvoted, rewinds onto dr-b's timeline and follows.
     network::heal(sim(&w), "dr-a").unwrap();
     let on_b = w.write("dr-b", 20).await;
-    until("dr-a follows dr-b", || async {
-        let got = w.rows("dr-a").await?;
-        on_b.is_subset(&got)
-            .then_some(())
-            .ok_or(format!("{} rows", got.len()))
-    })
-    .await;
+    let followed =
+        pgfleet::testkit::until(Duration::from_secs(240), "dr-a follows dr-b", || async {
+            let got = w.rows("dr-a").await?;
+            on_b.is_subset(&got).then_some(()).ok_or(format!(
+                "{} rows; DR {:?}",
+                got.len(),
+                w.engine().status()
+            ))
+        })
+        .await;
+    if let Err(e) = followed {
+        panic!("{e}\ndr-a's primary:\n{}", w.logs("dr-a", &a_primary));
+    }
     assert!(w.writable("dr-a").await.is_err(), "two primary sides");
     let logs = w.logs("dr-a", &a_primary);
     assert!(

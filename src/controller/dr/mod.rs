@@ -38,6 +38,37 @@ pub fn pooler_upstream(
     }
 }
 
+/// In a topology, a primary that is not ready because the DR watchdog
+/// fenced it is the DR engine's to unfence or demote: an in-cluster
+/// failover would promote a replica behind its back — a second writer in
+/// the topology while this side's configuration has not followed the
+/// promotion elsewhere. One status exec, only while the primary is not
+/// ready.
+pub async fn fenced_primary(
+    pg: &crate::crd::PostgresCluster,
+    ctx: &crate::controller::Ctx,
+    ns: &str,
+    side: &Option<Side>,
+    obs: &crate::controller::plan::Observed,
+) -> bool {
+    if side.is_none() {
+        return false;
+    }
+    let Some(current) = pg.status.as_ref().and_then(|s| s.current_primary.clone()) else {
+        return false;
+    };
+    let Some(p) = obs.pods.get(&current).filter(|p| !p.ready && !p.deleting) else {
+        return false;
+    };
+    let fenced = crate::controller::instance::report(ctx, ns, &p.name)
+        .await
+        .is_some_and(|r| r.fenced);
+    if fenced {
+        tracing::info!(cluster = %ctx.member, pod = %p.name, "primary fenced by the DR watchdog: no in-cluster failover");
+    }
+    fenced
+}
+
 /// Parameters every member of a topology runs with (unless the spec sets
 /// them): the primary side keeps 1 GB of WAL for a replica side that
 /// falls behind (it uses no slot, so a lost side cannot fill the disk),

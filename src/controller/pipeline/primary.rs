@@ -53,6 +53,9 @@ pub async fn settle(
             drain::Step::Nothing => {}
         }
     }
+    if crate::controller::dr::fenced_primary(pg, ctx, &seen.ns, &seen.dr, obs).await {
+        return Ok(Flow::Continue(Some(Duration::from_secs(2))));
+    }
     let delay = spec.valid.failover_delay;
     Ok(
         match failover::execute::check_primary(pg, ctx, obs, owner, delay).await? {

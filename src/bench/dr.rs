@@ -9,6 +9,7 @@
 //! - **floor**, same pair, same run, the DR engines stopped: the bare
 //!   steps by hand — PAUSE, demote, wait for the hand-over, `pg_ctl
 //!   promote`, repoint the pooler, RESUME — measured by the same writer.
+//!
 //! No assertions: figures only.
 
 use crate::controller::pooler::{self, Upstream, pause};

@@ -18,7 +18,7 @@ use std::time::Duration;
 pub const NS: &str = "app";
 
 /// How long a cluster may take to become Healthy with real PostgreSQL.
-const HEALTHY: Duration = Duration::from_secs(180);
+const HEALTHY: Duration = Duration::from_secs(360);
 
 /// Fails the test with the environment's error.
 fn ok<T>(r: pgfleet::testkit::Result<T>) -> T {

@@ -392,5 +392,9 @@ async fn applications_connect_with_the_app_secret_and_roles_follow_the_spec() {
         },
     )
     .await;
-    assert!(has_event(&e, "SuperuserPasswordSet", "acc-superuser").await);
+    // The Event is published after the password is set: the login can win.
+    e.wait("the SuperuserPasswordSet Event", LONG, || async {
+        has_event(&e, "SuperuserPasswordSet", "acc-superuser").await
+    })
+    .await;
 }

@@ -80,7 +80,12 @@ impl World {
     /// The rows `marks` holds on member `m`, read through its `-rw`
     /// (a replica side's designated primary answers reads too).
     pub(crate) async fn rows(&self, m: &str) -> Result<BTreeSet<i64>, String> {
-        let (rw, pw) = (self.ip(m, "orders-rw").await, self.password(m).await);
+        self.rows_via(m, "orders-rw").await
+    }
+
+    /// The rows `marks` holds behind Service `svc` of member `m`.
+    pub(crate) async fn rows_via(&self, m: &str, svc: &str) -> Result<BTreeSet<i64>, String> {
+        let (rw, pw) = (self.ip(m, svc).await, self.password(m).await);
         let c = connect(&rw, 5432, &pw).await.map_err(|e| e.to_string())?;
         let rows = c
             .query("SELECT id FROM marks", &[])
@@ -117,24 +122,21 @@ impl World {
         }
     }
 
-    pub(crate) fn logs(&self, m: &str, pod: &str) -> String {
-        let cfg = &self
-            .mgr
-            .sim
-            .as_ref()
-            .unwrap()
-            .clusters
-            .iter()
-            .find(|c| c.name == m)
-            .unwrap()
-            .kubeconfig;
-        let out = std::process::Command::new("/usr/bin/kubectl")
-            .arg("--kubeconfig")
-            .arg(cfg)
-            .args(["-n", NS, "logs", pod])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+    /// The log of `pod` on member `m` (with `previous`, of its container's
+    /// previous instance); the error as text when there is none.
+    pub(crate) async fn logs_of(&self, m: &str, pod: &str, previous: bool) -> String {
+        let lp = kube::api::LogParams {
+            previous,
+            ..kube::api::LogParams::default()
+        };
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.client(m), NS)
+            .logs(pod, &lp)
+            .await
+            .unwrap_or_else(|e| format!("(no log: {e})"))
+    }
+
+    pub(crate) async fn logs(&self, m: &str, pod: &str) -> String {
+        self.logs_of(m, pod, false).await
     }
 
     /// The tenant's `orders` on dr-a (2 instances, PostgreSQL 15, the
@@ -233,7 +235,7 @@ async fn a_replica_cluster_streams_and_a_planned_switchover_goes_there_and_back(
     })
     .await;
     assert!(w.writable("dr-a").await.is_err(), "two primary sides");
-    let logs = w.logs("dr-a", &a_primary);
+    let logs = w.logs("dr-a", &a_primary).await;
     assert!(
         !logs.contains("re-cloning") && logs.matches("cloning from").count() == 0,
         "dr-a's primary was copied again:\n{logs}"
@@ -252,7 +254,7 @@ async fn a_replica_cluster_streams_and_a_planned_switchover_goes_there_and_back(
             .ok_or(format!("{} rows", got.len()))
     })
     .await;
-    let logs = w.logs("dr-b", &b_primary);
+    let logs = w.logs("dr-b", &b_primary).await;
     assert!(
         !logs.contains("re-cloning"),
         "dr-b's designated primary was copied again:\n{logs}"

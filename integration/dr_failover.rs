@@ -176,14 +176,46 @@ async fn an_isolated_primary_side_fences_itself_and_the_replica_side_takes_over_
         })
         .await;
     if let Err(e) = followed {
-        panic!("{e}\ndr-a's primary:\n{}", w.logs("dr-a", &a_primary));
+        panic!("{e}\ndr-a's primary:\n{}", w.logs("dr-a", &a_primary).await);
     }
     assert!(w.writable("dr-a").await.is_err(), "two primary sides");
-    let logs = w.logs("dr-a", &a_primary);
-    assert!(
-        logs.contains("rewinding to follow") && !logs.contains("re-cloning"),
-        "dr-a was not rewound:\n{logs}"
-    );
+    let logs = w.logs("dr-a", &a_primary).await;
+    if !logs.contains("rewinding to follow") || logs.contains("re-cloning") {
+        let b = until("dr-b is Healthy", || w.healthy("dr-b")).await;
+        panic!(
+            "dr-a was not rewound:\n{logs}\nprevious:\n{}\ndr-b's primary:\n{}",
+            w.logs_of("dr-a", &a_primary, true).await,
+            w.logs("dr-b", &b).await
+        );
+    }
+    // dr-a's own replica followed its primary on the lost side past the
+    // point dr-b forked off (the fenced primary's shutdown checkpoint): it
+    // rejoins too, and the rewound instance stayed the designated primary.
+    let replica = pgfleet::testkit::until(
+        Duration::from_secs(240),
+        "dr-a's replica follows",
+        || async {
+            let got = w.rows_via("dr-a", "orders-ro").await?;
+            on_b.is_subset(&got)
+                .then_some(())
+                .ok_or(format!("{} rows", got.len()))
+        },
+    )
+    .await;
+    if let Err(e) = replica {
+        let replica = if a_primary.ends_with("-1") {
+            "orders-2"
+        } else {
+            "orders-1"
+        };
+        panic!(
+            "{e}\ndr-a's primary:\n{}\ndr-a's replica:\n{}",
+            w.logs("dr-a", &a_primary).await,
+            w.logs("dr-a", replica).await
+        );
+    }
+    let now = until("dr-a is Healthy", || w.healthy("dr-a")).await;
+    assert_eq!(now, a_primary, "dr-a failed over in-cluster");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

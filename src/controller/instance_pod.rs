@@ -133,8 +133,11 @@ fn container(pg: &PostgresCluster, env: Vec<EnvVar>) -> Container {
     // Not ready while a restore's temporary server runs (it stops again).
     let ready = "test ! -e /tmp/pgfleet.initializing && pg_isready -q -h /tmp -p 5432";
     // A restore or clone copies data for as long as it takes, with no server
-    // up: the instance is alive while it says it is initializing.
-    let alive = "pg_isready -q -h /tmp -p 5432 || test -e /tmp/pgfleet.initializing";
+    // up: the instance is alive while it says it is initializing. So is one
+    // kept stopped by a fence, or rewinding (which waits up to 120 s for its
+    // source): a restart would not help either, and would lose its log.
+    let alive = "pg_isready -q -h /tmp -p 5432 || test -e /tmp/pgfleet.initializing \
+                 || test -e /tmp/pgfleet.fenced || test -e /tmp/pgfleet.rewinding";
     Container {
         name: "postgres".into(),
         image: Some(image(pg)),

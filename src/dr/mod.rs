@@ -412,12 +412,58 @@ impl Engine {
             }
         };
         let m = self.member(member)?;
+        // A side that lost the primary to a forced promotion: demoted
+        // with a rewind while running, or unfenced as a replica after its
+        // watchdog fenced it (the run loop rewinds it then).
+        if matches!(
+            step,
+            Step::Demote { rewind: true, .. } | Step::Unfence { replica: true, .. }
+        ) {
+            self.rewind_standbys(&m, pod).await;
+        }
         let out =
             crate::postgres::exec::run_verb(&m.client(), ns, pod, verb, Duration::from_secs(90))
                 .await
                 .with_context(|| format!("{} on {member}/{pod}", verb.join(" ")))?;
         tracing::info!(topology = %self.name, %member, %pod, verb = verb.join(" "), %out, "DR step");
         Ok(())
+    }
+
+    /// After a forced promotion the lost side's standbys may hold its
+    /// primary's last WAL (its shutdown checkpoint) past the point the new
+    /// primary side forked off: each rewinds too (`demote dr-rewind` on a
+    /// standby), before its primary is demoted. Best effort: a standby
+    /// that cannot be reached must not keep the primary from being demoted
+    /// (docs/disaster-recovery.md, runbook "a standby of the old side does
+    /// not stream").
+    async fn rewind_standbys(&self, m: &crate::fleet::Member, primary: &str) {
+        let (ns, name) = (&self.topology.namespace, &self.topology.name);
+        let pods = match observe::other_instances(&m.client(), ns, name, primary).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(topology = %self.name, member = %m.name, error = format!("{e:#}"), "DR: standbys of the demoted side not listed");
+                return;
+            }
+        };
+        for pod in pods {
+            let verb = &["demote", "dr-rewind"];
+            match crate::postgres::exec::run_verb(
+                &m.client(),
+                ns,
+                &pod,
+                verb,
+                Duration::from_secs(30),
+            )
+            .await
+            {
+                Ok(out) => {
+                    tracing::info!(topology = %self.name, member = %m.name, %pod, %out, "DR step: standby rewinds")
+                }
+                Err(e) => {
+                    tracing::warn!(topology = %self.name, member = %m.name, %pod, error = format!("{e:#}"), "DR: a standby of the demoted side was not told to rewind")
+                }
+            }
+        }
     }
 
     fn record(&self, views: &[SideView], state: Option<&State>, note: &str) -> Status {

@@ -8,8 +8,9 @@ use super::state;
 use crate::crd::PostgresCluster;
 use crate::fleet::Member;
 use crate::postgres::InstanceReport;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
+use kube::api::ListParams;
 use std::time::Duration;
 
 /// The bound on each API call or exec of a round.
@@ -44,6 +45,29 @@ pub async fn side(member: &Member, topology: &str, ns: &str, name: &str) -> Side
     let svc = bounded(Api::<Service>::namespaced(client, ns).get_opt(&format!("{name}-dr"))).await;
     v.endpoint = svc.flatten().and_then(|s| endpoint(&s));
     v
+}
+
+/// The instances of cluster `name` on a member other than `primary`.
+pub async fn other_instances(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    primary: &str,
+) -> anyhow::Result<Vec<String>> {
+    use crate::platform::labels::{LABEL_CLUSTER, LABEL_KIND};
+    let lp = ListParams::default().labels(&format!("{LABEL_CLUSTER}={name},{LABEL_KIND}=instance"));
+    let pods = tokio::time::timeout(
+        CALL_TIMEOUT,
+        Api::<Pod>::namespaced(client.clone(), ns).list(&lp),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("listing the instances of {ns}/{name} timed out"))??;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .filter(|n| n != primary)
+        .collect())
 }
 
 async fn bounded<T, E: std::fmt::Display>(

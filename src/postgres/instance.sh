@@ -43,6 +43,10 @@ PGBR_CONF="$CONFIG/pgbackrest.conf"
 # succeeds), and which initialisation is running right now.
 INIT_FAILED="${SOCKDIR}/pgfleet.restore-failed"
 INITIALIZING="${SOCKDIR}/pgfleet.initializing"
+# In the pod's /tmp while the run loop rewinds (or re-clones) this
+# instance: reported by `status`, so the manager does not fail over a
+# primary side's demoted instance that is only slow to rewind.
+REWINDING="${SOCKDIR}/pgfleet.rewinding"
 
 # BEGIN quoting helpers (src/postgres/shell_tests.rs runs this block alone).
 # Nothing from a spec or a Secret is pasted into shell, SQL or a config
@@ -141,7 +145,7 @@ server_tls_on() { [ -n "$SERVER_TLS" ] && [ -s "$SERVER_TLS/tls.crt" ] && [ -s "
 # certificate names: verify-ca (every side's certificate comes from the
 # topology's one CA, which only the manager can sign with).
 repl_ssl() {
-  if server_tls_on && designated; then
+  if server_tls_on && { designated || [ "${1:-}" = remote ]; }; then
     echo "sslmode=verify-ca sslrootcert=$(conninfo_q "$SERVER_TLS/ca.crt")"
   elif server_tls_on; then
     echo "sslmode=verify-full sslrootcert=$(conninfo_q "$SERVER_TLS/ca.crt")"
@@ -434,8 +438,22 @@ REWIND_SOURCE_READY="SELECT CASE WHEN pg_is_in_recovery() THEN false
 # A former primary told to be a replica rewinds to the new timeline first,
 # and re-clones when rewind cannot help.
 do_rewind() {
-  host=$(upstream_host)
-  src="host=$(conninfo_q "$host") port=$(conninfo_q "$(upstream_port)") user=replicator dbname=postgres $(repl_ssl)"
+  touch "$REWINDING"
+  rewind_from_source
+  rm -f "$REWINDING"
+}
+
+# The source is the primary: on a replica side of a DR topology every
+# instance rewinds against the primary side's primary (the replica-source;
+# an instance of this side may be a standby, which pg_rewind cannot use),
+# elsewhere against this cluster's primary.
+rewind_from_source() {
+  if replica_cluster; then
+    host=$(source_field 1) port=$(source_field 2) ssl=$(repl_ssl remote)
+  else
+    host=$(upstream_host) port=$(upstream_port) ssl=$(repl_ssl)
+  fi
+  src="host=$(conninfo_q "$host") port=$(conninfo_q "$port") user=replicator dbname=postgres $ssl"
   # Only against a promoted primary whose pg_control names its timeline
   # (its first checkpoint after the promotion completed): otherwise
   # pg_rewind sees one timeline, finds "no rewind required", and this
@@ -458,12 +476,25 @@ do_rewind() {
     do_clone
     return
   fi
-  # A clone creates its slot on the primary; a rewound instance must too
-  # (the new primary has none for it until the manager lists it).
+}
+
+# A standby streams through its slot on its upstream (primary_slot_name).
+# A clone creates it; after a rewind, on a new primary, or when the
+# upstream was itself rewound (pg_rewind drops its slots) it may be
+# missing, and the WAL receiver would fail until someone creates it: so
+# every start as a standby makes sure it exists, retrying in the
+# background while the upstream is not up yet. A designated primary
+# streams without one.
+ensure_slot() {
   designated && return 0
-  PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_receivewal)" -d "$src" \
-    --slot="$(echo "$POD_NAME" | tr '-' '_')" --create-slot --if-not-exists >&2 ||
-    log "could not create this instance's replication slot on $host"
+  up="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator dbname=postgres $(repl_ssl)"
+  n=0
+  until PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_receivewal)" -d "$up" \
+    --slot="$(echo "$POD_NAME" | tr '-' '_')" --create-slot --if-not-exists 2>/dev/null; do
+    n=$((n + 1))
+    [ "$n" -lt 120 ] || { log "could not create this instance's replication slot on $PGFLEET_PRIMARY_HOST"; return 0; }
+    sleep 1
+  done
 }
 
 # Supervises postgres instead of exec'ing it, so that a clean demotion or a
@@ -471,6 +502,7 @@ do_rewind() {
 # again in the role the pod's labels ask for (or waits while fenced).
 cmd_run() {
   mkdir -p "$PGDATA" && chmod 700 "$PGDATA"
+  rm -f "$REWINDING"
   write_passfile
   if [ ! -s "$PGDATA/PG_VERSION" ] || [ -e "$PGDATA/../pgfleet.restore-incomplete" ]; then
     case "${PGFLEET_INIT:-clone}:$(wanted_role)" in
@@ -496,6 +528,7 @@ cmd_run() {
     configure start
     "$(bin postgres)" -D "$PGDATA" -c listen_addresses="${POD_IP:-*}" -c unix_socket_directories="$SOCKDIR" &
     pid=$!
+    if [ "$(wanted_role)" = replica ]; then ensure_slot </dev/null >/dev/null & fi
     while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done
     pid=""
     [ "$stop" = 0 ] || break
@@ -534,7 +567,7 @@ cmd_status() {
           'lastFailedAt', $(ts last_failed_time),
           'archivedCount', archived_count,
           'failedCount', failed_count) FROM pg_stat_archiver))" 2>/dev/null) ||
-    out="{\"contract\":$CONTRACT,\"role\":\"stopped\",\"ready\":false,\"fenced\":$([ -e "$FENCE" ] && echo true || echo false)}"
+    out="{\"contract\":$CONTRACT,\"role\":\"stopped\",\"ready\":false,\"fenced\":$([ -e "$FENCE" ] && echo true || echo false),\"rewinding\":$([ -e "$REWINDING" ] && echo true || echo false)}"
   # An initialisation (restore) running now, and why the last one failed.
   extra=""
   [ ! -s "$INITIALIZING" ] || extra="$extra,\"initializing\":\"$(json_str "$(cat "$INITIALIZING")")\""
@@ -573,12 +606,16 @@ cmd_demote() {
   # ConfigMap names the new source); its primary stays the designated one.
   # `demote dr-rewind`: after a forced promotion elsewhere this side may
   # hold WAL the new primary never saw: no standby.signal, so the run loop
-  # rewinds it before it follows.
+  # rewinds it before it follows. The manager runs it on every instance of
+  # the side: a standby of the lost primary may hold its last WAL too.
+  # The kubelet refreshes a ConfigMap volume with a delay, pod by pod.
+  n=0
+  case "${2:-}" in dr|dr-rewind) until replica_cluster || [ "$n" -ge 100 ]; do n=$((n + 1)); sleep 0.2; done ;; esac
   case "${2:-}" in
     dr|dr-rewind) replica_cluster || { log "demote ${2}: no replica-source in the mounted configuration yet"; exit 75; } ;;
     *) touch "$DEMOTED" ;;
   esac
-  [ "${2:-}" = dr-rewind ] || touch "$PGDATA/standby.signal"
+  if [ "${2:-}" = dr-rewind ]; then rm -f "$PGDATA/standby.signal"; else touch "$PGDATA/standby.signal"; fi
   "$(bin pg_ctl)" -D "$PGDATA" -w -m fast stop >&2 || true
   lsn=$("$(bin pg_controldata)" -D "$PGDATA" | sed -n 's/^Latest checkpoint location: *//p')
   echo "{\"contract\":$CONTRACT,\"demoted\":true,\"lsn\":\"$lsn\"}"

@@ -51,6 +51,10 @@ pub struct InstanceReport {
     pub pending_restart: bool,
     #[serde(default)]
     pub fenced: bool,
+    /// Stopped while the run loop rewinds (or re-clones) it to follow a
+    /// new primary: it comes back as a standby on its own.
+    #[serde(default)]
+    pub rewinding: bool,
     /// A standby's WAL receiver status (`pg_stat_wal_receiver.status`:
     /// `streaming`, `waiting`, …); None when it has none (not connected).
     #[serde(default)]

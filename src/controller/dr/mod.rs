@@ -42,8 +42,11 @@ pub fn pooler_upstream(
 /// fenced it is the DR engine's to unfence or demote: an in-cluster
 /// failover would promote a replica behind its back — a second writer in
 /// the topology while this side's configuration has not followed the
-/// promotion elsewhere. One status exec, only while the primary is not
-/// ready.
+/// promotion elsewhere. Nor one the engine demoted that is still
+/// rewinding onto the new primary side's timeline (slow on a loaded
+/// machine): its replicas hold the lost side's last WAL too and could not
+/// follow as designated primary. One status exec, only while the primary
+/// is not ready.
 pub async fn fenced_primary(
     pg: &crate::crd::PostgresCluster,
     ctx: &crate::controller::Ctx,
@@ -62,9 +65,9 @@ pub async fn fenced_primary(
     };
     let fenced = crate::controller::instance::report(ctx, ns, &p.name)
         .await
-        .is_some_and(|r| r.fenced);
+        .is_some_and(|r| r.fenced || r.rewinding);
     if fenced {
-        tracing::info!(cluster = %ctx.member, pod = %p.name, "primary fenced by the DR watchdog: no in-cluster failover");
+        tracing::info!(cluster = %ctx.member, pod = %p.name, "primary fenced by the DR watchdog or rewinding: no in-cluster failover");
     }
     fenced
 }

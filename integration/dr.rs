@@ -204,6 +204,7 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_cluster_streams_and_a_planned_switchover_goes_there_and_back() {
+    common::spans::capture();
     let w = World::start("dr-switchover").await;
     let (a_primary, b_primary) = w.setup(false).await;
     let acked = w.write("dr-a", 50).await;
@@ -260,6 +261,20 @@ async fn a_replica_cluster_streams_and_a_planned_switchover_goes_there_and_back(
         "dr-b's designated primary was copied again:\n{logs}"
     );
     assert!(w.writable("dr-b").await.is_err(), "two primary sides");
+
+    // One trace per switchover, holding its steps on both member clusters.
+    let spans = common::spans::recorded();
+    let ops: Vec<_> = spans.iter().filter(|s| s.name == "dr.switchover").collect();
+    assert_eq!(ops.len(), 2, "{ops:?}");
+    for op in ops {
+        assert_eq!(op.parent, None, "not a trace of its own: {op:?}");
+        let on: BTreeSet<&str> = spans
+            .iter()
+            .filter(|s| s.name == "dr.step" && s.parent == Some(op.id))
+            .filter_map(|s| s.fields.get("cluster").map(String::as_str))
+            .collect();
+        assert_eq!(on, BTreeSet::from(["dr-a", "dr-b"]), "steps of {op:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

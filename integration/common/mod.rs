@@ -19,6 +19,7 @@ pub mod manager_process;
 pub mod otlp;
 pub mod process;
 pub mod s3;
+pub mod spans;
 
 use pgfleet::sim::{self, RuntimeKind, Sim, SimOptions};
 use serde_json::{Value, json};

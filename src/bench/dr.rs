@@ -36,19 +36,23 @@ const MEMBERS: [&str; 2] = ["dr-a", "dr-b"];
 const FAILOVER_AFTER: &str = "8s";
 const PATIENCE: Duration = Duration::from_secs(300);
 
-/// Every acknowledged commit's time, from one writer.
+/// Every acknowledged commit's time and number, from one writer, and how
+/// many transactions failed (an error, not a pause).
 struct Acks {
-    times: Arc<Mutex<Vec<Instant>>>,
+    times: Arc<Mutex<Vec<(Instant, i64)>>>,
+    failed: Arc<std::sync::atomic::AtomicUsize>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Acks {
     fn start(host: String, port: u16, user: &'static str, pw: String) -> Acks {
         let times = Arc::new(Mutex::new(vec![]));
+        let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (t, s) = (times.clone(), stop.clone());
+        let (t, f, s) = (times.clone(), failed.clone(), stop.clone());
         tokio::spawn(async move {
             let mut conn = None;
+            let mut n: i64 = 0;
             while !s.load(std::sync::atomic::Ordering::Relaxed) {
                 if conn
                     .as_ref()
@@ -62,17 +66,46 @@ impl Acks {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
                 };
-                let w = c.batch_execute("INSERT INTO probe VALUES (now())");
+                n += 1;
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&n];
+                let w = c.execute("INSERT INTO probe VALUES ($1, now())", &params);
                 match tokio::time::timeout(Duration::from_secs(30), w).await {
-                    Ok(Ok(())) => t
+                    Ok(Ok(_)) => t
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .push(Instant::now()),
-                    _ => conn = None,
+                        .push((Instant::now(), n)),
+                    Ok(Err(e)) => {
+                        f.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let why = e.as_db_error().map(|d| d.message().to_string());
+                        eprintln!(
+                            "writer: commit {n} failed: {}",
+                            why.unwrap_or(e.to_string())
+                        );
+                        conn = None
+                    }
+                    Err(_) => {
+                        f.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        eprintln!("writer: commit {n} timed out after 30 s");
+                        conn = None
+                    }
                 }
             }
         });
-        Acks { times, stop }
+        Acks {
+            times,
+            failed,
+            stop,
+        }
+    }
+
+    fn failed(&self) -> usize {
+        self.failed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The numbers of the commits acknowledged so far.
+    fn acked(&self) -> Vec<i64> {
+        let t = self.times.lock().unwrap_or_else(|e| e.into_inner());
+        t.iter().map(|(_, n)| *n).collect()
     }
 
     fn count(&self) -> usize {
@@ -95,7 +128,7 @@ impl Acks {
         let t = self.times.lock().unwrap_or_else(|e| e.into_inner());
         t[from.min(t.len())..]
             .windows(2)
-            .map(|w| w[1] - w[0])
+            .map(|w| w[1].0 - w[0].0)
             .max()
             .unwrap_or_default()
     }
@@ -180,7 +213,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             return false;
         };
         c.batch_execute(
-            "CREATE TABLE IF NOT EXISTS probe (at timestamptz); GRANT ALL ON probe TO app",
+            "CREATE TABLE IF NOT EXISTS probe (n bigint, at timestamptz); GRANT ALL ON probe TO app",
         )
         .await
         .is_ok()
@@ -214,9 +247,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
 
+    // RPO 0: every acknowledged commit is on the primary side now.
+    let primary = mgr.dr[0].status().primary;
+    let acked = w.acked();
+    let rows = probe_rows(&client(&primary)?).await?;
+    let missing = acked.iter().filter(|n| !rows.contains(n)).count();
+    let failed = w.failed();
+    println!(
+        "after {} switchovers: {} commits acknowledged, {missing} of them missing on {primary} (RPO 0: none), {failed} failed transactions through the pooler",
+        args.runs,
+        acked.len()
+    );
+    anyhow::ensure!(missing == 0, "{missing} acknowledged commits lost");
+
     // Automatic failover: isolate the primary side, time the first commit
     // on the other side's -rw.
-    let primary = mgr.dr[0].status().primary;
     let other = if primary == "dr-a" { "dr-b" } else { "dr-a" };
     let sim = mgr.sim.as_ref().context("embedded sim")?;
     let t0 = Instant::now();
@@ -265,6 +310,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         failover.as_secs_f64() / (fa.as_secs_f64() + floor.as_secs_f64())
     );
     Ok(())
+}
+
+/// The probe numbers on the primary side's primary.
+async fn probe_rows(c: &kube::Client) -> anyhow::Result<std::collections::HashSet<i64>> {
+    let (rw, pw) = (
+        ip(c, "orders-rw").await?,
+        secret(c, "orders-superuser", "password").await?,
+    );
+    let conn = pg::connect(&rw, 5432, &pw, Duration::from_secs(5)).await?;
+    let rows = conn.query("SELECT n FROM probe", &[]).await?;
+    Ok(rows.iter().map(|r| r.get::<_, i64>(0)).collect())
 }
 
 /// The floor: the steps of a switchover by hand, from `primary_c` (the

@@ -186,9 +186,7 @@ impl Engine {
         }
         // A switchover in progress holds every pooler (clients wait).
         let switching = state.previous_endpoint.is_some() && !state.forced;
-        if switching {
-            self.pooler_round(&state, &views, &[], true).await;
-        }
+        let paused = !switching || self.pooler_round(&state, &views, &[], true).await;
         let sides = decide::sides(&self.name, &state, &self.topology, &views);
         let (ns, name) = (&self.topology.namespace, &self.topology.name);
         for (m, side) in &sides {
@@ -198,7 +196,15 @@ impl Engine {
             }
         }
         self.replicate(&state, &views).await;
-        let steps = decide::converge(&state, &views);
+        // The old primary is not stopped while a pooler may still have a
+        // transaction in flight on it (its PAUSE did not complete).
+        let steps = match paused {
+            true => decide::converge(&state, &views),
+            false => {
+                notes.push("waiting for every pooler to pause".to_string());
+                vec![]
+            }
+        };
         let op = self.operation(&state, &views);
         for step in &steps {
             notes.push(format!("{step:?}"));
@@ -244,15 +250,16 @@ impl Engine {
         }
     }
 
-    /// During a switchover: PAUSE every reachable pooler. Otherwise: point
-    /// each at the one primary, then RESUME what a switchover paused.
+    /// During a switchover: PAUSE every reachable pooler (true once all
+    /// did, see [`poolers::Poolers::hold`]). Otherwise: point each at the
+    /// one primary, then RESUME what a switchover paused.
     async fn pooler_round(
         &self,
         state: &State,
         views: &[SideView],
         sides: &[(String, Side)],
         switching: bool,
-    ) {
+    ) -> bool {
         let members: Vec<Arc<Member>> = views
             .iter()
             .filter(|v| v.reachable)
@@ -261,8 +268,7 @@ impl Engine {
         let members: Vec<&Member> = members.iter().map(|m| &**m).collect();
         let (ns, name) = (&self.topology.namespace, &self.topology.name);
         if switching {
-            self.poolers.hold(state.epoch, &members, ns, name).await;
-            return;
+            return self.poolers.hold(state.epoch, &members, ns, name).await;
         }
         for m in &members {
             let to = match sides.iter().find(|(n, _)| *n == m.name).map(|s| &s.1) {
@@ -273,6 +279,7 @@ impl Engine {
             self.poolers.point(m, ns, name, &to).await;
         }
         self.poolers.release(&members, ns, name).await;
+        true
     }
 
     /// The newest state (written where a copy is older or missing), with

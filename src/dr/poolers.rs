@@ -101,24 +101,27 @@ impl Poolers {
 
     /// PAUSEs every pooler of the given members for the switchover of
     /// `epoch` (idempotent); after [`HOLD_AT_MOST`] they are resumed and
-    /// this switchover holds them no more.
-    pub async fn hold(&self, epoch: u64, members: &[&Member], ns: &str, name: &str) {
+    /// this switchover holds them no more. True when the switchover may
+    /// stop the old primary: every pooler confirmed its PAUSE (no
+    /// transaction in flight through it), or the hold is over.
+    pub async fn hold(&self, epoch: u64, members: &[&Member], ns: &str, name: &str) -> bool {
         let h = self.current().filter(|h| h.epoch == epoch);
         match h {
-            Some(h) if !h.active => return,
+            Some(h) if !h.active => return true,
             Some(h) if h.since.elapsed() > HOLD_AT_MOST => {
                 tracing::warn!(
                     epoch,
                     "DR: the switchover holds the poolers too long: resuming them"
                 );
                 self.release(members, ns, name).await;
-                return;
+                return true;
             }
             _ => {}
         }
+        let mut missed = 0;
         for m in members {
             let names: Vec<String> = pods(m, ns, name).await.into_iter().map(|p| p.0).collect();
-            pause::admin(&m.client(), ns, &names, "PAUSE").await;
+            missed += pause::admin(&m.client(), ns, &names, "PAUSE").await.len();
         }
         let since = h.map_or_else(Instant::now, |h| h.since);
         self.set(Some(Hold {
@@ -126,6 +129,7 @@ impl Poolers {
             since,
             active: true,
         }));
+        missed == 0
     }
 
     /// RESUMEs every pooler of the given members if this engine paused them.

@@ -67,10 +67,13 @@ impl Acks {
                     continue;
                 };
                 n += 1;
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&n];
-                let w = c.execute("INSERT INTO probe VALUES ($1, now())", &params);
+                // The simple protocol, as through any transaction-mode
+                // pooler: a prepared statement would live on one server
+                // connection and be missing on the next (after a repoint).
+                let sql = format!("INSERT INTO probe VALUES ({n}, now())");
+                let w = c.batch_execute(&sql);
                 match tokio::time::timeout(Duration::from_secs(30), w).await {
-                    Ok(Ok(_)) => t
+                    Ok(Ok(())) => t
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .push((Instant::now(), n)),

@@ -318,8 +318,12 @@ async fn a_manager_killed_during_the_update_resumes_without_a_second_switchover(
             mgr = ManagerProcess::start(&kc, "a", &dir.join(format!("m{kills}")));
             last = now;
         }
+        // A patience bound, not a timing assertion: up to 8 manager
+        // kills, after each of which the next manager waits out the dead
+        // one's 15 s Lease, on a loaded 2-core machine (180 s ran out once
+        // beside the DR and backup tests; alone the test takes seconds).
         assert!(
-            start.elapsed() < Duration::from_secs(180),
+            start.elapsed() < Duration::from_secs(360),
             "the update did not complete: {st:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -126,7 +126,7 @@ async fn witness_waited(w: &World) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_isolated_primary_side_fences_itself_and_the_replica_side_takes_over_losing_nothing() {
     let w = World::start_with("dr-isolate", &topology("synchronous = true\n")).await;
-    let (a_primary, _) = w.setup(false).await;
+    let (a_primary, b_primary) = w.setup(false).await;
     let (rw, pw) = (w.ip("dr-a", "orders-rw").await, w.password("dr-a").await);
     let writer = TimedWriter::start(rw, pw.clone(), 1);
     writer.more(50, "50 commits on dr-a").await;
@@ -175,8 +175,19 @@ async fn an_isolated_primary_side_fences_itself_and_the_replica_side_takes_over_
             ))
         })
         .await;
+    let a_replica = if a_primary.ends_with("-1") {
+        "orders-2"
+    } else {
+        "orders-1"
+    };
     if let Err(e) = followed {
-        panic!("{e}\ndr-a's primary:\n{}", w.logs("dr-a", &a_primary).await);
+        panic!(
+            "{e}\ndr-a's primary:\n{}\nprevious:\n{}\ndr-a's replica:\n{}\ndr-b's primary:\n{}",
+            w.logs("dr-a", &a_primary).await,
+            w.logs_of("dr-a", &a_primary, true).await,
+            w.logs("dr-a", a_replica).await,
+            w.logs("dr-b", &b_primary).await
+        );
     }
     assert!(w.writable("dr-a").await.is_err(), "two primary sides");
     let logs = w.logs("dr-a", &a_primary).await;
@@ -203,15 +214,10 @@ async fn an_isolated_primary_side_fences_itself_and_the_replica_side_takes_over_
     )
     .await;
     if let Err(e) = replica {
-        let replica = if a_primary.ends_with("-1") {
-            "orders-2"
-        } else {
-            "orders-1"
-        };
         panic!(
             "{e}\ndr-a's primary:\n{}\ndr-a's replica:\n{}",
             w.logs("dr-a", &a_primary).await,
-            w.logs("dr-a", replica).await
+            w.logs("dr-a", a_replica).await
         );
     }
     let now = until("dr-a is Healthy", || w.healthy("dr-a")).await;

@@ -206,18 +206,50 @@ impl Engine {
             }
         };
         let op = self.operation(&state, &views);
-        for step in &steps {
-            notes.push(format!("{step:?}"));
-            let (member, target, verb) = step.names();
-            let span = crate::telemetry::spans::dr_step(&op, member, target, verb);
-            if let Err(e) = self.take(step).instrument(span).await {
-                notes.push(format!("failed: {e:#}"));
+        let work = async {
+            for step in &steps {
+                notes.push(format!("{step:?}"));
+                let (member, target, verb) = step.names();
+                let span = crate::telemetry::spans::dr_step(&op, member, target, verb);
+                if let Err(e) = self.take(step).instrument(span).await {
+                    notes.push(format!("failed: {e:#}"));
+                }
             }
+        };
+        // Steps can take long (a rewind, a demotion waiting for its
+        // source to be mounted): the primary side's watchdog must go on
+        // hearing from the manager meanwhile, or a side just promoted
+        // fences itself while the lost side is still being rewound.
+        tokio::select! {
+            () = work => {}
+            () = self.heartbeat(&state, &views) => {}
         }
         if !switching {
             self.pooler_round(&state, &views, &sides, false).await;
         }
         Ok(self.record(&views, Some(&state), &notes.join("; ")))
+    }
+
+    /// Beats the primary side's watchdog (`status dr` on its primary)
+    /// every tick, forever: runs beside the steps of a round, which
+    /// otherwise hold the next round's observation — the usual beat.
+    async fn heartbeat(&self, state: &State, views: &[SideView]) {
+        let target = views
+            .iter()
+            .find(|v| v.member == state.primary && v.reachable)
+            .and_then(|v| Some((self.member(&v.member).ok()?, v.primary_pod.clone()?)));
+        let Some((m, pod)) = target else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep(self.tick).await;
+            if observe::report(&m.client(), &self.topology.namespace, &pod)
+                .await
+                .is_none()
+            {
+                tracing::debug!(topology = %self.name, member = %m.name, %pod, "DR heartbeat unanswered");
+            }
+        }
     }
 
     /// The span of the operation in progress (a switchover until its new

@@ -133,11 +133,18 @@ async fn an_isolated_primary_side_fences_itself_and_the_replica_side_takes_over_
 
     network::isolate(sim(&w), "dr-a").unwrap();
     until("dr-b takes writes", || w.writable("dr-b")).await;
-    let forced = w
-        .engine()
-        .status()
-        .forced_at_ms
-        .expect("a forced promotion");
+    let Some(forced) = w.engine().status().forced_at_ms else {
+        let pg = Api::<PostgresCluster>::namespaced(w.client("dr-b"), NS)
+            .get("orders")
+            .await
+            .ok();
+        panic!(
+            "dr-b takes writes without a forced promotion: DR {:?}\ndr-b's cluster: {:?}\ndr-b's primary:\n{}",
+            w.engine().status(),
+            pg.map(|p| (p.metadata.annotations, p.status)),
+            w.logs("dr-b", &b_primary).await
+        );
+    };
     let (acks, _) = writer.stop().await;
     // No commit on the old side was acknowledged once the promotion began.
     let last = acks.values().max().copied().unwrap_or(0);

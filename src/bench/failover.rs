@@ -24,6 +24,10 @@ pub struct Args {
     /// next to a killed pod and the floor, instead of the default figures.
     #[arg(long)]
     pub node_loss: bool,
+    /// Switchovers through the pooler to measure the write stall over (and
+    /// as many PAUSE/RESUME floor runs).
+    #[arg(long, default_value_t = 20)]
+    pub switchovers: usize,
 }
 
 pub(super) const NS: &str = "bench";
@@ -203,7 +207,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         println!("{:<44} {:>10.1}", format!("{name}, p50"), pct(v, 0.5));
     }
     println!("targets (DESIGN §8): p50 ≤ 1500, p99 ≤ 3000, ≤ 3× the floor");
-    switchover_stall(&b).await?;
+    super::switchover::stall(&b, args.switchovers).await?;
     Ok(())
 }
 
@@ -253,117 +257,4 @@ pub(super) async fn floor_run(b: &Bench) -> anyhow::Result<f64> {
         .await?;
     println!("floor run: {} ms", down.as_millis());
     Ok(down.as_secs_f64() * 1000.0)
-}
-
-/// The password of `<cluster>-app` once its role may insert into `probe`.
-async fn app_login(b: &Bench, cluster: &str, su_pw: &str) -> anyhow::Result<String> {
-    let rw = b.service_ip(&format!("{cluster}-rw")).await?;
-    let secrets = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(b.client.clone(), NS);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let pw = secrets
-            .get_opt(&format!("{cluster}-app"))
-            .await?
-            .and_then(|s| s.data?.get("password").cloned())
-            .and_then(|p| String::from_utf8(p.0).ok());
-        if let Some(pw) = pw {
-            let c = pg::connect(&rw, 5432, su_pw, Duration::from_secs(10)).await?;
-            if c.batch_execute("GRANT ALL ON probe TO app").await.is_ok() {
-                return Ok(pw);
-            }
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "no application role in {cluster}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// Write stall of a switchover: through the pooler (PAUSE/RESUME) and
-/// directly on `-rw` (clients reconnect).
-async fn switchover_stall(b: &Bench) -> anyhow::Result<()> {
-    let pw = b.password("so").await?;
-    // The pooler logs no superuser in: through it, the application role.
-    let app_pw = app_login(b, "so", &pw).await?;
-    for (label, svc, port, user, pw) in [
-        ("with pooler", "so-pooler", 6432u16, "app", app_pw),
-        ("without pooler", "so-rw", 5432, "postgres", pw.clone()),
-    ] {
-        healthy(b, "so", 2).await?;
-        let host = b.service_ip(svc).await?;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (s2, h2, pw2) = (stop.clone(), host.clone(), pw.clone());
-        // Like an application: one session, reconnecting only after an
-        // error, generous timeouts (a stall is not a failure).
-        let client = tokio::spawn(async move {
-            let (mut worst, mut failed) = (Duration::ZERO, 0u32);
-            let mut session: Option<tokio_postgres::Client> = None;
-            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-                let t = Instant::now();
-                if session.as_ref().is_none_or(|c| c.is_closed()) {
-                    let mut cfg = tokio_postgres::Config::new();
-                    cfg.host(&h2)
-                        .port(port)
-                        .user(user)
-                        .password(&pw2)
-                        .dbname("postgres")
-                        .connect_timeout(Duration::from_secs(10));
-                    let tls = crate::testkit::tls::encrypted();
-                    let connected = match tls {
-                        Ok(tls) => cfg.connect(tls).await.map_err(|e| e.to_string()),
-                        Err(e) => Err(e),
-                    };
-                    session = match connected {
-                        Ok((c, conn)) => {
-                            tokio::spawn(conn);
-                            Some(c)
-                        }
-                        Err(_) => {
-                            failed += 1;
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                            None
-                        }
-                    };
-                }
-                if let Some(c) = session.as_ref() {
-                    let r = tokio::time::timeout(
-                        Duration::from_secs(30),
-                        c.batch_execute("INSERT INTO probe VALUES (now())"),
-                    )
-                    .await;
-                    if !matches!(r, Ok(Ok(()))) {
-                        failed += 1;
-                        session = None;
-                    }
-                }
-                worst = worst.max(t.elapsed());
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            (worst, failed)
-        });
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let req =
-            serde_json::json!({"metadata": {"annotations": {"pgfleet.io/switchover-to": "auto"}}});
-        b.pgc()
-            .patch("so", &PatchParams::default(), &Patch::Merge(&req))
-            .await?;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        healthy(b, "so", 2).await?;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let (worst, failed) = client.await?;
-        let stall = b
-            .pgc()
-            .get("so")
-            .await?
-            .status
-            .and_then(|s| s.last_switchover)
-            .and_then(|s| s.stall_ms);
-        println!(
-            "switchover {label:<15} longest write {} ms, failed writes {failed}, pooler stall {stall:?} ms (target: 0 failed, ≤ 1000 ms)",
-            worst.as_millis()
-        );
-    }
-    Ok(())
 }

@@ -11,6 +11,7 @@ mod failover_node;
 pub mod fleet;
 pub mod major_upgrade;
 pub mod rollout;
+mod switchover;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {

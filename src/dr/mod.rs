@@ -117,8 +117,14 @@ impl Engine {
         self.track.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The last round's view, with the time of the last forced promotion
+    /// as of now: a round that promoted may still be running its other
+    /// steps (demoting an unreachable side takes its timeouts) while the
+    /// promoted side already takes writes.
     pub fn status(&self) -> Status {
-        self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let mut st = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        st.forced_at_ms = *self.forced_at_ms.lock().unwrap_or_else(|e| e.into_inner());
+        st
     }
 
     /// Runs rounds until dropped.

@@ -241,6 +241,24 @@ impl VirtualRuntime {
             let report = self.report(pod_id).ok_or("the instance is not running")?;
             return serde_json::to_value(report).map_err(|e| e.to_string());
         }
+        if verb == "promote-after" {
+            let want = args
+                .first()
+                .and_then(|a| crate::postgres::parse_lsn(a))
+                .ok_or("promote-after: an LSN (like 0/3000028) is required")?;
+            let r = self.report(pod_id).ok_or("the instance is not running")?;
+            let at = [&r.received_lsn, &r.replayed_lsn]
+                .into_iter()
+                .filter_map(|l| l.as_deref().and_then(crate::postgres::parse_lsn))
+                .max()
+                .unwrap_or(0);
+            if r.role != "primary" && at <= want {
+                return Ok(
+                    json!({"contract": CONTRACT_VERSION, "promoted": false, "behind": true}),
+                );
+            }
+            return self.verb(pod_id, "promote", &[]);
+        }
         let mut data = Self::lock(&self.data);
         let inst = data.get_mut(&key).ok_or("no data directory")?;
         match verb {

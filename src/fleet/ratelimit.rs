@@ -62,6 +62,15 @@ impl<S> Layer<S> for RateLimit {
 
 const LEASES: &str = "/apis/coordination.k8s.io/";
 
+/// Requests that skip the limit. Ownership Leases (`ha`): a renewal queued
+/// behind a burst of reconcile writes would lose the member exactly when
+/// it is busiest. The connectivity probe (`GET /version`): queued behind
+/// the same burst it would time out and mark a busy member Unreachable
+/// (seen at 10,000 PostgresClusters). Both are a request or two per period.
+fn exempt(path: &str) -> bool {
+    path.starts_with(LEASES) || path == "/version" || path == "/version/"
+}
+
 pub struct Limited<S> {
     inner: S,
     limit: RateLimit,
@@ -82,10 +91,7 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        // Ownership Leases (`ha`) skip the limit: a renewal queued behind a
-        // burst of reconcile writes would lose the member exactly when it
-        // is busiest, and they are only a request or two per retry period.
-        let wait = if req.uri().path().starts_with(LEASES) {
+        let wait = if exempt(req.uri().path()) {
             Duration::ZERO
         } else {
             self.limit.reserve()
@@ -103,8 +109,49 @@ where
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leases_and_the_probe_skip_the_limit_and_nothing_else_does() {
+        assert!(exempt("/apis/coordination.k8s.io/v1/namespaces/x/leases/y"));
+        assert!(exempt("/version"));
+        for p in [
+            "/api/v1/pods",
+            "/versions",
+            "/apis/pgfleet.io/v1/postgresclusters",
+        ] {
+            assert!(!exempt(p), "{p}");
+        }
+    }
+
+    /// With the bucket empty, an ordinary request is held back (its first
+    /// poll is pending) while the probe goes at once (ready on the first
+    /// poll): no clock involved.
+    #[tokio::test]
+    async fn with_the_bucket_empty_the_probe_does_not_wait() {
+        use futures::FutureExt;
+        struct Ok;
+        impl Service<http::Request<()>> for Ok {
+            type Response = ();
+            type Error = ();
+            type Future = std::future::Ready<Result<(), ()>>;
+            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
+                Poll::Ready(Result::Ok(()))
+            }
+            fn call(&mut self, _: http::Request<()>) -> Self::Future {
+                std::future::ready(Result::Ok(()))
+            }
+        }
+        let mut svc = RateLimit::new(0.1, 1).layer(Ok);
+        let req = |p: &str| http::Request::get(p).body(()).unwrap();
+        svc.call(req("/api/v1/pods")).await.unwrap();
+        let queued = svc.call(req("/api/v1/pods")).now_or_never();
+        assert!(queued.is_none(), "an ordinary request did not wait");
+        let probe = svc.call(req("/version")).now_or_never();
+        assert!(probe.is_some(), "the probe waited behind the limit");
+    }
 
     #[test]
     fn burst_then_paced() {

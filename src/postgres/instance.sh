@@ -487,7 +487,7 @@ rewind_from_source() {
 # streams without one.
 ensure_slot() {
   designated && return 0
-  up="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator dbname=postgres $(repl_ssl)"
+  up="host=$(conninfo_q "$PGFLEET_PRIMARY_HOST") port=5432 user=replicator dbname=postgres connect_timeout=10 $(repl_ssl)"
   n=0
   until PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_receivewal)" -d "$up" \
     --slot="$(echo "$POD_NAME" | tr '-' '_')" --create-slot --if-not-exists 2>/dev/null; do
@@ -495,6 +495,22 @@ ensure_slot() {
     [ "$n" -lt 120 ] || { log "could not create this instance's replication slot on $PGFLEET_PRIMARY_HOST"; return 0; }
     sleep 1
   done
+}
+
+# A primary archives from its first segment on, and pgBackRest refuses every
+# segment until the stanza exists (each refusal retried three times, one
+# second apart — a shutdown, so a switchover, waits for those too). The
+# manager's archive check creates it as well, but only every 30 s and not
+# while a switchover stops the primary. In the background, bounded; not on
+# a drill's copy (archive_mode off) or a standby.
+ensure_stanza() {
+  [ -f "$PGBR_CONF" ] || return 0
+  n=0
+  until [ "$(sql "SELECT current_setting('archive_mode') <> 'off' AND NOT pg_is_in_recovery()" 2>/dev/null)" = t ]; do
+    n=$((n + 1)); [ "$n" -lt 60 ] || return 0
+    sleep 1
+  done
+  cmd_backup_init >/dev/null || log "the backup stanza could not be created yet; the manager retries"
 }
 
 # Supervises postgres instead of exec'ing it, so that a clean demotion or a
@@ -528,7 +544,7 @@ cmd_run() {
     configure start
     "$(bin postgres)" -D "$PGDATA" -c listen_addresses="${POD_IP:-*}" -c unix_socket_directories="$SOCKDIR" &
     pid=$!
-    if [ "$(wanted_role)" = replica ]; then ensure_slot </dev/null >/dev/null & fi
+    if [ "$(wanted_role)" = replica ]; then ensure_slot </dev/null >/dev/null & else ensure_stanza </dev/null & fi
     while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done
     pid=""
     [ "$stop" = 0 ] || break
@@ -586,7 +602,10 @@ cmd_promote() {
     return
   fi
   if [ "$(sql "SELECT pg_is_in_recovery()")" = t ]; then
-    "$(bin pg_ctl)" -D "$PGDATA" -w -t 60 promote >&2
+    # Not `pg_ctl -w`: it checks every 100 ms, and clients of a
+    # switchover wait for this; one session polls every 10 ms instead.
+    "$(bin pg_ctl)" -D "$PGDATA" -W promote >&2
+    sql "DO \$\$ BEGIN FOR i IN 1..6000 LOOP EXIT WHEN NOT pg_is_in_recovery(); PERFORM pg_sleep(0.01); END LOOP; END \$\$" >/dev/null
   fi
   # In the background, so the promotion does not wait: pg_rewind's grants
   # (committed locally: a synchronous cluster's other standbys still follow
@@ -596,6 +615,44 @@ cmd_promote() {
   # Should either fail, a former primary re-clones instead of rewinding.
   ( sql "SET synchronous_commit = local; $REWIND_GRANTS"; sql "CHECKPOINT" ) >/dev/null 2>&1 </dev/null &
   sql "SELECT pg_is_in_recovery()" | grep -q f && echo "{\"contract\":$CONTRACT,\"promoted\":true}"
+}
+
+# `promote-after LSN` (a switchover): waits up to 30 s until this standby
+# received or replayed past LSN (the old primary's shutdown checkpoint
+# record), then promotes; otherwise answers "behind" and changes nothing,
+# and the manager aborts the switchover. One exec where a status poll and
+# `promote` took several round trips while clients wait.
+cmd_promote_after() {
+  want=${2:-}
+  case "$want" in
+    */*) case "$want" in *[!0-9A-Fa-f/]*) want="" ;; esac ;;
+    *) want="" ;;
+  esac
+  [ -n "$want" ] || { log "promote-after: an LSN (like 0/3000028) is required"; exit 64; }
+  n=0
+  until [ "$(sql "SELECT NOT pg_is_in_recovery() OR greatest(coalesce(pg_last_wal_receive_lsn(), '0/0'),
+      coalesce(pg_last_wal_replay_lsn(), '0/0')) > '$want'::pg_lsn" 2>/dev/null)" = t ]; do
+    n=$((n + 1))
+    if [ "$n" -ge 1500 ]; then
+      echo "{\"contract\":$CONTRACT,\"promoted\":false,\"behind\":true}"
+      return
+    fi
+    sleep 0.02
+  done
+  cmd_promote
+}
+
+# A fast shutdown, waited for every 10 ms (`pg_ctl -w` checks every 100 ms
+# and a switchover's clients wait for it); bounded at 60 s like pg_ctl.
+# Waits for that postmaster (its pid), not for the file: the run loop starts
+# the next one 200 ms after it exits.
+stop_fast() {
+  old=$(head -n 1 "$PGDATA/postmaster.pid" 2>/dev/null) || old=""
+  "$(bin pg_ctl)" -D "$PGDATA" -W -m fast stop >&2 || return 0
+  n=0
+  while [ "$n" -lt 6000 ] && [ "$(head -n 1 "$PGDATA/postmaster.pid" 2>/dev/null)" = "$old" ]; do
+    n=$((n + 1)); sleep 0.01
+  done
 }
 
 # Clean demotion for a switchover: standby.signal first, then a fast
@@ -616,7 +673,7 @@ cmd_demote() {
     *) touch "$DEMOTED" ;;
   esac
   if [ "${2:-}" = dr-rewind ]; then rm -f "$PGDATA/standby.signal"; else touch "$PGDATA/standby.signal"; fi
-  "$(bin pg_ctl)" -D "$PGDATA" -w -m fast stop >&2 || true
+  stop_fast
   lsn=$("$(bin pg_controldata)" -D "$PGDATA" | sed -n 's/^Latest checkpoint location: *//p')
   echo "{\"contract\":$CONTRACT,\"demoted\":true,\"lsn\":\"$lsn\"}"
 }
@@ -650,6 +707,12 @@ cmd_reload() {
     done
   fi
   configure
+  # Stopped since the manager looked (fenced, demoted, rewinding): it reads
+  # what `configure` just copied when it starts; nothing failed.
+  if ! "$(bin pg_ctl)" -D "$PGDATA" status >/dev/null 2>&1; then
+    echo "{\"contract\":$CONTRACT,\"reloaded\":false,\"stopped\":true}"
+    return
+  fi
   "$(bin pg_ctl)" -D "$PGDATA" reload >&2
   echo "{\"contract\":$CONTRACT,\"reloaded\":true}"
 }
@@ -1090,6 +1153,7 @@ case "${1:-}" in
   query) cmd_query "$@" ;;
   status) cmd_status "$@" ;;
   promote) cmd_promote ;;
+  promote-after) cmd_promote_after "$@" ;;
   demote) cmd_demote "$@" ;;
   fence) cmd_fence ;;
   unfence) cmd_unfence "$@" ;;
@@ -1102,5 +1166,5 @@ case "${1:-}" in
   upgrade) cmd_upgrade "$@" ;;
   analyze) cmd_analyze ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|demote|fence|unfence|reload|reload-tls SHA256|checkpoint|slots NAME...|usage|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|status|promote|promote-after LSN|demote|fence|unfence|reload|reload-tls SHA256|checkpoint|slots NAME...|usage|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze" >&2; exit 64 ;;
 esac

@@ -20,20 +20,25 @@ const RESUME_ATTEMPTS: u32 = 12;
 /// [`ADMIN_TIMEOUT`]. Returns the pods that did not take it. A refusal
 /// (PAUSE on a paused pooler, RESUME on a running one) counts as taken.
 pub async fn admin(client: &kube::Client, ns: &str, pods: &[String], cmd: &str) -> Vec<String> {
-    let mut missed = vec![];
-    for pod in pods {
-        let what = format!("pgbouncer {cmd}");
-        match run_command(
+    let what = format!("pgbouncer {cmd}");
+    let what = what.as_str();
+    // All at once: clients of every pooler wait for the slowest one only.
+    let sent = pods.iter().map(|pod| async move {
+        let r = run_command(
             client,
             ns,
             pod,
             "pgbouncer",
             pooler::admin_command(cmd),
-            &what,
+            what,
             ADMIN_TIMEOUT,
         )
-        .await
-        {
+        .await;
+        (pod, r)
+    });
+    let mut missed = vec![];
+    for (pod, r) in futures::future::join_all(sent).await {
+        match r {
             Ok(_) => {}
             Err(ExecError::Verb { message, .. }) => {
                 tracing::debug!(%pod, cmd, %message, "pooler admin command refused");
@@ -67,7 +72,7 @@ impl Paused {
             pods,
             armed: true,
         };
-        for pod in &guard.pods {
+        let sent = guard.pods.iter().map(|pod| {
             run_command(
                 client,
                 ns,
@@ -77,12 +82,13 @@ impl Paused {
                 "pgbouncer PAUSE",
                 ADMIN_TIMEOUT,
             )
-            .await
-            .or_else(|e| match e {
+        });
+        for r in futures::future::join_all(sent).await {
+            match r {
                 // Already paused: what we wanted.
-                ExecError::Verb { .. } => Ok(String::new()),
-                e => Err(e),
-            })?;
+                Ok(_) | Err(ExecError::Verb { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         Ok(guard)
     }

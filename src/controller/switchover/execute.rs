@@ -172,16 +172,42 @@ pub async fn resume(
         // write, which shortens the stall clients see.
         let _ = run_verb(&ctx.client, &ns, old, &["checkpoint"], EXEC_TIMEOUT).await;
     }
+    hand_over(pg, ctx, obs, &ns, old, target, old_is_primary).await
+}
+
+/// The part clients wait for: PAUSE, demote, catch-up and promote, rewire,
+/// RESUME (see `switchover/mod.rs`).
+async fn hand_over(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    ns: &str,
+    old: &str,
+    target: &str,
+    old_is_primary: bool,
+) -> Result<Action, Error> {
+    let ns = ns.to_string();
     let paused_at = Instant::now();
     // From here every return (and a cancelled task) resumes the poolers.
     let paused = pooler::pause::Paused::pause(&ctx.client, &ns, pooler::live_pods(obs)).await?;
+    let t_paused = paused_at.elapsed();
     let final_lsn = match old_is_primary {
         true => demote(ctx, &ns, old).await?,
         false => None,
     };
-    if let Some(lsn) = final_lsn
-        && !caught_up(ctx, &ns, target, lsn).await
-    {
+    let t_demoted = paused_at.elapsed();
+    // The old primary leaves -rw while the target catches up and promotes
+    // (one exec, see `promote_after`): both must be done before the target
+    // is labelled, or -rw would select two primaries.
+    let fence = async {
+        match old_is_primary {
+            true => label(ctx, &ns, old, Role::Fenced).await,
+            false => Ok(()),
+        }
+    };
+    let (fenced, promoted) = tokio::join!(fence, promote_after(ctx, &ns, target, final_lsn));
+    fenced?;
+    if !promoted? {
         // Do not promote a target that lacks commits: undo and say so.
         abort(pg, ctx, &ns, old).await?;
         paused.resume().await;
@@ -195,29 +221,59 @@ pub async fn resume(
         .await;
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    run_verb(
-        &ctx.client,
-        &ns,
-        target,
-        &["promote"],
-        Duration::from_secs(60),
-    )
-    .await?;
+    let t_promoted = paused_at.elapsed();
     label(ctx, &ns, target, Role::Primary).await?;
+    let t_labelled = paused_at.elapsed();
+    // Clients go on as soon as -rw has its primary; the old one's label
+    // only decides -ro.
+    paused.resume().await;
+    let stall = paused_at.elapsed();
+    // Where the stall went, for tuning and for a slow switchover's report.
+    tracing::info!(cluster = %ctx.member, %old, %target,
+        pause_ms = t_paused.as_millis(), demote_ms = (t_demoted - t_paused).as_millis(),
+        promote_ms = (t_promoted - t_demoted).as_millis(), label_ms = (t_labelled - t_promoted).as_millis(),
+        resume_ms = (stall - t_labelled).as_millis(), "switchover: writes held");
     if obs.pods.contains_key(old) {
         label(ctx, &ns, old, Role::Replica).await?;
     }
-    paused.resume().await;
-    completed(pg, ctx, obs, &ns, old, target, paused_at.elapsed()).await
+    completed(pg, ctx, obs, &ns, old, target, stall).await
+}
+
+/// Promotes the target once it received past `lsn` (the old primary's
+/// shutdown checkpoint): false when it did not within [`CATCH_UP`], and
+/// nothing changed. One exec (`promote-after`); an instance script without
+/// that verb (a ConfigMap not yet refreshed after a manager upgrade) gets
+/// the status polls and `promote` it understands.
+async fn promote_after(ctx: &Ctx, ns: &str, target: &str, lsn: Option<u64>) -> Result<bool, Error> {
+    let promote = Duration::from_secs(60);
+    let Some(lsn) = lsn else {
+        run_verb(&ctx.client, ns, target, &["promote"], promote).await?;
+        return Ok(true);
+    };
+    let at = crate::postgres::format_lsn(lsn);
+    let verb = ["promote-after", at.as_str()];
+    match run_verb(&ctx.client, ns, target, &verb, CATCH_UP + promote).await {
+        Ok(out) => Ok(!out.contains("\"behind\":true")),
+        Err(crate::postgres::exec::ExecError::Verb {
+            exit_code: Some(64),
+            ..
+        }) => {
+            if !caught_up(ctx, ns, target, lsn).await {
+                return Ok(false);
+            }
+            run_verb(&ctx.client, ns, target, &["promote"], promote).await?;
+            Ok(true)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Demotes the old primary while still behind -rw: the replicas stream
 /// through it and must receive the shutdown checkpoint. Once stopped it
-/// takes no writes (it restarts as a standby), then it leaves -rw. Returns
-/// where its shutdown checkpoint record starts.
+/// takes no writes (it restarts as a standby); the caller then takes it
+/// out of -rw. Returns where its shutdown checkpoint record starts.
 async fn demote(ctx: &Ctx, ns: &str, old: &str) -> Result<Option<u64>, Error> {
     let out = run_verb(&ctx.client, ns, old, &["demote"], EXEC_TIMEOUT).await?;
-    label(ctx, ns, old, Role::Fenced).await?;
     Ok(
         serde_json::from_str::<crate::postgres::contract::Demoted>(out.trim())
             .ok()

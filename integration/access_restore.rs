@@ -108,7 +108,13 @@ async fn a_restored_cluster_gets_its_spec_roles_reconciled() {
         .unwrap();
     e.wait("backup src-full Completed", LONG, || async {
         let phase = backup_phase(&e, "src-full").await;
-        assert_ne!(phase.as_deref(), Some("Failed"), "the backup failed");
+        if phase.as_deref() == Some("Failed") {
+            let b = Api::<PostgresBackup>::namespaced(e.client.clone(), NS)
+                .get("src-full")
+                .await
+                .ok();
+            panic!("the backup failed: {:?}", b.and_then(|b| b.status));
+        }
         phase.as_deref() == Some("Completed")
     })
     .await;

@@ -39,6 +39,7 @@ FENCE="${SOCKDIR}/pgfleet.fenced"
 # pgBackRest: one repository (repo1), stanza `db`, configured by the manager
 # in the ConfigMap. Credentials come from the environment only.
 PGBR_CONF="$CONFIG/pgbackrest.conf"
+STANZA_BUSY="${PGDATA:-.}/../pgfleet.stanza-busy"
 # In the pod's /tmp: why the last restore attempt failed (cleared when one
 # succeeds), and which initialisation is running right now.
 INIT_FAILED="${SOCKDIR}/pgfleet.restore-failed"
@@ -505,12 +506,23 @@ ensure_slot() {
 # a drill's copy (archive_mode off) or a standby.
 ensure_stanza() {
   [ -f "$PGBR_CONF" ] || return 0
+  # Taken before PostgreSQL answers: a backup asked for meanwhile waits.
+  touch "$STANZA_BUSY"
   n=0
   until [ "$(sql "SELECT current_setting('archive_mode') <> 'off' AND NOT pg_is_in_recovery()" 2>/dev/null)" = t ]; do
-    n=$((n + 1)); [ "$n" -lt 60 ] || return 0
-    sleep 1
+    n=$((n + 1)); [ "$n" -lt 300 ] || { rm -f "$STANZA_BUSY"; return 0; }
+    sleep 0.2
   done
-  cmd_backup_init >/dev/null || log "the backup stanza could not be created yet; the manager retries"
+  ( backup_init >/dev/null ) || log "the backup stanza could not be created yet; the manager retries"
+  rm -f "$STANZA_BUSY"
+}
+# stanza-create takes every pgBackRest lock of the stanza, and a backup or
+# an expire that finds one taken fails at once: those verbs wait (60 s at
+# most) while this instance's own `ensure_stanza` runs. A marker older than
+# two minutes is left over from a killed run.
+wait_stanza() {
+  n=0
+  while [ "$(age_of "$STANZA_BUSY")" -lt 120 ] && [ "$n" -lt 300 ]; do n=$((n + 1)); sleep 0.2; done
 }
 
 # Supervises postgres instead of exec'ing it, so that a clean demotion or a
@@ -792,6 +804,10 @@ cmd_archive_push() {
 # lock, so an unreachable store fails here with pgBackRest's own reason (not
 # with the archive lock a retrying archive-push holds).
 cmd_backup_init() {
+  wait_stanza
+  backup_init
+}
+backup_init() {
   j=$(pgbr info --output=json) || exit $?
   code=$(sqlj j "$j" "SELECT (:'j'::json)->0->'status'->>'code'")
   case "$code" in
@@ -836,6 +852,7 @@ BACKUP_FIELDS="
 cmd_backup() {
   case "${2:-}:${3:-}" in full:|diff:|incr:|full:--standby|diff:--standby|incr:--standby) ;;
     *) log "usage: backup full|diff|incr [--standby]"; exit 64 ;; esac
+  wait_stanza
   if [ -z "${3:-}" ]; then
     pgbr backup --type="$2" >&2
   else
@@ -872,6 +889,7 @@ cmd_backup_info() {
 # `expire [--retention-full N | --retention-full-days D]`: retention comes
 # from pgbackrest.conf (repo1-retention-full*) unless overridden here.
 cmd_expire() {
+  wait_stanza
   shift
   set_opts=""
   while [ $# -gt 0 ]; do

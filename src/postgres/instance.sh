@@ -509,10 +509,12 @@ ensure_stanza() {
   # Taken before PostgreSQL answers: a backup asked for meanwhile waits.
   touch "$STANZA_BUSY"
   n=0
-  until [ "$(sql "SELECT current_setting('archive_mode') <> 'off' AND NOT pg_is_in_recovery()" 2>/dev/null)" = t ]; do
+  until on=$(sql "SELECT current_setting('archive_mode') <> 'off' AND NOT pg_is_in_recovery()" 2>/dev/null); do
     n=$((n + 1)); [ "$n" -lt 300 ] || { rm -f "$STANZA_BUSY"; return 0; }
     sleep 0.2
   done
+  # A designated primary (in recovery) or a drill's copy: nothing to do.
+  [ "$on" = t ] || { rm -f "$STANZA_BUSY"; return 0; }
   ( backup_init >/dev/null ) || log "the backup stanza could not be created yet; the manager retries"
   rm -f "$STANZA_BUSY"
 }

@@ -103,6 +103,36 @@ impl TimedWriter {
     }
 }
 
+/// Each pod of member `m`: name, creation time, restarts, readiness, and
+/// the cluster's status (diagnostics for a failure).
+async fn pods_of(w: &World, m: &str) -> String {
+    let pods = Api::<Pod>::namespaced(w.client(m), NS)
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let mut out: Vec<String> = pods
+        .iter()
+        .map(|p| {
+            let st = p.status.clone().unwrap_or_default();
+            let cs = st.container_statuses.unwrap_or_default();
+            format!(
+                "{} created {:?} restarts {:?} ready {:?}",
+                p.metadata.name.clone().unwrap_or_default(),
+                p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                cs.iter().map(|c| c.restart_count).collect::<Vec<_>>(),
+                cs.iter().map(|c| c.ready).collect::<Vec<_>>()
+            )
+        })
+        .collect();
+    let pg = Api::<PostgresCluster>::namespaced(w.client(m), NS)
+        .get("orders")
+        .await
+        .ok();
+    out.push(format!("cluster: {:?}", pg.and_then(|p| p.status)));
+    out.join("\n")
+}
+
 fn sim(w: &World) -> &pgfleet::sim::Sim {
     w.mgr.sim.as_ref().unwrap()
 }
@@ -201,8 +231,10 @@ async fn an_isolated_primary_side_fences_itself_and_the_replica_side_takes_over_
     if !logs.contains("rewinding to follow") || logs.contains("re-cloning") {
         let b = until("dr-b is Healthy", || w.healthy("dr-b")).await;
         panic!(
-            "dr-a was not rewound:\n{logs}\nprevious:\n{}\ndr-b's primary:\n{}",
+            "dr-a was not rewound:\n{logs}\nprevious:\n{}\ndr-a's pods: {}\ndr-a's replica:\n{}\ndr-b's primary:\n{}",
             w.logs_of("dr-a", &a_primary, true).await,
+            pods_of(&w, "dr-a").await,
+            w.logs("dr-a", a_replica).await,
             w.logs("dr-b", &b).await
         );
     }

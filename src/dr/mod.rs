@@ -16,6 +16,7 @@ pub mod failover;
 mod observe;
 mod poolers;
 pub mod state;
+mod steps;
 mod sync;
 mod track;
 
@@ -25,7 +26,7 @@ use crate::controller::pooler::Upstream;
 use crate::crd::PostgresCluster;
 use crate::fleet::{Fleet, Member};
 use anyhow::Context;
-use decide::{SideView, Step};
+use decide::SideView;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde::Serialize;
@@ -185,6 +186,7 @@ impl Engine {
         };
         let now = std::time::Instant::now();
         self.tracked().observe(now, &state.primary, &views);
+        self.hold_fenced(&views);
         let mut notes = vec![];
         if let Some(next) = self.witness(&state, &views, now).await? {
             notes.push(format!("automatic failover to {}", next.primary));
@@ -234,28 +236,6 @@ impl Engine {
             self.pooler_round(&state, &views, &sides, false).await;
         }
         Ok(self.record(&views, Some(&state), &notes.join("; ")))
-    }
-
-    /// Beats the primary side's watchdog (`status dr` on its primary)
-    /// every tick, forever: runs beside the steps of a round, which
-    /// otherwise hold the next round's observation — the usual beat.
-    async fn heartbeat(&self, state: &State, views: &[SideView]) {
-        let target = views
-            .iter()
-            .find(|v| v.member == state.primary && v.reachable)
-            .and_then(|v| Some((self.member(&v.member).ok()?, v.primary_pod.clone()?)));
-        let Some((m, pod)) = target else {
-            return std::future::pending().await;
-        };
-        loop {
-            tokio::time::sleep(self.tick).await;
-            if observe::report(&m.client(), &self.topology.namespace, &pod)
-                .await
-                .is_none()
-            {
-                tracing::debug!(topology = %self.name, member = %m.name, %pod, "DR heartbeat unanswered");
-            }
-        }
     }
 
     /// The span of the operation in progress (a switchover until its new
@@ -423,90 +403,6 @@ impl Engine {
             };
             if let Err(e) = sync::replicate(&from, &to, &self.name, ns, name).await {
                 tracing::warn!(topology = %self.name, to = %v.member, error = format!("{e:#}"), "DR copy failed");
-            }
-        }
-    }
-
-    async fn take(&self, step: &Step) -> anyhow::Result<()> {
-        let ns = &self.topology.namespace;
-        let (member, pod, verb): (&str, &str, &[&str]) = match step {
-            Step::Demote {
-                member,
-                pod,
-                rewind,
-            } => {
-                let v: &[&str] = if *rewind {
-                    &["demote", "dr-rewind"]
-                } else {
-                    &["demote", "dr"]
-                };
-                (member, pod, v)
-            }
-            Step::Promote { member, pod } => (member, pod, &["promote"]),
-            Step::Unfence {
-                member,
-                pod,
-                replica,
-            } => {
-                let v: &[&str] = if *replica {
-                    &["unfence", "dr"]
-                } else {
-                    &["unfence"]
-                };
-                (member, pod, v)
-            }
-        };
-        let m = self.member(member)?;
-        // A side that lost the primary to a forced promotion: demoted
-        // with a rewind while running, or unfenced as a replica after its
-        // watchdog fenced it (the run loop rewinds it then).
-        if matches!(
-            step,
-            Step::Demote { rewind: true, .. } | Step::Unfence { replica: true, .. }
-        ) {
-            self.rewind_standbys(&m, pod).await;
-        }
-        let out =
-            crate::postgres::exec::run_verb(&m.client(), ns, pod, verb, Duration::from_secs(90))
-                .await
-                .with_context(|| format!("{} on {member}/{pod}", verb.join(" ")))?;
-        tracing::info!(topology = %self.name, %member, %pod, verb = verb.join(" "), %out, "DR step");
-        Ok(())
-    }
-
-    /// After a forced promotion the lost side's standbys may hold its
-    /// primary's last WAL (its shutdown checkpoint) past the point the new
-    /// primary side forked off: each rewinds too (`demote dr-rewind` on a
-    /// standby), before its primary is demoted. Best effort: a standby
-    /// that cannot be reached must not keep the primary from being demoted
-    /// (docs/disaster-recovery.md, runbook "a standby of the old side does
-    /// not stream").
-    async fn rewind_standbys(&self, m: &crate::fleet::Member, primary: &str) {
-        let (ns, name) = (&self.topology.namespace, &self.topology.name);
-        let pods = match observe::other_instances(&m.client(), ns, name, primary).await {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(topology = %self.name, member = %m.name, error = format!("{e:#}"), "DR: standbys of the demoted side not listed");
-                return;
-            }
-        };
-        for pod in pods {
-            let verb = &["demote", "dr-rewind"];
-            match crate::postgres::exec::run_verb(
-                &m.client(),
-                ns,
-                &pod,
-                verb,
-                Duration::from_secs(30),
-            )
-            .await
-            {
-                Ok(out) => {
-                    tracing::info!(topology = %self.name, member = %m.name, %pod, %out, "DR step: standby rewinds")
-                }
-                Err(e) => {
-                    tracing::warn!(topology = %self.name, member = %m.name, %pod, error = format!("{e:#}"), "DR: a standby of the demoted side was not told to rewind")
-                }
             }
         }
     }

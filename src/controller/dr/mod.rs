@@ -46,7 +46,9 @@ pub fn pooler_upstream(
 /// rewinding onto the new primary side's timeline (slow on a loaded
 /// machine): its replicas hold the lost side's last WAL too and could not
 /// follow as designated primary. One status exec, only while the primary
-/// is not ready.
+/// is not ready, and none when the engine marked the primary as its own
+/// ([`registry::Registry::hold`]): that exec is what times out on a
+/// loaded machine.
 pub async fn fenced_primary(
     pg: &crate::crd::PostgresCluster,
     ctx: &crate::controller::Ctx,
@@ -63,11 +65,18 @@ pub async fn fenced_primary(
     let Some(p) = obs.pods.get(&current).filter(|p| !p.ready && !p.deleting) else {
         return false;
     };
-    let fenced = crate::controller::instance::report(ctx, ns, &p.name)
-        .await
-        .is_some_and(|r| r.fenced || r.rewinding);
+    let key = (
+        ctx.member.as_str(),
+        ns,
+        pg.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let held = ctx.dr.engine_holds(key.0, key.1, key.2, &p.name);
+    let fenced = held
+        || crate::controller::instance::report(ctx, ns, &p.name)
+            .await
+            .is_some_and(|r| r.fenced || r.rewinding);
     if fenced {
-        tracing::info!(cluster = %ctx.member, pod = %p.name, "primary fenced by the DR watchdog or rewinding: no in-cluster failover");
+        tracing::info!(cluster = %ctx.member, pod = %p.name, engine = held, "primary fenced by the DR watchdog, or demoted or rewinding by the DR engine: no in-cluster failover");
     }
     fenced
 }

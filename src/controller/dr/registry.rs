@@ -113,6 +113,10 @@ pub struct Registry {
     /// Why a replica side is not promoted although its primary side is
     /// lost (a condition on its PostgresCluster).
     notices: RwLock<HashMap<Key, String>>,
+    /// Primaries the engine is fencing, demoting or rewinding, with the
+    /// instant the mark lapses: the controller must not fail over around
+    /// them (see [`Registry::engine_holds`]).
+    held: RwLock<HashMap<Key, (String, std::time::Instant)>>,
 }
 
 impl Registry {
@@ -135,6 +139,7 @@ impl Registry {
         Self {
             sides: RwLock::new(sides),
             notices: RwLock::default(),
+            held: RwLock::default(),
         }
     }
 
@@ -162,6 +167,41 @@ impl Registry {
             Some(w) => notices.insert(key, w.clone()).as_ref() != Some(&w),
             None => notices.remove(&key).is_some(),
         }
+    }
+
+    /// Marks `pod` as the engine's to bring back for `for_` (a fenced
+    /// primary it has seen, one it is demoting or rewinding). Why a mark
+    /// and not only the controller's own status exec: on a loaded machine
+    /// that exec times out, and an in-cluster failover then promotes a
+    /// standby of the lost side behind the engine's back, which makes the
+    /// side re-clone instead of rewind. The mark lapses on its own so a
+    /// manager that stopped caring (topology removed) blocks nothing.
+    pub fn hold(&self, member: &str, ns: &str, name: &str, pod: &str, for_: std::time::Duration) {
+        let key = (member.to_string(), ns.to_string(), name.to_string());
+        let until = std::time::Instant::now() + for_;
+        let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());
+        let keep = held.get(&key).is_some_and(|(p, u)| p == pod && *u > until);
+        if !keep {
+            held.insert(key, (pod.to_string(), until));
+        }
+    }
+
+    /// Drops the mark on `pod` (it is back: ready, neither fenced nor
+    /// rewinding), so a later real failure is failed over at once.
+    pub fn release(&self, member: &str, ns: &str, name: &str, pod: &str) {
+        let key = (member.to_string(), ns.to_string(), name.to_string());
+        let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());
+        if held.get(&key).is_some_and(|(p, _)| p == pod) {
+            held.remove(&key);
+        }
+    }
+
+    /// Whether the engine holds `pod` (marked and not lapsed).
+    pub fn engine_holds(&self, member: &str, ns: &str, name: &str, pod: &str) -> bool {
+        let key = (member.to_string(), ns.to_string(), name.to_string());
+        let held = self.held.read().unwrap_or_else(|e| e.into_inner());
+        held.get(&key)
+            .is_some_and(|(p, until)| p == pod && *until > std::time::Instant::now())
     }
 
     /// Sets a side; only for clusters the configuration lists.
@@ -235,5 +275,27 @@ mod tests {
         assert_eq!(r.side("c", "ns", "db"), None);
         r.set("b", "ns", "db", replica("h", "b"));
         assert_eq!(r.side("b", "ns", "db"), Some(replica("h", "b")));
+    }
+
+    #[test]
+    fn an_engine_hold_names_one_pod_and_lapses() {
+        let r = Registry::default();
+        let long = std::time::Duration::from_secs(600);
+        r.hold("a", "ns", "db", "db-1", long);
+        assert!(r.engine_holds("a", "ns", "db", "db-1"));
+        assert!(!r.engine_holds("a", "ns", "db", "db-2"));
+        assert!(!r.engine_holds("b", "ns", "db", "db-1"));
+        // A shorter mark does not shorten a longer one.
+        r.hold("a", "ns", "db", "db-1", std::time::Duration::ZERO);
+        assert!(r.engine_holds("a", "ns", "db", "db-1"));
+        r.release("a", "ns", "db", "db-2");
+        assert!(r.engine_holds("a", "ns", "db", "db-1"));
+        r.release("a", "ns", "db", "db-1");
+        assert!(!r.engine_holds("a", "ns", "db", "db-1"));
+        r.hold("a", "ns", "db", "db-1", long);
+        // Another pod replaces it; a lapsed mark holds nothing.
+        r.hold("a", "ns", "db", "db-2", std::time::Duration::ZERO);
+        assert!(!r.engine_holds("a", "ns", "db", "db-2"));
+        assert!(!r.engine_holds("a", "ns", "db", "db-1"));
     }
 }

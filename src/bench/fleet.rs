@@ -159,11 +159,12 @@ async fn measure(args: &Args, dir: &Path, kubeconfigs: &[(String, PathBuf)]) -> 
     );
     let (child, fcold) = floor::FloorChild::start(args, dir).await?;
     println!(
-        "  cold: {}/{total} caught up in {:.2} s ({} reconciles, {} status writes)",
+        "  cold: {}/{total} caught up in {:.2} s ({} reconciles, {} status writes, {} requests)",
         fcold.converged,
         fcold.took.as_secs_f64(),
         fcold.reconciles,
-        fcold.writes
+        fcold.writes,
+        fcold.requests
     );
     let mut fsteps = vec![];
     for &rate in &args.rates {
@@ -179,6 +180,7 @@ async fn measure(args: &Args, dir: &Path, kubeconfigs: &[(String, PathBuf)]) -> 
         fcold: (fcold.took, fcold.converged),
         mem: (rss_before, m.rss_after),
         fmem: (fcold.rss_before, fcold.rss_after),
+        requests: (m.requests, fcold.requests),
         steps: &m.steps,
         fsteps: &fsteps,
     };
@@ -190,6 +192,8 @@ struct ManagerRun {
     cold: Duration,
     healthy: usize,
     rss_after: u64,
+    /// Requests to the member clusters during the cold converge.
+    requests: u64,
     steps: Vec<Step>,
 }
 
@@ -230,11 +234,16 @@ async fn manager_phase(
     }
     let cold = start.elapsed();
     let rss_after = env::rss()?;
+    let requests = crate::metrics::get().requests.totals();
     println!(
         "  cold: {healthy}/{total} Healthy in {:.2} s · {}",
         cold.as_secs_f64(),
         counters(&mgr)
     );
+    println!("  requests per PostgresCluster during the cold converge, by verb and resource:");
+    for line in per_cluster_requests(&requests, total) {
+        println!("    {line}");
+    }
     let stores: Vec<_> = mgr.controllers().iter().map(|h| h.stores.clone()).collect();
     let shards = args.shards;
     driver.set_probe(Some(Arc::new(move |ci: usize, name: &str| {
@@ -253,8 +262,27 @@ async fn manager_phase(
         cold,
         healthy,
         rss_after,
+        requests: requests.values().sum(),
         steps,
     })
+}
+
+/// The request counts as "verb resource: n per PostgresCluster", largest
+/// first (`metrics::requests`, what the member clients sent).
+fn per_cluster_requests(
+    totals: &std::collections::BTreeMap<(&'static str, String), u64>,
+    pgcs: usize,
+) -> Vec<String> {
+    let mut rows: Vec<(&(&str, String), &u64)> = totals.iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(a.1));
+    rows.iter()
+        .map(|((verb, resource), n)| {
+            format!(
+                "{verb} {resource}: {:.2} ({n})",
+                **n as f64 / pgcs.max(1) as f64
+            )
+        })
+        .collect()
 }
 
 fn counters(mgr: &crate::manager::Manager) -> String {
@@ -309,6 +337,8 @@ struct Report<'a> {
     fcold: (Duration, usize),
     mem: (u64, u64),
     fmem: (u64, u64),
+    /// Requests during the cold converge: the manager's, the floor's.
+    requests: (u64, u64),
     steps: &'a [Step],
     fsteps: &'a [Step],
 }
@@ -354,6 +384,17 @@ impl Report<'_> {
             format!("{:.2} KiB", per(self.fmem) / 1024.0),
             ratio(per(self.mem), per(self.fmem)),
             "≤ 4 KiB at 10,000".into(),
+        ]);
+        let (rq, frq) = (
+            self.requests.0 as f64 / self.total as f64,
+            self.requests.1 as f64 / self.total as f64,
+        );
+        rows.push([
+            "requests per PostgresCluster (cold)".into(),
+            format!("{rq:.2}"),
+            format!("{frq:.2}"),
+            ratio(rq, frq),
+            "≤ 6 per new PostgresCluster".into(),
         ]);
         let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
         rows.push([

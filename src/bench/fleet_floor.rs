@@ -40,6 +40,8 @@ pub struct Cold {
     pub converged: usize,
     pub reconciles: u64,
     pub writes: u64,
+    /// Requests its clients sent during the cold start.
+    pub requests: u64,
 }
 
 /// The running floor child.
@@ -105,7 +107,7 @@ impl FloorChild {
             .skip(1)
             .filter_map(|w| w.parse().ok())
             .collect();
-        anyhow::ensure!(f.len() == 6, "unreadable floor report: {line}");
+        anyhow::ensure!(f.len() == 7, "unreadable floor report: {line}");
         let cold = Cold {
             took: Duration::from_secs_f64(f[0]),
             rss_before: f[1] as u64,
@@ -113,6 +115,7 @@ impl FloorChild {
             converged: f[3] as usize,
             reconciles: f[4] as u64,
             writes: f[5] as u64,
+            requests: f[6] as u64,
         };
         Ok((FloorChild { child, stdin }, cold))
     }
@@ -240,8 +243,9 @@ pub async fn child_main(args: &Args, dir: &Path) -> Result<()> {
         }
     }
     let took = start.elapsed();
+    let requests: u64 = crate::metrics::get().requests.totals().values().sum();
     println!(
-        "floor-cold {} {} {} {done} {} {}",
+        "floor-cold {} {} {} {done} {} {} {requests}",
         took.as_secs_f64(),
         rss_before,
         rss()?,

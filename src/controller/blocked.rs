@@ -171,11 +171,12 @@ pub async fn replace_conditions(ctx: &Ctx, pg: &PostgresCluster, conditions: &[C
     let (ns, name) = (pg.namespace().unwrap_or_default(), pg.name_any());
     let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let patch = json!({"status": {"conditions": conditions}});
-    if let Err(e) = api
+    match api
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        tracing::debug!(cluster = %name, error = %e, "clearing a blocked condition");
+        Ok(written) => ctx.written.saw(&written),
+        Err(e) => tracing::debug!(cluster = %name, error = %e, "clearing a blocked condition"),
     }
 }
 
@@ -203,11 +204,12 @@ pub async fn surface(ctx: &Ctx, pg: &PostgresCluster, b: &Blocked) {
     }
     super::reconcile::event(ctx, pg, EventType::Warning, b.condition, b.message.clone()).await;
     let patch = json!({"status": {"conditions": conditions}});
-    if let Err(e) = api
+    match api
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        tracing::debug!(cluster = %name, error = %e, "writing a blocked condition");
+        Ok(written) => ctx.written.saw(&written),
+        Err(e) => tracing::debug!(cluster = %name, error = %e, "writing a blocked condition"),
     }
 }
 

@@ -43,6 +43,7 @@ mod streaming;
 pub mod switchover;
 pub mod tls;
 pub mod validate;
+pub mod written;
 
 use crate::crd::PostgresCluster;
 use crate::fleet::Member;
@@ -106,6 +107,8 @@ pub struct Ctx {
     pub contract: instance::ContractFailures,
     /// The member's cordoned Nodes (`drain`).
     pub cordoned: Arc<drain::Cordoned>,
+    /// Our last write to each PostgresCluster (`written`).
+    pub written: written::Written,
 }
 
 /// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
@@ -231,6 +234,7 @@ pub fn start(
         storage: storage::Readings::default(),
         contract: instance::ContractFailures::default(),
         cordoned: Arc::new(drain::Cordoned::default()),
+        written: written::Written::default(),
     });
     let tasks = Arc::new(Tasks::default());
     let mut senders = vec![];

@@ -42,15 +42,23 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
     let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // Decisions about the primary must never rest on a cached status that
     // lags behind our own last write (that could undo a failover): read the
-    // object fresh. One GET per reconcile buys that guarantee.
-    let pg = match api
-        .get_opt(&name)
-        .await
-        .map_err(kerr("get", "PostgresCluster", &name))?
-    {
-        Some(fresh) => Arc::new(fresh),
-        None => return Ok(Action::await_change()),
+    // object fresh when the cache may (see `written`).
+    let pg = if ctx.written.holds_ours(&pg) {
+        pg
+    } else {
+        match api
+            .get_opt(&name)
+            .await
+            .map_err(kerr("get", "PostgresCluster", &name))?
+        {
+            Some(fresh) => Arc::new(fresh),
+            None => return Ok(Action::await_change()),
+        }
     };
+    if pg.metadata.deletion_timestamp.is_none() && !pg.finalizers().iter().any(|f| f == FINALIZER) {
+        // `finalizer` adds it with a patch whose result we do not see.
+        ctx.written.unknown(&ns, &name);
+    }
     finalizer(&api, FINALIZER, pg, |ev| async {
         match ev {
             Finalizer::Apply(pg) => super::pipeline::run(pg, ctx.clone()).await,
@@ -194,6 +202,7 @@ async fn cleanup(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     }
     ctx.index.remove_owner(&ns, &name);
     ctx.expect.forget(&ns, &name);
+    ctx.written.forget(&ns, &name);
     ctx.streaming.forget(&ns, &name);
     ctx.storage.forget(&ns, &name);
     super::access::forget(&ctx.member, &ns, &name);

@@ -22,10 +22,12 @@ pub(super) async fn status_patch(
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    api.patch_status(&name, &pp, &Patch::Merge(&json!({ "status": status })))
+    let written = api
+        .patch_status(&name, &pp, &Patch::Merge(&json!({ "status": status })))
         .await
         .map_err(|source| {
             Error::Primary(api_failure("record", "PostgresCluster", &name, source))
         })?;
+    ctx.written.saw(&written);
     Ok(())
 }

@@ -54,13 +54,15 @@ pub async fn prepare(
                 source.as_ref(),
             )
             .map_err(Error::Repository)?;
-            incarnation::record(ctx.client.clone(), &owner.namespace, &owner.name, &c)
-                .await
-                .map_err(super::reconcile::kerr(
-                    "record repository of",
-                    "PostgresCluster",
-                    &owner.name,
-                ))?;
+            let written =
+                incarnation::record(ctx.client.clone(), &owner.namespace, &owner.name, &c)
+                    .await
+                    .map_err(super::reconcile::kerr(
+                        "record repository of",
+                        "PostgresCluster",
+                        &owner.name,
+                    ))?;
+            ctx.written.saw(&written);
             event(
                 ctx,
                 pg,

@@ -87,8 +87,9 @@ impl Engine {
 
     /// Marks every primary that reports itself fenced or rewinding as the
     /// engine's for two minutes (renewed each round it still does), so
-    /// its controller does not fail over around it; releases one that is
-    /// back (ready, neither).
+    /// its controller does not fail over around it. The controller releases
+    /// the mark once the Pod is Ready (the instance answering is not
+    /// enough: the Pod's readiness follows a probe period later).
     pub(super) fn hold_fenced(&self, views: &[SideView]) {
         let t = &self.topology;
         for v in views {
@@ -99,8 +100,6 @@ impl Engine {
             if r.fenced || r.rewinding {
                 let two_minutes = Duration::from_secs(120);
                 self.registry.hold(m, ns, name, pod, two_minutes);
-            } else if r.ready {
-                self.registry.release(m, ns, name, pod);
             }
         }
     }

@@ -176,7 +176,8 @@ async fn member(
     let limit = ratelimit::RateLimit::new(
         entry.effective_qps(&settings.manager),
         entry.effective_burst(&settings.manager),
-    );
+    )
+    .counting(&entry.name);
     let request_timeout = settings.manager.api_request_timeout.get();
     let built = client_with_deadline(
         &kubeconfig,

@@ -20,6 +20,8 @@ pub struct RateLimit {
     qps: f64,
     burst: f64,
     bucket: Arc<Mutex<Bucket>>,
+    /// The member whose requests are counted (`metrics::requests`).
+    member: Option<Arc<str>>,
 }
 
 impl RateLimit {
@@ -32,7 +34,15 @@ impl RateLimit {
                 tokens: burst,
                 last: Instant::now(),
             })),
+            member: None,
         }
+    }
+
+    /// Also counts every request as member `name`'s
+    /// (`pgfleet_api_requests_total`).
+    pub fn counting(mut self, name: &str) -> Self {
+        self.member = Some(name.into());
+        self
     }
 
     /// How long to wait before the next request may go (reserving its token).
@@ -91,6 +101,10 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if let Some(m) = &self.limit.member {
+            let uri = req.uri();
+            crate::metrics::requests::count(m, req.method().as_str(), uri.path(), uri.query());
+        }
         let wait = if exempt(req.uri().path()) {
             Duration::ZERO
         } else {

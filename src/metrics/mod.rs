@@ -14,6 +14,7 @@ pub mod ops;
 pub mod pgc;
 pub mod reconcile;
 pub mod replicas;
+pub mod requests;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -75,6 +76,7 @@ pub struct Metrics {
     pub rollout_state: Family<RolloutStateLabel, Gauge>,
     pub pgcs: std::sync::Arc<pgc::Store>,
     pub replicas: std::sync::Arc<replicas::Store>,
+    pub requests: std::sync::Arc<requests::Store>,
     pub dr: dr::Families,
 }
 
@@ -105,6 +107,7 @@ impl Metrics {
             rollout_state: Family::default(),
             pgcs: std::sync::Arc::default(),
             replicas: std::sync::Arc::default(),
+            requests: std::sync::Arc::default(),
             dr: dr::Families::default(),
             registry: Registry::default(),
         };
@@ -167,6 +170,7 @@ impl Metrics {
         m.dr.register(r);
         r.register_collector(Box::new(m.pgcs.clone()));
         r.register_collector(Box::new(m.replicas.clone()));
+        r.register_collector(Box::new(m.requests.clone()));
         Metrics { registry, ..m }
     }
 }

@@ -168,12 +168,11 @@ pub async fn record(
     ns: &str,
     name: &str,
     choice: &RepoChoice,
-) -> Result<(), kube::Error> {
+) -> Result<PostgresCluster, kube::Error> {
     let patch = json!({"status": {"backup": {"repositoryPath": choice.path, "encrypted": choice.encrypted}}});
     Api::<PostgresCluster>::namespaced(client, ns)
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map(|_| ())
 }
 
 /// Creates the filesystem repository's PVC in `namespace` when missing.

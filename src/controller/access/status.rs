@@ -133,11 +133,12 @@ pub(super) async fn write(pg: &PostgresCluster, ctx: &Ctx, st: AccessStatus) {
 async fn patch(pg: &PostgresCluster, ctx: &Ctx, body: &serde_json::Value) {
     let api: Api<PostgresCluster> =
         Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
-    if let Err(e) = api
+    match api
         .patch_status(&pg.name_any(), &PatchParams::default(), &Patch::Merge(body))
         .await
     {
-        tracing::debug!(error = %e, "could not write status.access");
+        Ok(written) => ctx.written.saw(&written),
+        Err(e) => tracing::debug!(error = %e, "could not write status.access"),
     }
 }
 

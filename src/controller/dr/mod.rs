@@ -62,21 +62,25 @@ pub async fn fenced_primary(
     let Some(current) = pg.status.as_ref().and_then(|s| s.current_primary.clone()) else {
         return false;
     };
-    let Some(p) = obs.pods.get(&current).filter(|p| !p.ready && !p.deleting) else {
+    let name = pg.metadata.name.as_deref().unwrap_or_default();
+    let Some(p) = obs.pods.get(&current).filter(|p| !p.deleting) else {
         return false;
     };
-    let key = (
-        ctx.member.as_str(),
-        ns,
-        pg.metadata.name.as_deref().unwrap_or_default(),
-    );
-    let held = ctx.dr.engine_holds(key.0, key.1, key.2, &p.name);
+    if p.ready {
+        // Back as Kubernetes sees it: the engine's mark has done its job.
+        ctx.dr.release(&ctx.member, ns, name, &p.name);
+        return false;
+    }
+    let held = ctx.dr.engine_holds(&ctx.member, ns, name, &p.name);
+    // An instance that answers as up while its Pod is not Ready yet is
+    // coming back (the readiness probe runs later): its readiness changed
+    // long ago, when it was fenced, so failing over now would be at once.
     let fenced = held
         || crate::controller::instance::report(ctx, ns, &p.name)
             .await
-            .is_some_and(|r| r.fenced || r.rewinding);
+            .is_some_and(|r| r.fenced || r.rewinding || r.ready);
     if fenced {
-        tracing::info!(cluster = %ctx.member, pod = %p.name, engine = held, "primary fenced by the DR watchdog, or demoted or rewinding by the DR engine: no in-cluster failover");
+        tracing::info!(cluster = %ctx.member, pod = %p.name, engine = held, "primary fenced by the DR watchdog, demoted or rewinding by the DR engine, or coming back: no in-cluster failover");
     }
     fenced
 }

@@ -186,8 +186,8 @@ impl Registry {
         }
     }
 
-    /// Drops the mark on `pod` (it is back: ready, neither fenced nor
-    /// rewinding), so a later real failure is failed over at once.
+    /// Drops the mark on `pod` (its Pod is Ready again), so a later real
+    /// failure is failed over without waiting for the mark to lapse.
     pub fn release(&self, member: &str, ns: &str, name: &str, pod: &str) {
         let key = (member.to_string(), ns.to_string(), name.to_string());
         let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());

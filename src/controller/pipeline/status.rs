@@ -167,13 +167,15 @@ async fn write_status(
         }
     }
     let body = json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster", "status": status});
-    api.patch_status(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(kerr("status", "PostgresCluster", &name))?;
+    let written = api
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(kerr("status", "PostgresCluster", &name))?;
+    ctx.written.saw(&written);
     ctx.stats
         .status_writes
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -84,13 +84,15 @@ pub async fn take_request(
     let clear = json!({"metadata": {"annotations": {ANNOTATION: null}}});
     if let Some(reason) = refusal {
         publish(ctx, pg, EventType::Warning, "SwitchoverRejected", reason).await;
-        api.patch(
-            &pg.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&clear),
-        )
-        .await
-        .map_err(kerr("clear", "PostgresCluster", &pg.name_any()))?;
+        let written = api
+            .patch(
+                &pg.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&clear),
+            )
+            .await
+            .map_err(kerr("clear", "PostgresCluster", &pg.name_any()))?;
+        ctx.written.saw(&written);
         return Ok(Some(Action::await_change()));
     }
     // decide::refusal refuses a missing target; should that ever change, a
@@ -104,13 +106,15 @@ pub async fn take_request(
     };
     // Intent first, then consume the request.
     let action = begin(pg, ctx, &current, &target, json!({}), "requested").await?;
-    api.patch(
-        &pg.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&clear),
-    )
-    .await
-    .map_err(kerr("clear", "PostgresCluster", &pg.name_any()))?;
+    let written = api
+        .patch(
+            &pg.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&clear),
+        )
+        .await
+        .map_err(kerr("clear", "PostgresCluster", &pg.name_any()))?;
+    ctx.written.saw(&written);
     Ok(Some(action))
 }
 

@@ -142,6 +142,9 @@ impl ChildIndex {
                 o.services.insert(name, ann(ANN_HASH).unwrap_or_default());
             }
             Kind::Secret => {
+                if name == super::tls::server_secret(&key.1) {
+                    o.server_tls = Some(super::tls::observed_meta(&ann));
+                }
                 o.secrets.insert(name);
             }
             Kind::ConfigMap => {
@@ -172,6 +175,9 @@ impl ChildIndex {
                 o.services.remove(&name);
             }
             Kind::Secret => {
+                if name == super::tls::server_secret(&key.1) {
+                    o.server_tls = None;
+                }
                 o.secrets.remove(&name);
             }
             Kind::ConfigMap => {

@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod blocked;
+pub mod batched;
 pub mod build;
 mod config;
 pub mod dr;
@@ -109,6 +110,8 @@ pub struct Ctx {
     pub cordoned: Arc<drain::Cordoned>,
     /// Our last write to each PostgresCluster (`written`).
     pub written: written::Written,
+    /// Creation Events of the running reconciles (`batched`).
+    pub created: batched::Batched,
 }
 
 /// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
@@ -185,6 +188,15 @@ pub struct FleetConfig {
     pub dr: Arc<dr::registry::Registry>,
 }
 
+/// Events come from `pgfleet`, instance: the manager's Pod (`HOSTNAME`).
+fn recorder(client: kube::Client) -> Recorder {
+    let reporter = Reporter {
+        controller: "pgfleet".into(),
+        instance: std::env::var("HOSTNAME").ok(),
+    };
+    Recorder::new(client, reporter)
+}
+
 /// Starts the shard controllers, the child watches and the shard labeller of
 /// one member cluster; they run (reconnecting with backoff) until dropped.
 pub fn start(
@@ -209,17 +221,13 @@ pub fn start(
     let client = member.client();
     let stats = Arc::new(Stats::default());
     let idx = Arc::new(index::ChildIndex::default());
-    let reporter = Reporter {
-        controller: "pgfleet".into(),
-        instance: std::env::var("HOSTNAME").ok(),
-    };
     let ctx = Arc::new(Ctx {
         member: member.name.clone(),
         client: client.clone(),
         index: idx.clone(),
         expect: expect::Expectations::default(),
         pool: Arc::new(Semaphore::new(workers.max(1) as usize)),
-        recorder: Recorder::new(client.clone(), reporter),
+        recorder: recorder(client.clone()),
         shards,
         stats: stats.clone(),
         backup,
@@ -235,6 +243,7 @@ pub fn start(
         contract: instance::ContractFailures::default(),
         cordoned: Arc::new(drain::Cordoned::default()),
         written: written::Written::default(),
+        created: batched::Batched::default(),
     });
     let tasks = Arc::new(Tasks::default());
     let mut senders = vec![];

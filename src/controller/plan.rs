@@ -54,6 +54,19 @@ pub struct Observed {
     /// PgBouncer pods (`pgfleet.io/kind=pooler`).
     pub pooler_pods: BTreeMap<String, PodInfo>,
     pub pooler_config_hash: Option<String>,
+    /// The annotations of the server certificate Secret the TLS step
+    /// decides by (`tls::ensure`): with them at hand a round reads no
+    /// Secret while the certificate is not due.
+    pub server_tls: Option<ServerTlsMeta>,
+}
+
+/// `pgfleet.io/tls-not-after`, `-fingerprint` and `-reloaded` of
+/// `<name>-server-tls`, as the metadata watch shows them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServerTlsMeta {
+    pub not_after: Option<String>,
+    pub fingerprint: Option<String>,
+    pub reloaded: Option<String>,
 }
 
 /// What should happen to the instances.

@@ -59,14 +59,29 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
         // `finalizer` adds it with a patch whose result we do not see.
         ctx.written.unknown(&ns, &name);
     }
-    finalizer(&api, FINALIZER, pg, |ev| async {
+    let object = pg.object_ref(&());
+    let done = finalizer(&api, FINALIZER, pg, |ev| async {
         match ev {
             Finalizer::Apply(pg) => super::pipeline::run(pg, ctx.clone()).await,
             Finalizer::Cleanup(pg) => cleanup(pg, ctx.clone()).await,
         }
     })
-    .await
-    .map_err(|e| match e {
+    .await;
+    // What the round created, as one Event (`batched`), whether it went on
+    // to fail or not.
+    if let Some(note) = ctx.created.take(&format!("{ns}/{name}")) {
+        let ev = Event {
+            type_: EventType::Normal,
+            reason: "Created".into(),
+            note: Some(note),
+            action: "Created".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&ev, &object).await {
+            tracing::debug!(error = %e, "could not publish event");
+        }
+    }
+    done.map_err(|e| match e {
         kube::runtime::finalizer::Error::ApplyFailed(e)
         | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
         kube::runtime::finalizer::Error::AddFinalizer(source)
@@ -140,6 +155,15 @@ async fn publish(
     note: String,
     secondary: Option<k8s_openapi::api::core::v1::ObjectReference>,
 ) {
+    if type_ == EventType::Normal && secondary.is_none() && super::batched::batched(reason) {
+        let key = format!(
+            "{}/{}",
+            pg.namespace().unwrap_or_default(),
+            pg.name_any()
+        );
+        ctx.created.push(&key, note);
+        return;
+    }
     let ev = Event {
         type_,
         reason: reason.into(),

@@ -42,6 +42,16 @@ const ANN_FINGERPRINT: &str = "pgfleet.io/tls-fingerprint";
 /// The fingerprint every running server has loaded.
 const ANN_RELOADED: &str = "pgfleet.io/tls-reloaded";
 
+/// The annotations [`ensure`] decides by, read with `ann` (the index's
+/// accessor of a Secret's metadata).
+pub fn observed_meta(ann: &dyn Fn(&str) -> Option<String>) -> crate::controller::plan::ServerTlsMeta {
+    crate::controller::plan::ServerTlsMeta {
+        not_after: ann(ANN_NOT_AFTER),
+        fingerprint: ann(ANN_FINGERPRINT),
+        reloaded: ann(ANN_RELOADED),
+    }
+}
+
 pub fn server_secret(cluster: &str) -> String {
     format!("{cluster}-server-tls")
 }
@@ -116,8 +126,11 @@ pub async fn ensure(
     obs: &Observed,
     owner: &Owner,
 ) -> Result<State, Error> {
-    let api = Api::<Secret>::namespaced(ctx.client.clone(), &owner.namespace);
     let now = SystemTime::now();
+    if let Some(state) = not_due(pg, ctx, obs, owner, now) {
+        return Ok(state);
+    }
+    let api = Api::<Secret>::namespaced(ctx.client.clone(), &owner.namespace);
     let sname = server_secret(&owner.name);
     let current = api
         .get_opt(&sname)
@@ -161,6 +174,34 @@ pub async fn ensure(
         within: Some(issue::next_check(end, now, policy.renew_before)),
         pending: Some(issue::fingerprint(&pair)),
         problem,
+    })
+}
+
+/// The round's state from the metadata watch alone, when pgfleet's own
+/// certificate is in place, its CA published and renewal not due: the
+/// usual round, which then reads no Secret. None: read and decide.
+fn not_due(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    obs: &Observed,
+    owner: &Owner,
+    now: SystemTime,
+) -> Option<State> {
+    if pg.spec.tls.is_some() || !obs.secrets.contains(&ca_secret(&owner.name)) {
+        return None;
+    }
+    let meta = obs.server_tls.as_ref()?;
+    let end = SystemTime::UNIX_EPOCH
+        + Duration::from_secs(meta.not_after.as_deref()?.parse::<u64>().ok()?);
+    let renew_before = ctx.tls.renew_before;
+    if issue::renewal_due(Some(end), now, renew_before) {
+        return None;
+    }
+    let fp = meta.fingerprint.clone();
+    Some(State {
+        within: Some(issue::next_check(end, now, renew_before)),
+        pending: fp.filter(|f| meta.reloaded.as_ref() != Some(f)),
+        problem: None,
     })
 }
 

@@ -6,8 +6,8 @@
 //! object twice at the same time, and an object lives in exactly one shard.
 
 pub mod access;
-pub mod blocked;
 pub mod batched;
+pub mod blocked;
 pub mod build;
 mod config;
 pub mod dr;
@@ -188,6 +188,12 @@ pub struct FleetConfig {
     pub dr: Arc<dr::registry::Registry>,
 }
 
+/// An annotation pgfleet reads: `pgfleet.io/…` or `<sub>.pgfleet.io/…`.
+fn ours(key: &str) -> bool {
+    key.split_once('/')
+        .is_some_and(|(domain, _)| domain == "pgfleet.io" || domain.ends_with(".pgfleet.io"))
+}
+
 /// Events come from `pgfleet`, instance: the manager's Pod (`HOSTNAME`).
 fn recorder(client: kube::Client) -> Recorder {
     let reporter = Reporter {
@@ -295,14 +301,15 @@ fn spawn_shard(
     let api: Api<PostgresCluster> = Api::all(ctx.client.clone());
     let cfg = watcher::Config::default().labels(&format!("{LABEL_SHARD}={shard}"));
     // Cache only what reconcile reads: no managedFields, no annotations
-    // but pgfleet's own (a tenant's object may carry up to 256 KiB of
-    // them; the spec itself is bounded by the CRD, docs/security.md).
+    // but pgfleet's own (`pgfleet.io/` and its subdomains, such as a role
+    // set's `roles.pgfleet.io/<set>`; a tenant's object may carry up to
+    // 256 KiB of others; the spec itself is bounded by the CRD,
+    // docs/security.md). Reconcile works from this copy (`written`).
     let stream = watcher(api, cfg)
         .default_backoff()
         .modify(|pg: &mut PostgresCluster| {
             pg.managed_fields_mut().clear();
-            pg.annotations_mut()
-                .retain(|k, _| k.starts_with("pgfleet.io/"));
+            pg.annotations_mut().retain(|k, _| ours(k));
         })
         .reflect(writer)
         .touched_objects();
@@ -423,6 +430,21 @@ mod tests {
             counts[shard_of("ns", &format!("pg-{i}"), 4) as usize] += 1;
         }
         assert!(counts.iter().all(|c| *c > 60), "{counts:?}");
+    }
+
+    #[test]
+    fn the_cache_keeps_pgfleet_s_annotations_and_its_subdomains_only() {
+        for k in ["pgfleet.io/switchover", "roles.pgfleet.io/monitor"] {
+            assert!(ours(k), "{k}");
+        }
+        for k in [
+            "evilpgfleet.io/x",
+            "example.com/pgfleet.io",
+            "pgfleet.io",
+            "kubectl.kubernetes.io/last-applied-configuration",
+        ] {
+            assert!(!ours(k), "{k}");
+        }
     }
 
     #[test]

@@ -156,11 +156,7 @@ async fn publish(
     secondary: Option<k8s_openapi::api::core::v1::ObjectReference>,
 ) {
     if type_ == EventType::Normal && secondary.is_none() && super::batched::batched(reason) {
-        let key = format!(
-            "{}/{}",
-            pg.namespace().unwrap_or_default(),
-            pg.name_any()
-        );
+        let key = format!("{}/{}", pg.namespace().unwrap_or_default(), pg.name_any());
         ctx.created.push(&key, note);
         return;
     }

@@ -14,8 +14,8 @@
 //!
 //! The step never fails the reconcile: a primary that cannot be read, a
 //! refused role or a missing extension is a condition in `status.access`,
-//! and the step runs again after [`RECHECK`]. It runs at once when the
-//! spec's generation or the primary changed (a failover, a restore), so a
+//! and the step runs again after [`RECHECK`]. It runs at once when a spec
+//! field it reads or the primary changed (a failover, a restore), so a
 //! new primary is checked before anything else reads from it.
 
 mod app_secret;
@@ -41,11 +41,11 @@ use std::time::{Duration, Instant};
 pub const RECHECK: Duration = Duration::from_secs(20);
 
 /// When each cluster (member/ns/name) was last checked, and on which
-/// primary (with its role set pins) at which generation. In memory: after a restart of the manager
+/// primary (with its role set pins) with which inputs ([`inputs_hash`]). In memory: after a restart of the manager
 /// every cluster is checked once at its first reconcile.
 /// The interval is `None` where nothing is to be checked periodically (the
 /// virtual runtime, which runs no SQL).
-type LastCheck = (Instant, String, i64, Option<Duration>);
+type LastCheck = (Instant, String, u64, Option<Duration>);
 
 fn last_checks() -> &'static Mutex<HashMap<String, LastCheck>> {
     static LAST: OnceLock<Mutex<HashMap<String, LastCheck>>> = OnceLock::new();
@@ -125,14 +125,14 @@ pub async fn run(
         pg.namespace().unwrap_or_default(),
         pg.name_any()
     );
-    let generation = pg.metadata.generation.unwrap_or_default();
     // A rollout moving a fleet role set's generation (an annotation, not a
     // spec change) is applied at once too.
     let marker = format!("{primary} {}", role_set_pins(pg));
+    let inputs = inputs_hash(pg);
     let due = {
         let last = last_checks().lock().unwrap_or_else(|e| e.into_inner());
         match last.get(&key) {
-            Some((at, p, g, every)) if *p == marker && *g == generation => {
+            Some((at, p, h, every)) if *p == marker && *h == inputs => {
                 Some(every.map(|e| e.checked_sub(at.elapsed())))
             }
             _ => None,
@@ -152,8 +152,30 @@ pub async fn run(
     last_checks()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(key, (Instant::now(), marker, generation, every));
+        .insert(key, (Instant::now(), marker, inputs, every));
     every
+}
+
+/// A hash of the spec fields the access round reads. A change of any other
+/// field (parameters, resources, size) does not run it again: each run
+/// costs an exec on the primary, a Secret read and a status write, which
+/// made a plain spec change cost four requests instead of one (issue 16).
+/// Drift is still corrected every [`RECHECK`].
+fn inputs_hash(pg: &PostgresCluster) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let s = &pg.spec;
+    let fields = serde_json::json!([
+        s.bootstrap,
+        s.roles,
+        s.databases,
+        s.pooler.as_ref().map(|p| p.enabled),
+        s.enable_superuser_access,
+        s.version,
+        s.image,
+    ]);
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    fields.to_string().hash(&mut h);
+    h.finish()
 }
 
 /// The fleet role set generations the annotations pin, as one string.

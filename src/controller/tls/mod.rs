@@ -44,7 +44,9 @@ const ANN_RELOADED: &str = "pgfleet.io/tls-reloaded";
 
 /// The annotations [`ensure`] decides by, read with `ann` (the index's
 /// accessor of a Secret's metadata).
-pub fn observed_meta(ann: &dyn Fn(&str) -> Option<String>) -> crate::controller::plan::ServerTlsMeta {
+pub fn observed_meta(
+    ann: &dyn Fn(&str) -> Option<String>,
+) -> crate::controller::plan::ServerTlsMeta {
     crate::controller::plan::ServerTlsMeta {
         not_after: ann(ANN_NOT_AFTER),
         fingerprint: ann(ANN_FINGERPRINT),

@@ -143,7 +143,8 @@ pub async fn ensure(
         Err(problem) => problem,
     };
     let ca = ca(pg, ctx, &api, owner, now).await?;
-    if !obs.secrets.contains(&ca_secret(&owner.name)) {
+    let published = !obs.secrets.contains(&ca_secret(&owner.name));
+    if published {
         publish_ca(&api, owner, &ca.cert).await?;
     }
     let not_after = current
@@ -163,8 +164,11 @@ pub async fn ensure(
     let (pair, end) = issue::server(&owner.name, &owner.namespace, &ca.key, now, policy.validity)
         .map_err(failed("the server certificate"))?;
     apply_server(&api, owner, &pair, &ca.cert, Some(end), None).await?;
-    // The CA clients trust is pgfleet's again (after a provided one).
-    publish_ca(&api, owner, &ca.cert).await?;
+    // The CA clients trust is pgfleet's again (after a provided one);
+    // a new cluster's was published just above.
+    if !published {
+        publish_ca(&api, owner, &ca.cert).await?;
+    }
     let (verb, reason) = match current {
         Some(_) => ("renewed", "RenewedCertificate"),
         None => ("issued", "IssuedCertificate"),

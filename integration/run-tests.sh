@@ -40,6 +40,13 @@ if ! command -v kubectl >/dev/null 2>&1; then
   exit 1
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+# A run from a clean checkout gains nothing from incremental compilation,
+# whose caches roughly double the target directory; a machine short of disk
+# failed here with "No space left on device". Set CARGO_INCREMENTAL=1 to
+# keep them for repeated local runs.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# What the build has to work with, printed so such a failure explains itself.
+df -h . | tail -n 1 | awk '{print "disk free for the build: " $4 " of " $2}'
 
 # --workspace: pgfleet and the embedded Kubernetes crate (src/sim, its own
 # tests in src/sim/tests).

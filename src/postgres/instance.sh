@@ -436,6 +436,23 @@ REWIND_SOURCE_READY="SELECT CASE WHEN pg_is_in_recovery() THEN false
   ELSE timeline_id = ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END
   FROM pg_control_checkpoint()"
 
+# A postmaster.pid whose PID is not a running postgres is left over from a
+# postgres that was killed (SIGKILL, or its container killed): the kernel
+# kills every process of a container with its PID 1, and a new container
+# numbers its processes from 1 again, so the stale PID often names one of
+# this script's own processes. PostgreSQL then refuses to start ("lock file
+# already exists"), and pg_rewind's single-user crash recovery fails the
+# same way, turning every rewind into a re-clone. Removed when the PID is
+# not a postgres process (as Patroni does); a live postgres keeps its file.
+clear_stale_pidfile() {
+  f="$PGDATA/postmaster.pid"
+  [ -e "$f" ] || return 0
+  p=$(head -n 1 "$f" 2>/dev/null | tr -cd 0-9)
+  if [ -n "$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = postgres ]; then return 0; fi
+  log "removing a stale postmaster.pid (PID ${p:-none} is not a running postgres)"
+  rm -f "$f"
+}
+
 # A former primary told to be a replica rewinds to the new timeline first,
 # and re-clones when rewind cannot help.
 do_rewind() {
@@ -472,6 +489,7 @@ rewind_from_source() {
     sleep 1
   done
   log "rewinding to follow $host"
+  clear_stale_pidfile
   if ! PGPASSFILE="$PGDATA/../pgpass" "$(bin pg_rewind)" -D "$PGDATA" --source-server="$src" >&2; then
     log "pg_rewind failed; re-cloning"
     do_clone
@@ -556,6 +574,7 @@ cmd_run() {
       do_rewind
     fi
     configure start
+    clear_stale_pidfile
     "$(bin postgres)" -D "$PGDATA" -c listen_addresses="${POD_IP:-*}" -c unix_socket_directories="$SOCKDIR" &
     pid=$!
     if [ "$(wanted_role)" = replica ]; then ensure_slot </dev/null >/dev/null & else ensure_stanza </dev/null & fi

@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime};
 
 /// An environment whose backups go to a fresh S3 store, with the
 /// credentials Secret in place.
-async fn setup(tag: &str, extra: &str) -> (Env, s3::S3) {
+pub(crate) async fn setup(tag: &str, extra: &str) -> (Env, s3::S3) {
     let dir = common::temp_dir(&format!("s3-{tag}"));
     let store = s3::S3::start(&dir);
     let e = Env::start_with(tag, &format!("{}{extra}", store.backups_toml())).await;
@@ -48,7 +48,7 @@ async fn credentials(client: &kube::Client) {
 
 /// Runs one statement, reconnecting while the server is not reachable yet
 /// (a Service that just got its endpoint); a failing statement panics.
-async fn sql(host: &str, pw: &str, q: &str) -> Vec<tokio_postgres::Row> {
+pub(crate) async fn sql(host: &str, pw: &str, q: &str) -> Vec<tokio_postgres::Row> {
     let start = std::time::Instant::now();
     loop {
         match connect(host, 5432, pw).await {
@@ -66,7 +66,7 @@ async fn sql(host: &str, pw: &str, q: &str) -> Vec<tokio_postgres::Row> {
     }
 }
 
-async fn ids(host: &str, pw: &str) -> BTreeSet<i64> {
+pub(crate) async fn ids(host: &str, pw: &str) -> BTreeSet<i64> {
     sql(host, pw, "SELECT id FROM marks")
         .await
         .iter()
@@ -74,7 +74,7 @@ async fn ids(host: &str, pw: &str) -> BTreeSet<i64> {
         .collect()
 }
 
-async fn request_backup(e: &Env, cluster: &str, name: &str) {
+pub(crate) async fn request_backup(e: &Env, cluster: &str, name: &str) {
     let obj: PostgresBackup = serde_json::from_value(serde_json::json!({
         "apiVersion": "pgfleet.io/v1", "kind": "PostgresBackup",
         "metadata": {"name": name, "namespace": NS}, "spec": {"cluster": cluster}}))
@@ -94,7 +94,7 @@ async fn backup_status(e: &Env, name: &str) -> pgfleet::crd::backup::PostgresBac
         .unwrap_or_default()
 }
 
-async fn wait_phase(
+pub(crate) async fn wait_phase(
     e: &Env,
     name: &str,
     phase: &str,
@@ -117,8 +117,28 @@ async fn wait_phase(
     }
 }
 
+/// Switches to a new WAL segment and waits until the one it closed is
+/// archived: everything committed before is then in the repository.
+pub(crate) async fn archive_all(e: &Env, rw: &str, pw: &str) {
+    let seg: String = sql(rw, pw, "SELECT pg_walfile_name(pg_switch_wal())").await[0].get(0);
+    e.wait(
+        "the last segment archived",
+        Duration::from_secs(120),
+        || async {
+            let r = sql(
+                rw,
+                pw,
+                "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver",
+            )
+            .await;
+            r[0].get::<_, String>(0) >= seg
+        },
+    )
+    .await;
+}
+
 /// Creates the table and returns (-rw address, password) once writable.
-async fn ready_for_writes(e: &Env, cluster: &str) -> (String, String) {
+pub(crate) async fn ready_for_writes(e: &Env, cluster: &str) -> (String, String) {
     let rw = e.service_ip(&format!("{cluster}-rw")).await;
     let pw = e.password(cluster).await;
     e.wait("the table created", Duration::from_secs(120), || async {
@@ -199,21 +219,7 @@ async fn point_in_time_restore_holds_exactly_the_rows_before_the_target() {
     )
     .await;
     // Everything up to here must reach the archive before restoring.
-    let seg: String = sql(&rw, &pw, "SELECT pg_walfile_name(pg_switch_wal())").await[0].get(0);
-    e.wait(
-        "the last segment archived",
-        Duration::from_secs(120),
-        || async {
-            let r = sql(
-                &rw,
-                &pw,
-                "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver",
-            )
-            .await;
-            r[0].get::<_, String>(0) >= seg
-        },
-    )
-    .await;
+    archive_all(&e, &rw, &pw).await;
 
     e.create(
         "restored",

@@ -59,6 +59,8 @@ mod layering;
 mod major_rollout;
 #[path = "major_upgrade.rs"]
 mod major_upgrade;
+#[path = "major_upgrade_backups.rs"]
+mod major_upgrade_backups;
 #[path = "major_upgrade_resume.rs"]
 mod major_upgrade_resume;
 #[path = "member_permissions.rs"]

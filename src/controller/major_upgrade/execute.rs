@@ -3,6 +3,7 @@
 //! `status.majorUpgrade` before it acts; every verb it runs in a Pod is
 //! idempotent, so a step repeated after a killed manager does no harm.
 
+use super::backups;
 use super::decide::{self, Next};
 use crate::controller::Ctx;
 use crate::controller::image_policy::Effective;
@@ -403,6 +404,22 @@ impl Step<'_> {
         self.advance(decide::ANALYZING, decide::STARTING).await?;
         if r.downtime_ms.is_none() {
             r.downtime_ms = since_ms(r.stopped_at.as_deref());
+        }
+        // Archiving on the new version waits for this; the step waits
+        // until it is done, with a condition saying why meanwhile.
+        if r.backup.is_none() && backups::applies(self.ctx, &r.to_version) {
+            match backups::carry_over(self.ctx, self.pg, self.ns, &r).await {
+                Ok(name) => {
+                    r.backup = Some(name);
+                    self.record(&r).await?;
+                }
+                Err(why) => {
+                    tracing::warn!(error = %why, "major upgrade: backups not carried over yet");
+                    round.notice = Some(("BackupsUnavailable", "StanzaUpgradeFailed", why));
+                    round.record = Some(Some(r));
+                    return Ok(round);
+                }
+            }
         }
         if let Err(e) = run_verb(
             &self.ctx.client,

@@ -85,7 +85,10 @@ pub(crate) async fn request_backup(e: &Env, cluster: &str, name: &str) {
         .unwrap();
 }
 
-async fn backup_status(e: &Env, name: &str) -> pgfleet::crd::backup::PostgresBackupStatus {
+pub(crate) async fn backup_status(
+    e: &Env,
+    name: &str,
+) -> pgfleet::crd::backup::PostgresBackupStatus {
     Api::<PostgresBackup>::namespaced(e.client.clone(), NS)
         .get(name)
         .await

@@ -9,10 +9,35 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::backup::{archive_all, ids, ready_for_writes, request_backup, setup, sql, wait_phase};
+use crate::backup::{
+    archive_all, backup_status, ids, ready_for_writes, request_backup, setup, sql, wait_phase,
+};
+use crate::common::process::Env;
 use crate::major_upgrade::set_version;
 use std::collections::BTreeSet;
 use std::time::Duration;
+
+/// Waits for a backup to complete; a failed one panics with the log of the
+/// instance that ran it (pgBackRest's and PostgreSQL's own words).
+async fn completed(e: &Env, name: &str, pod: &str) -> pgfleet::crd::backup::PostgresBackupStatus {
+    let start = std::time::Instant::now();
+    loop {
+        let st = backup_status(e, name).await;
+        match st.phase.as_deref() {
+            Some("Completed") => return st,
+            Some("Failed") => panic!(
+                "backup {name} failed: {st:?}\n{pod}'s log:\n{}",
+                e.kubectl(&["logs", pod, "--tail=120"])
+            ),
+            _ => {}
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "backup {name}: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
 
 /// Pre-flight, pg_upgrade, the stanza upgrade, on a shared machine.
 const UPGRADE: Duration = Duration::from_secs(600);
@@ -81,7 +106,7 @@ async fn backups_carry_over_an_upgrade_and_a_restore_to_before_it_runs_on_15() {
         st.conditions
     );
     // The full backup the upgrade asked for, of 18.
-    let full = wait_phase(&e, "up-major-18", "Completed").await;
+    let full = completed(&e, "up-major-18", "up-1").await;
     assert!(
         full.label.as_deref().is_some_and(|l| l.ends_with('F')),
         "{full:?}"

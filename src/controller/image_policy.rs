@@ -98,7 +98,12 @@ mod tests {
             &none,
             &spec(serde_json::json!({"clusterSize": 1, "version": "18"})),
         );
-        assert!(!r.unwrap().pgbackrest, "the built-in 18 has no pgBackRest");
+        let installed = std::path::Path::new(crate::config::catalog::PG18_PGBACKREST).is_file();
+        assert_eq!(
+            r.unwrap().pgbackrest,
+            installed,
+            "the built-in 18 archives where its pgBackRest is installed"
+        );
         assert_eq!(resolve(&none, &derived).unwrap().image, "postgres:15.20");
     }
 }

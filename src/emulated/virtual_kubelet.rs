@@ -310,7 +310,7 @@ impl VirtualRuntime {
             }
             // Backups: a model good enough for scheduling and caps (the
             // process runtime runs the real pgBackRest).
-            "backup-init" => reply(contract::StanzaReady {
+            "backup-init" | "backup-upgrade" => reply(contract::StanzaReady {
                 contract: CONTRACT_VERSION,
                 stanza: "db".into(),
                 created: true,

@@ -115,10 +115,13 @@ pub fn archive_parameters() -> [(&'static str, &'static str); 3] {
     [
         ("archive_mode", "on"),
         // pgBackRest itself, not the instance script: `backup` refuses an
-        // archive_command that does not name pgbackrest.
+        // archive_command that does not name pgbackrest. The image's own
+        // pgBackRest when it names one (`PGFLEET_PGBACKREST`: PostgreSQL runs
+        // the command through sh, so it is expanded there), the one on PATH
+        // otherwise.
         (
             "archive_command",
-            "pgbackrest --config=/etc/pgfleet/config/pgbackrest.conf --stanza=db archive-push \"%p\"",
+            "\"${PGFLEET_PGBACKREST:-pgbackrest}\" --config=/etc/pgfleet/config/pgbackrest.conf --stanza=db archive-push \"%p\"",
         ),
         ("archive_timeout", "60s"),
     ]

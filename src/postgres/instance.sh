@@ -836,6 +836,10 @@ backup_init() {
     1|3) pgbr stanza-create >&2; created=true ;;
     *) log "pgbackrest info: $(info_message "$j")"; exit 1 ;;
   esac
+  # The archiver gave up on the segments refused before (three tries, then
+  # a minute's pause): a reload's SIGHUP wakes it to push them now, so a
+  # backup started next does not time out waiting for them.
+  sql "SELECT pg_reload_conf()" >/dev/null 2>&1 || true
   echo "{\"contract\":$CONTRACT,\"stanza\":\"db\",\"created\":$created}"
 }
 
@@ -851,11 +855,11 @@ cmd_backup_upgrade() {
   j=$(pgbr info --output=json) || exit $?
   code=$(sqlj j "$j" "SELECT (:'j'::json)->0->'status'->>'code'")
   case "$code" in
-    0|2|6) pgbr stanza-upgrade >&2 || exit $? ;;
-    1|3) pgbr stanza-create >&2 || exit $? ;;
+    0|2|6) pgbr stanza-upgrade >&2 || exit $?; created=false ;;
+    1|3) pgbr stanza-create >&2 || exit $?; created=true ;;
     *) log "pgbackrest info: $(info_message "$j")"; exit 1 ;;
   esac
-  echo "{\"contract\":$CONTRACT,\"stanza\":\"db\",\"version\":\"$(sql "SHOW server_version_num")\"}"
+  echo "{\"contract\":$CONTRACT,\"stanza\":\"db\",\"created\":$created}"
 }
 
 # The stanza's status message from `info --output=json`, with the

@@ -122,8 +122,16 @@ pub async fn apply(
         .map(|s| s.pending_restart.clone())
         .unwrap_or_default();
     if obs.config_hash.as_deref() != Some(cfg.hash.as_str()) {
+        // What the instances were given before, read only now that it
+        // changes: the child index keeps the hash alone (a parsed parameter
+        // map per cluster cost ~4 KiB of the manager's memory each, for
+        // what only this rare step needs).
+        let old = match obs.config_hash {
+            Some(_) => given_params(ctx, &ns, &owner.config_name()).await,
+            None => None,
+        };
         ssa::<ConfigMap>(ctx, &ns, "ConfigMap", &cfg.map).await?;
-        if let Some(old) = &obs.config_params {
+        if let Some(old) = &old {
             let (reload, restart) = postgres::changed_parameters(old, &cfg.params);
             for p in restart {
                 if !pending.contains(&p) {
@@ -157,7 +165,7 @@ pub async fn apply(
                 )
                 .await;
             }
-        } else {
+        } else if obs.config_hash.is_none() {
             event(
                 ctx,
                 pg,
@@ -170,6 +178,26 @@ pub async fn apply(
     }
     reload(ctx, &ns, obs, &cfg.hash).await?;
     Ok(pending)
+}
+
+/// The parameters the existing ConfigMap carries (its `pgfleet.io/parameters`
+/// annotation). None when it cannot be read: then nothing is flagged as
+/// pending a restart this time, rather than every parameter.
+async fn given_params(ctx: &Ctx, ns: &str, name: &str) -> Option<BTreeMap<String, String>> {
+    let meta = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
+        .get_metadata(name)
+        .await;
+    match meta {
+        Ok(m) => m
+            .metadata
+            .annotations?
+            .get(build::ANN_PARAMETERS)
+            .and_then(|p| serde_json::from_str(p).ok()),
+        Err(e) => {
+            tracing::warn!(configmap = name, error = %e, "reading the previous parameters");
+            None
+        }
+    }
 }
 
 /// Every ready instance loads the current configuration exactly once; a

@@ -6,8 +6,7 @@
 //! keeps the manager small per managed PostgresCluster.
 
 use super::build::{
-    ANN_CONFIG, ANN_HASH, ANN_PARAMETERS, ANN_VERSION, LABEL_CLUSTER, LABEL_KIND, LABEL_MANAGED_BY,
-    LABEL_ROLE,
+    ANN_CONFIG, ANN_HASH, ANN_VERSION, LABEL_CLUSTER, LABEL_KIND, LABEL_MANAGED_BY, LABEL_ROLE,
 };
 use super::plan::{ClaimInfo, Observed, PodInfo};
 use crate::crd::PostgresCluster;
@@ -149,7 +148,6 @@ impl ChildIndex {
             }
             Kind::ConfigMap => {
                 o.config_hash = ann(ANN_HASH);
-                o.config_params = ann(ANN_PARAMETERS).and_then(|p| serde_json::from_str(&p).ok());
             }
             Kind::Pdb => {
                 o.pdbs.insert(name, ann(ANN_HASH).unwrap_or_default());
@@ -182,7 +180,6 @@ impl ChildIndex {
             }
             Kind::ConfigMap => {
                 o.config_hash = None;
-                o.config_params = None;
             }
             Kind::Pdb => {
                 o.pdbs.remove(&name);

@@ -48,7 +48,6 @@ pub struct Observed {
     pub services: BTreeMap<String, String>,
     pub secrets: BTreeSet<String>,
     pub config_hash: Option<String>,
-    pub config_params: Option<BTreeMap<String, String>>,
     /// Disruption budgets: name → hash annotation.
     pub pdbs: BTreeMap<String, String>,
     /// PgBouncer pods (`pgfleet.io/kind=pooler`).

@@ -244,6 +244,15 @@ async fn manager_phase(
     for line in per_cluster_requests(&requests, total) {
         println!("    {line}");
     }
+    match driver.event_reasons().await {
+        Ok(reasons) => {
+            println!("  Events per PostgresCluster after the cold converge, by reason:");
+            for (r, n) in &reasons {
+                println!("    {r}: {:.2} ({n})", *n as f64 / total.max(1) as f64);
+            }
+        }
+        Err(e) => println!("  (could not list Events: {e:#})"),
+    }
     let stores: Vec<_> = mgr.controllers().iter().map(|h| h.stores.clone()).collect();
     let shards = args.shards;
     driver.set_probe(Some(Arc::new(move |ci: usize, name: &str| {

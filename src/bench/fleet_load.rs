@@ -284,6 +284,20 @@ impl Driver {
     }
 
     /// Times (a sample of) the changes' arrival in a controller's cache.
+    /// Events in the bench namespace of every member, counted by reason
+    /// (where the cold converge's Event writes go).
+    pub async fn event_reasons(&self) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
+        let mut out = std::collections::BTreeMap::new();
+        for c in &self.clients {
+            let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(c.clone(), NS);
+            for e in api.list(&Default::default()).await?.items {
+                let n = u64::from(e.count.unwrap_or(1).max(1).unsigned_abs());
+                *out.entry(e.reason.unwrap_or_default()).or_default() += n;
+            }
+        }
+        Ok(out)
+    }
+
     pub fn set_probe(&mut self, probe: Option<CacheProbe>) {
         self.probe = probe;
     }

@@ -19,6 +19,7 @@ const BATCHED: &[&str] = &[
     "IssuedCertificate",
     "BackupRepository",
     "AppSecretWritten",
+    "CreatedService",
 ];
 
 /// The API server's limit on an Event's note is 1 KiB.

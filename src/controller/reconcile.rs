@@ -55,10 +55,17 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
             None => return Ok(Action::await_change()),
         }
     };
-    if pg.metadata.deletion_timestamp.is_none() && !pg.finalizers().iter().any(|f| f == FINALIZER) {
-        // `finalizer` adds it with a patch whose result we do not see.
-        ctx.written.unknown(&ns, &name);
-    }
+    // A new cluster: the finalizer is added here rather than by
+    // `finalizer` (which would end the round and leave a write whose
+    // result nobody sees, so the next round would read fresh): the round
+    // goes on at once with the object the write returned.
+    let pg = if pg.metadata.deletion_timestamp.is_none()
+        && !pg.finalizers().iter().any(|f| f == FINALIZER)
+    {
+        add_finalizer(&api, &ctx, &pg).await?
+    } else {
+        pg
+    };
     let object = pg.object_ref(&());
     let done = finalizer(&api, FINALIZER, pg, |ev| async {
         match ev {
@@ -67,20 +74,7 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
         }
     })
     .await;
-    // What the round created, as one Event (`batched`), whether it went on
-    // to fail or not.
-    if let Some(note) = ctx.created.take(&format!("{ns}/{name}")) {
-        let ev = Event {
-            type_: EventType::Normal,
-            reason: "Created".into(),
-            note: Some(note),
-            action: "Created".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&ev, &object).await {
-            tracing::debug!(error = %e, "could not publish event");
-        }
-    }
+    publish_created(&ctx, &ns, &name, &object).await;
     done.map_err(|e| match e {
         kube::runtime::finalizer::Error::ApplyFailed(e)
         | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
@@ -98,6 +92,52 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
             message: format!("{FINALIZER} is not a valid finalizer name"),
         },
     })
+}
+
+/// What the round created, as one Event (`batched`), whether it went on
+/// to fail or not.
+async fn publish_created(
+    ctx: &Ctx,
+    ns: &str,
+    name: &str,
+    object: &k8s_openapi::api::core::v1::ObjectReference,
+) {
+    let Some(note) = ctx.created.take(&format!("{ns}/{name}")) else {
+        return;
+    };
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: "Created".into(),
+        note: Some(note),
+        action: "Created".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, object).await {
+        tracing::debug!(error = %e, "could not publish event");
+    }
+}
+
+/// Adds [`FINALIZER`] with a merge patch that carries the cached
+/// resourceVersion: a concurrent change makes it a conflict (the round is
+/// retried) instead of dropping another controller's finalizer.
+async fn add_finalizer(
+    api: &Api<PostgresCluster>,
+    ctx: &Ctx,
+    pg: &PostgresCluster,
+) -> Result<Arc<PostgresCluster>, Error> {
+    let name = pg.name_any();
+    let mut finalizers = pg.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": pg.resource_version(),
+    }});
+    let written = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| Error::Finalizer(super::error::api("patch", "PostgresCluster", &name, e)))?;
+    ctx.written.saw(&written);
+    Ok(Arc::new(written))
 }
 
 /// The retry policy: when a failed reconcile runs again depends on what

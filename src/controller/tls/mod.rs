@@ -134,15 +134,22 @@ pub async fn ensure(
     }
     let api = Api::<Secret>::namespaced(ctx.client.clone(), &owner.namespace);
     let sname = server_secret(&owner.name);
-    let current = api
-        .get_opt(&sname)
-        .await
-        .map_err(kerr("get", "Secret", &sname))?;
+    // A cluster with nothing yet whose index has no server Secret: none to
+    // read (were the index behind, the certificate is issued again, before
+    // any server used it).
+    let current = match obs.pods.is_empty() && obs.pvcs.is_empty() && !obs.secrets.contains(&sname)
+    {
+        true => None,
+        false => api
+            .get_opt(&sname)
+            .await
+            .map_err(kerr("get", "Secret", &sname))?,
+    };
     let problem = match provided_state(pg, ctx, &api, owner, current.as_ref(), now).await? {
         Ok(state) => return Ok(state),
         Err(problem) => problem,
     };
-    let ca = ca(pg, ctx, &api, owner, now).await?;
+    let ca = ca(pg, ctx, &api, owner, now, obs).await?;
     let published = !obs.secrets.contains(&ca_secret(&owner.name));
     if published {
         publish_ca(&api, owner, &ca.cert).await?;
@@ -163,7 +170,13 @@ pub async fn ensure(
     }
     let (pair, end) = issue::server(&owner.name, &owner.namespace, &ca.key, now, policy.validity)
         .map_err(failed("the server certificate"))?;
-    apply_server(&api, owner, &pair, &ca.cert, Some(end), None).await?;
+    // The first certificate of a cluster without servers is the one every
+    // server starts with (a Pod waits for its Secret volume): loaded
+    // everywhere from the start, no reload round to record.
+    let first = current.is_none() && obs.pods.is_empty();
+    let fp = issue::fingerprint(&pair);
+    let loaded = first.then_some(fp.as_str());
+    apply_server(&api, owner, &pair, &ca.cert, Some(end), loaded).await?;
     // The CA clients trust is pgfleet's again (after a provided one);
     // a new cluster's was published just above.
     if !published {
@@ -178,7 +191,7 @@ pub async fn ensure(
     event(ctx, pg, EventType::Normal, reason, note).await;
     Ok(State {
         within: Some(issue::next_check(end, now, policy.renew_before)),
-        pending: Some(issue::fingerprint(&pair)),
+        pending: (!first).then_some(fp),
         problem,
     })
 }
@@ -312,13 +325,20 @@ async fn ca(
     api: &Api<Secret>,
     owner: &Owner,
     now: SystemTime,
+    obs: &Observed,
 ) -> Result<issue::Pair, Error> {
     let name = ca_key_secret(&owner.name);
+    // Not in the index: create first (a conflict means it exists after
+    // all, and it is read then); a new cluster saves the read.
+    let mut absent = !obs.secrets.contains(&name);
     for _ in 0..2 {
-        let got = api
-            .get_opt(&name)
-            .await
-            .map_err(kerr("get", "Secret", &name))?;
+        let got = match std::mem::take(&mut absent) {
+            true => None,
+            false => api
+                .get_opt(&name)
+                .await
+                .map_err(kerr("get", "Secret", &name))?,
+        };
         if let Some(s) = got {
             return match (text(&s, "ca.crt"), text(&s, "ca.key")) {
                 (Some(cert), Some(key)) => Ok(issue::Pair { cert, key }),
@@ -385,7 +405,8 @@ async fn create(api: &Api<Secret>, s: Secret) -> Result<bool, Error> {
 }
 
 /// Server-side applies the server Secret: the pair, its end, its
-/// fingerprint and, once every server has loaded it, the `reloaded` mark.
+/// fingerprint and, for a first certificate, the `reloaded` mark (later
+/// marks are `mark_reloaded`'s).
 async fn apply_server(
     api: &Api<Secret>,
     owner: &Owner,
@@ -499,29 +520,20 @@ pub async fn reload(
     Some(Duration::from_secs(5))
 }
 
-/// Records that the running servers have loaded `fp` (when the Secret
-/// still holds it).
+/// Records that the running servers have loaded `fp`: one merge patch of
+/// the mark alone, no read. Safe whatever the Secret holds by now: the
+/// mark names the fingerprint that was loaded, and a newer certificate
+/// (another fingerprint) still reads as not loaded (`unloaded`).
 async fn mark_reloaded(ctx: &Ctx, owner: &Owner, fp: &str) -> Result<(), Error> {
     let api = Api::<Secret>::namespaced(ctx.client.clone(), &owner.namespace);
     let name = server_secret(&owner.name);
-    let Some(s) = api
-        .get_opt(&name)
+    let patch = serde_json::json!({"metadata": {"annotations": {ANN_RELOADED: fp}}});
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(kerr("get", "Secret", &name))?
-    else {
-        return Ok(());
-    };
-    let (Some(cert), Some(key), Some(ca)) =
-        (text(&s, "tls.crt"), text(&s, "tls.key"), text(&s, "ca.crt"))
-    else {
-        return Ok(());
-    };
-    let pair = issue::Pair { cert, key };
-    let end = ann(&s, ANN_NOT_AFTER)
-        .and_then(|t| t.parse::<u64>().ok())
-        .map(|t| SystemTime::UNIX_EPOCH + Duration::from_secs(t));
-    if issue::fingerprint(&pair) != fp {
-        return Ok(());
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(kerr("patch", "Secret", &name)(e)),
     }
-    apply_server(&api, owner, &pair, &ca, end, Some(fp)).await
 }

@@ -7,6 +7,10 @@ fn main() -> std::process::ExitCode {
     if !matches!(cli.command, pgfleet::cli::Command::Run { .. }) {
         pgfleet::telemetry::init_logging();
     }
+    // Before any socket: a fleet needs many (platform::limits).
+    if let Err(e) = pgfleet::platform::limits::raise_open_files(None) {
+        eprintln!("pgfleet: could not raise the open-file limit: {e}");
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -35,6 +35,10 @@ use std::time::{Duration, Instant};
 pub const NS: &str = "bench";
 const P99_LIMIT: Duration = Duration::from_secs(1);
 
+/// Sockets per member cluster on each side, with room: the watches (the
+/// PostgresCluster shards and every child kind), the request pool, Leases.
+const PER_MEMBER_FILES: u64 = 64;
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Emulated member clusters (sim-1 … sim-N, in a child process).
@@ -110,6 +114,18 @@ async fn bench(args: &Args, dir: &Path) -> Result<()> {
         args.rates,
         args.step_secs
     );
+    // Both ends of every member connection live on this machine: the
+    // manager here, the API servers in the child (which inherits this).
+    let want = (args.clusters as u64 * PER_MEMBER_FILES).max(1024) + 4096;
+    match crate::platform::limits::raise_open_files(Some(want)) {
+        Ok(l) if l.soft >= want => println!("open files: {} (about {want} needed)", l.soft),
+        Ok(l) => println!(
+            "open files: {} of about {want} needed (raising the hard limit needs root): \
+             expect connection errors",
+            l.soft
+        ),
+        Err(e) => println!("open files: could not raise the limit: {e}"),
+    }
     let t = Instant::now();
     let sim = env::SimChild::start(dir, args.clusters).await?;
     println!(

@@ -122,6 +122,36 @@ pub(crate) async fn wait_phase(
 
 /// Switches to a new WAL segment and waits until the one it closed is
 /// archived: everything committed before is then in the repository.
+/// Rows 11–20, then the target time (UTC, microseconds), then rows
+/// 21–30, everything archived: a restore to the target holds exactly the
+/// rows up to 20.
+pub(crate) async fn rows_around_a_target_time(e: &Env, rw: &str, pw: &str) -> String {
+    sql(
+        rw,
+        pw,
+        "INSERT INTO marks(id) SELECT generate_series(11, 20)",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let target: String = sql(
+        rw,
+        pw,
+        "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+    )
+    .await[0]
+        .get(0);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    sql(
+        rw,
+        pw,
+        "INSERT INTO marks(id) SELECT generate_series(21, 30)",
+    )
+    .await;
+    // Everything up to here must reach the archive before restoring.
+    archive_all(e, rw, pw).await;
+    target
+}
+
 pub(crate) async fn archive_all(e: &Env, rw: &str, pw: &str) {
     let seg: String = sql(rw, pw, "SELECT pg_walfile_name(pg_switch_wal())").await[0].get(0);
     e.wait(
@@ -200,29 +230,7 @@ async fn point_in_time_restore_holds_exactly_the_rows_before_the_target() {
     );
     assert!(b.wal_start.is_some() && b.wal_stop.is_some(), "{b:?}");
 
-    sql(
-        &rw,
-        &pw,
-        "INSERT INTO marks(id) SELECT generate_series(11, 20)",
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let target: String = sql(
-        &rw,
-        &pw,
-        "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
-    )
-    .await[0]
-        .get(0);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    sql(
-        &rw,
-        &pw,
-        "INSERT INTO marks(id) SELECT generate_series(21, 30)",
-    )
-    .await;
-    // Everything up to here must reach the archive before restoring.
-    archive_all(&e, &rw, &pw).await;
+    let target = rows_around_a_target_time(&e, &rw, &pw).await;
 
     e.create(
         "restored",

@@ -10,7 +10,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::backup::{
-    archive_all, backup_status, ids, ready_for_writes, request_backup, setup, sql, wait_phase,
+    archive_all, backup_status, ids, ready_for_writes, request_backup, rows_around_a_target_time,
+    setup, sql, wait_phase,
 };
 use crate::common::process::Env;
 use crate::major_upgrade::set_version;
@@ -62,28 +63,7 @@ async fn backups_carry_over_an_upgrade_and_a_restore_to_before_it_runs_on_15() {
     request_backup(&e, "up", "up-on-15").await;
     wait_phase(&e, "up-on-15", "Completed").await;
 
-    sql(
-        &rw,
-        &pw,
-        "INSERT INTO marks(id) SELECT generate_series(11, 20)",
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let target: String = sql(
-        &rw,
-        &pw,
-        "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
-    )
-    .await[0]
-        .get(0);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    sql(
-        &rw,
-        &pw,
-        "INSERT INTO marks(id) SELECT generate_series(21, 30)",
-    )
-    .await;
-    archive_all(&e, &rw, &pw).await;
+    let target = rows_around_a_target_time(&e, &rw, &pw).await;
 
     set_version(&e, "up", "18").await;
     e.wait(

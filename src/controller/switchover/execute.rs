@@ -158,7 +158,7 @@ pub async fn resume(
         .is_some_and(|p| p.role == Some(Role::Primary));
     if old_is_primary && !streaming(ctx, &ns, target).await {
         // Nothing was demoted or paused yet: the old primary simply stays.
-        status_patch(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await?;
+        keep_primary(ctx, pg, old).await?;
         publish(
             ctx,
             pg,
@@ -341,6 +341,11 @@ async fn abort(pg: &PostgresCluster, ctx: &Ctx, ns: &str, old: &str) -> Result<(
     label(ctx, ns, old, Role::Primary).await?;
     let _ = run_verb(&ctx.client, ns, old, &["fence"], EXEC_TIMEOUT).await;
     let _ = run_verb(&ctx.client, ns, old, &["unfence"], EXEC_TIMEOUT).await;
+    keep_primary(ctx, pg, old).await
+}
+
+/// Records that `old` stays primary and the request is consumed.
+async fn keep_primary(ctx: &Ctx, pg: &PostgresCluster, old: &str) -> Result<(), Error> {
     status_patch(ctx, pg, json!({"targetPrimary": old, "switchover": null})).await
 }
 

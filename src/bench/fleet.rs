@@ -132,12 +132,17 @@ async fn bench(args: &Args, dir: &Path) -> Result<()> {
         "emulated clusters (child process, virtual runtime) up in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    let out = measure(args, dir, &sim.kubeconfigs).await;
+    let out = measure(args, dir, &sim.kubeconfigs, sim.pid()).await;
     sim.stop().await;
     out
 }
 
-async fn measure(args: &Args, dir: &Path, kubeconfigs: &[(String, PathBuf)]) -> Result<()> {
+async fn measure(
+    args: &Args,
+    dir: &Path,
+    kubeconfigs: &[(String, PathBuf)],
+    sim_pid: Option<u32>,
+) -> Result<()> {
     let total = args.clusters * args.per_cluster;
     let clients = env::clients(kubeconfigs).await?;
     let t = Instant::now();
@@ -158,7 +163,7 @@ async fn measure(args: &Args, dir: &Path, kubeconfigs: &[(String, PathBuf)]) -> 
         .enable_all()
         .thread_name("manager")
         .build()?;
-    let out = manager_phase(args, &rt, settings, &mut driver).await;
+    let out = manager_phase(args, &rt, settings, &mut driver, sim_pid).await;
     rt.shutdown_background();
     let m = out?;
     driver.set_probe(None);
@@ -220,8 +225,11 @@ async fn manager_phase(
     rt: &tokio::runtime::Runtime,
     settings: crate::config::Settings,
     driver: &mut load::Driver,
+    sim_pid: Option<u32>,
 ) -> Result<ManagerRun> {
     let total = args.clusters * args.per_cluster;
+    let cpu = |pid| env::cpu_secs(pid).unwrap_or(f64::NAN);
+    let cpu_before = (cpu(None), cpu(sim_pid));
     let start = Instant::now();
     let mgr = rt
         .spawn(async move { crate::manager::start(&settings, false).await })
@@ -255,6 +263,12 @@ async fn manager_phase(
         "  cold: {healthy}/{total} Healthy in {:.2} s · {}",
         cold.as_secs_f64(),
         counters(&mgr)
+    );
+    println!(
+        "  CPU during the cold converge: {:.1} s in this process (the manager and the \
+         benchmark's watchers), {:.1} s in the emulator",
+        cpu(None) - cpu_before.0,
+        cpu(sim_pid) - cpu_before.1
     );
     println!("  requests per PostgresCluster during the cold converge, by verb and resource:");
     for line in per_cluster_requests(&requests, total) {

@@ -27,6 +27,11 @@ pub struct SimChild {
 }
 
 impl SimChild {
+    /// The child's process id (None once it has exited).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Starts `pgfleet sim` with `n` clusters writing into `dir`, and waits
     /// until it has written `sim.json` (after every cluster listens).
     pub async fn start(dir: &Path, n: usize) -> Result<SimChild> {
@@ -99,6 +104,21 @@ pub fn tail(path: &Path) -> String {
 }
 
 /// Resident set size of this process, in bytes.
+/// CPU seconds (user + system) a process has used: this one, or `pid`.
+/// /proc counts in clock ticks, 100 per second on Linux.
+pub fn cpu_secs(pid: Option<u32>) -> Option<f64> {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/stat"),
+        None => "/proc/self/stat".to_string(),
+    };
+    let stat = std::fs::read_to_string(path).ok()?;
+    // After the command name (in parentheses, may hold spaces): state is
+    // field 3, utime and stime fields 14 and 15.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 pub fn rss() -> Result<u64> {
     let status =
         std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;

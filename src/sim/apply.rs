@@ -15,6 +15,7 @@
 //! Deviations from kube-apiserver are listed in the parent `patch` module documentation.
 
 use super::{ListKind, PatchError, declared_merge_key, list_kind};
+use crate::json_ptr::Ptr;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -643,10 +644,7 @@ impl ManagerEntry {
 }
 
 fn parse_managers(obj: &Value) -> Vec<ManagerEntry> {
-    let Some(entries) = obj
-        .pointer("/metadata/managedFields")
-        .and_then(Value::as_array)
-    else {
+    let Some(entries) = obj.ptr("/metadata/managedFields").and_then(Value::as_array) else {
         return Vec::new();
     };
     let text = |m: &Map<String, Value>, k: &str| {

@@ -11,6 +11,7 @@ use super::resources::{Registry, ResKey, ResourceType};
 use super::runtime::Runtime;
 use super::schema;
 use super::store::{Change, EventType, Store, StoredObject, str_at};
+use crate::json_ptr::Ptr;
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
 
@@ -134,16 +135,14 @@ impl Cluster {
         };
         match self.store.get(&key, "", ns) {
             None => Err(ApiError::not_found("namespaces", ns)),
-            Some(n) if n.value.pointer("/metadata/deletionTimestamp").is_some() => {
-                Err(ApiError::new(
-                    403,
-                    "Forbidden",
-                    format!(
-                        "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                        rt.qualified()
-                    ),
-                ))
-            }
+            Some(n) if n.value.ptr("/metadata/deletionTimestamp").is_some() => Err(ApiError::new(
+                403,
+                "Forbidden",
+                format!(
+                    "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    rt.qualified()
+                ),
+            )),
             Some(_) => Ok(()),
         }
     }
@@ -261,7 +260,7 @@ impl Cluster {
             if !v.is_object() {
                 return Err(ApiError::bad_request("the body must be a JSON object"));
             }
-            if let (Some(o), Some(want)) = (old, v.pointer("/metadata/resourceVersion")) {
+            if let (Some(o), Some(want)) = (old, v.ptr("/metadata/resourceVersion")) {
                 let want = want.as_str().unwrap_or_default();
                 if !want.is_empty() && want != str_at(o, "/metadata/resourceVersion") {
                     return Err(ApiError::conflict(&rt.qualified(), name));
@@ -279,7 +278,7 @@ impl Cluster {
             // the stored ones on status writes).
             let applied_fields = opts
                 .is_apply
-                .then(|| v.pointer("/metadata/managedFields").cloned())
+                .then(|| v.ptr("/metadata/managedFields").cloned())
                 .flatten();
             self.finish(rt, ns, name, old, &mut v, sub, opts.strict)?;
             if sub == Sub::Main {
@@ -301,7 +300,7 @@ impl Cluster {
                 dry = Some(v);
                 return Ok(Change::Keep);
             }
-            if v.pointer("/metadata/deletionTimestamp").is_some() && finalizers(&v).is_empty() {
+            if v.ptr("/metadata/deletionTimestamp").is_some() && finalizers(&v).is_empty() {
                 return Ok(Change::Delete);
             }
             Ok(Change::Put(v))
@@ -380,13 +379,13 @@ impl Cluster {
                     }
                 }
                 let generation = o
-                    .pointer("/metadata/generation")
+                    .ptr("/metadata/generation")
                     .and_then(Value::as_i64)
                     .unwrap_or(1);
                 let changed = spec_part(o) != spec_part(v);
                 v["metadata"]["generation"] =
                     json!(if changed { generation + 1 } else { generation });
-                if o.pointer("/metadata/deletionTimestamp").is_some() {
+                if o.ptr("/metadata/deletionTimestamp").is_some() {
                     let before = finalizers(o);
                     if let Some(new) = finalizers(v).iter().find(|f| !before.contains(f)) {
                         return Err(ApiError::invalid(
@@ -474,7 +473,7 @@ impl Cluster {
         }
         // Claims too: the PV controller and the resizer run in gc's pass.
         if kind == EventType::Deleted
-            || obj.value.pointer("/metadata/deletionTimestamp").is_some()
+            || obj.value.ptr("/metadata/deletionTimestamp").is_some()
             || (rt.group.is_empty() && rt.plural == "persistentvolumeclaims")
         {
             self.gc_wake.notify_one();
@@ -508,7 +507,7 @@ impl Cluster {
             }
             let mut v = cur.value.clone();
             let mut fins = finalizers(&v);
-            let already = v.pointer("/metadata/deletionTimestamp").is_some();
+            let already = v.ptr("/metadata/deletionTimestamp").is_some();
             match opts.propagation.as_deref() {
                 Some("Foreground") if !already => fins.push("foregroundDeletion".into()),
                 Some("Orphan") if !already => fins.push("orphan".into()),
@@ -519,7 +518,7 @@ impl Cluster {
                 v["status"] = json!({"phase": "Terminating"});
             }
             let grace = opts.grace_period.unwrap_or_else(|| {
-                v.pointer("/spec/terminationGracePeriodSeconds")
+                v.ptr("/spec/terminationGracePeriodSeconds")
                     .and_then(Value::as_i64)
                     .unwrap_or(30)
             });
@@ -528,7 +527,7 @@ impl Cluster {
                 && has_runtime
                 && grace > 0
                 && !str_at(&v, "/spec/nodeName").is_empty()
-                && v.pointer("/status/phase")
+                && v.ptr("/status/phase")
                     .and_then(Value::as_str)
                     .is_none_or(|p| p != "Succeeded" && p != "Failed");
             if fins.is_empty() && !graceful_pod {
@@ -604,7 +603,7 @@ fn removed_fields(before: &Value, after: &Value, path: String, out: &mut Vec<Str
 }
 
 pub fn finalizers(v: &Value) -> Vec<String> {
-    v.pointer("/metadata/finalizers")
+    v.ptr("/metadata/finalizers")
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()

@@ -8,6 +8,7 @@
 //! for percentages and `maxUnavailable`; for pods that all exist (the
 //! usual case when draining) the two agree.
 
+use crate::json_ptr::Ptr;
 use crate::selector::LabelSelector;
 use crate::store::str_at;
 use serde_json::{Value, json};
@@ -23,9 +24,9 @@ pub struct Budget {
 
 /// Whether a pod counts as healthy: Ready and not being deleted.
 pub fn healthy(pod: &Value) -> bool {
-    pod.pointer("/metadata/deletionTimestamp").is_none()
+    pod.ptr("/metadata/deletionTimestamp").is_none()
         && pod
-            .pointer("/status/conditions")
+            .ptr("/status/conditions")
             .and_then(Value::as_array)
             .is_some_and(|cs| {
                 cs.iter()
@@ -39,11 +40,11 @@ pub fn selects(pdb: &Value, pod: &Value) -> bool {
     if str_at(pdb, "/metadata/namespace") != str_at(pod, "/metadata/namespace") {
         return false;
     }
-    let Some(sel) = pdb.pointer("/spec/selector").filter(|s| !s.is_null()) else {
+    let Some(sel) = pdb.ptr("/spec/selector").filter(|s| !s.is_null()) else {
         return false;
     };
     LabelSelector::from_label_selector_json(sel)
-        .is_ok_and(|s| s.matches(pod.pointer("/metadata/labels").and_then(Value::as_object)))
+        .is_ok_and(|s| s.matches(pod.ptr("/metadata/labels").and_then(Value::as_object)))
 }
 
 /// An int-or-percent of `total`, rounded up (as upstream does for both
@@ -65,9 +66,9 @@ pub fn budget(pdb: &Value, pods: &[Value]) -> Budget {
         .collect();
     let expected = selected.len() as i64;
     let current_healthy = selected.iter().filter(|p| healthy(p)).count() as i64;
-    let desired_healthy = if let Some(min) = pdb.pointer("/spec/minAvailable") {
+    let desired_healthy = if let Some(min) = pdb.ptr("/spec/minAvailable") {
         scaled(min, expected).unwrap_or(expected)
-    } else if let Some(max) = pdb.pointer("/spec/maxUnavailable") {
+    } else if let Some(max) = pdb.ptr("/spec/maxUnavailable") {
         (expected - scaled(max, expected).unwrap_or(0)).max(0)
     } else {
         // Neither set: no disruption may happen (upstream's default of minAvailable 100%).

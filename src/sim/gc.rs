@@ -6,6 +6,7 @@
 use super::cluster::{Cluster, DeleteOpts, Sub, WriteOpts, finalizers};
 use super::resources::ResKey;
 use super::store::str_at;
+use crate::json_ptr::Ptr;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,19 +56,17 @@ pub fn sweep(c: &Arc<Cluster>) {
         let ns = str_at(v, "/metadata/namespace");
         let name = str_at(v, "/metadata/name");
         // Dependents whose owners are all gone are deleted (background policy).
-        if let Some(refs) = v
-            .pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)
+        if let Some(refs) = v.ptr("/metadata/ownerReferences").and_then(Value::as_array)
             && !refs.is_empty()
             && refs
                 .iter()
                 .all(|r| !uids.contains(r.get("uid").and_then(Value::as_str).unwrap_or_default()))
-            && v.pointer("/metadata/deletionTimestamp").is_none()
+            && v.ptr("/metadata/deletionTimestamp").is_none()
         {
             let _ = c.delete(rt, ns, name, &DeleteOpts::default());
             continue;
         }
-        if v.pointer("/metadata/deletionTimestamp").is_none() {
+        if v.ptr("/metadata/deletionTimestamp").is_none() {
             continue;
         }
         let fins = finalizers(v);
@@ -98,7 +97,7 @@ pub fn sweep(c: &Arc<Cluster>) {
                     && krt.namespaced
                 {
                     for it in items {
-                        if it.value.pointer("/metadata/deletionTimestamp").is_none() {
+                        if it.value.ptr("/metadata/deletionTimestamp").is_none() {
                             let _ = c.delete(
                                 &krt,
                                 name,
@@ -135,7 +134,7 @@ fn delete_all(c: &Cluster, deps: &[(ResKey, String, String)]) {
     for (dk, dns, dname) in deps {
         if let Some(rt) = c.type_of(dk)
             && let Some(cur) = c.store.get(dk, dns, dname)
-            && cur.value.pointer("/metadata/deletionTimestamp").is_none()
+            && cur.value.ptr("/metadata/deletionTimestamp").is_none()
         {
             let _ = c.delete(&rt, dns, dname, &DeleteOpts::default());
         }
@@ -151,7 +150,7 @@ fn strip_owner(c: &Cluster, key: &ResKey, ns: &str, name: &str, uid: &str) {
     let _ = c.write(&rt, ns, name, Sub::Main, &opts, false, |cur| {
         let mut v = cur.cloned().unwrap_or_default();
         let refs: Vec<Value> = v
-            .pointer("/metadata/ownerReferences")
+            .ptr("/metadata/ownerReferences")
             .and_then(Value::as_array)
             .map(|a| {
                 a.iter()

@@ -7,6 +7,7 @@ use super::cluster::{Cluster, DeleteOpts, Sub, WriteOpts};
 use super::resources::ResKey;
 use super::runtime::{ExecOutcome, ExecRequest, LogRequest, Runtime};
 use super::store::{EventType, str_at};
+use crate::json_ptr::Ptr;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -35,7 +36,7 @@ pub fn settle_pod(c: &Cluster, v: &Value, _node: &str) {
     let Some(rt) = c.type_of(&pods()) else { return };
     let ns = str_at(v, "/metadata/namespace").to_string();
     let name = str_at(v, "/metadata/name").to_string();
-    if v.pointer("/metadata/deletionTimestamp").is_some() {
+    if v.ptr("/metadata/deletionTimestamp").is_some() {
         let _ = c.delete(
             &rt,
             &ns,
@@ -54,7 +55,7 @@ pub fn settle_pod(c: &Cluster, v: &Value, _node: &str) {
     // Running and Ready: nothing to report. (Ready=False on a Running pod
     // is the node controller's mark while the kubelet was down.)
     let ready = v
-        .pointer("/status/conditions")
+        .ptr("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {
             cs.iter()
@@ -73,7 +74,7 @@ pub fn settle_pod(c: &Cluster, v: &Value, _node: &str) {
     };
     let now = super::cluster::now_rfc3339();
     let statuses: Vec<Value> = v
-        .pointer("/spec/containers")
+        .ptr("/spec/containers")
         .and_then(Value::as_array)
         .map(|cs| {
             cs.iter()
@@ -105,8 +106,7 @@ pub fn hold_image_pull(c: &Cluster, v: &Value) {
         return;
     }
     if str_at(v, "/status/phase") == "Pending"
-        && v.pointer("/status/containerStatuses/0/state/waiting")
-            .is_some()
+        && v.ptr("/status/containerStatuses/0/state/waiting").is_some()
     {
         return;
     }

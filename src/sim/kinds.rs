@@ -5,6 +5,7 @@
 use super::cluster::Cluster;
 use super::error::ApiError;
 use super::resources::{ResourceType, types_from_crd};
+use crate::json_ptr::Ptr;
 use serde_json::{Value, json};
 
 pub fn on_write(
@@ -71,7 +72,7 @@ pub fn on_write(
 /// ingress IP is how another cluster reaches a LoadBalancer Service.)
 fn node_ports(cluster: &Cluster, old: Option<&Value>, v: &mut Value) -> Result<(), ApiError> {
     let port_list = |o: &Value| -> Vec<(u64, u16)> {
-        o.pointer("/spec/ports")
+        o.ptr("/spec/ports")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -83,12 +84,12 @@ fn node_ports(cluster: &Cluster, old: Option<&Value>, v: &mut Value) -> Result<(
     };
     let held = old.map(port_list).unwrap_or_default();
     let name = v
-        .pointer("/metadata/name")
+        .ptr("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
     let wants = matches!(
-        v.pointer("/spec/type").and_then(Value::as_str),
+        v.ptr("/spec/type").and_then(Value::as_str),
         Some("NodePort" | "LoadBalancer")
     );
     let mut kept = vec![];
@@ -181,7 +182,7 @@ fn service(cluster: &Cluster, old: Option<&Value>, v: &mut Value) -> Result<(), 
         return Ok(());
     };
     let old_ip = old
-        .and_then(|o| o.pointer("/spec/clusterIP"))
+        .and_then(|o| o.ptr("/spec/clusterIP"))
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty());
     let is_external = spec.get("type").and_then(Value::as_str) == Some("ExternalName");
@@ -267,7 +268,7 @@ fn service_account_token(cluster: &Cluster, old: Option<&Value>, v: &mut Value) 
         rand::random::<u128>()
     );
     let ns = v
-        .pointer("/metadata/namespace")
+        .ptr("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
@@ -295,7 +296,7 @@ fn secret_type_immutable(old: Option<&Value>, v: &Value) -> Result<(), ApiError>
         return Ok(());
     }
     let name = v
-        .pointer("/metadata/name")
+        .ptr("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
     Err(ApiError::invalid(
@@ -337,12 +338,12 @@ fn pod_defaults(v: &mut Value) {
 
 fn crd(rt: &ResourceType, v: &mut Value) -> Result<(), ApiError> {
     let name = v
-        .pointer("/metadata/name")
+        .ptr("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
     let s = |p: &str| {
-        v.pointer(p)
+        v.ptr(p)
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string()
@@ -366,7 +367,7 @@ fn crd(rt: &ResourceType, v: &mut Value) -> Result<(), ApiError> {
     req("spec.names.plural", !plural.is_empty());
     req("spec.names.kind", !kind.is_empty());
     let versions = v
-        .pointer("/spec/versions")
+        .ptr("/spec/versions")
         .and_then(Value::as_array)
         .map(Vec::len)
         .unwrap_or(0);
@@ -383,7 +384,7 @@ fn crd(rt: &ResourceType, v: &mut Value) -> Result<(), ApiError> {
     }
     let stored: Vec<Value> = types_from_crd(v).iter().map(|t| json!(t.version)).collect();
     let now = super::cluster::now_rfc3339();
-    let names = v.pointer("/spec/names").cloned().unwrap_or(json!({}));
+    let names = v.ptr("/spec/names").cloned().unwrap_or(json!({}));
     v["status"] = json!({
         "acceptedNames": names,
         "storedVersions": stored,

@@ -15,6 +15,7 @@
 //! `<pending>` until this controller writes its status a moment later.
 
 use crate::cluster::{Cluster, Sub, WriteOpts};
+use crate::json_ptr::Ptr;
 use crate::resources::ResKey;
 use crate::store::{EventType, str_at};
 use serde_json::{Value, json};
@@ -90,7 +91,7 @@ fn services() -> ResKey {
 
 /// The ingress IPs in a Service's status.
 pub fn ingress_ips(svc: &Value) -> Vec<String> {
-    svc.pointer("/status/loadBalancer/ingress")
+    svc.ptr("/status/loadBalancer/ingress")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -100,12 +101,11 @@ pub fn ingress_ips(svc: &Value) -> Vec<String> {
 }
 
 fn is_lb(svc: &Value) -> bool {
-    str_at(svc, "/spec/type") == "LoadBalancer"
-        && svc.pointer("/metadata/deletionTimestamp").is_none()
+    str_at(svc, "/spec/type") == "LoadBalancer" && svc.ptr("/metadata/deletionTimestamp").is_none()
 }
 
 fn tcp_ports(svc: &Value) -> Vec<u16> {
-    svc.pointer("/spec/ports")
+    svc.ptr("/spec/ports")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -161,7 +161,7 @@ fn reconcile(c: &Cluster, held: &mut HashMap<String, Vec<String>>, kind: EventTy
     let uid = str_at(svc, "/metadata/uid").to_string();
     let ips = ingress_ips(svc);
     let node_ports = svc
-        .pointer("/spec/ports")
+        .ptr("/spec/ports")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

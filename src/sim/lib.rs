@@ -19,6 +19,7 @@ pub mod faults;
 pub mod gc;
 pub mod hostexec;
 pub mod ipam;
+pub mod json_ptr;
 pub mod kinds;
 pub mod lb;
 pub mod limit_range;

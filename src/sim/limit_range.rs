@@ -5,6 +5,7 @@
 //! functions of the ranges and the Pod; `quota::Admission` calls [`admit`].
 
 use super::quantity;
+use crate::json_ptr::Ptr;
 use serde_json::{Map, Value};
 
 fn map_at(v: &Value, key: &str) -> Map<String, Value> {
@@ -31,7 +32,7 @@ fn defaulted(item: &Value) -> (Map<String, Value>, Map<String, Value>) {
 fn container_items(ranges: &[Value]) -> Vec<&Value> {
     ranges
         .iter()
-        .filter_map(|r| r.pointer("/spec/limits").and_then(Value::as_array))
+        .filter_map(|r| r.ptr("/spec/limits").and_then(Value::as_array))
         .flatten()
         .filter(|i| i.get("type").and_then(Value::as_str) == Some("Container"))
         .collect()
@@ -70,7 +71,7 @@ fn apply_defaults(items: &[&Value], c: &mut Value) {
 /// min/max violations of one container, in kube's words.
 fn violations(item: &Value, c: &Value, out: &mut Vec<String>) {
     let value = |kind: &str, r: &str| {
-        c.pointer(&format!("/resources/{kind}/{r}"))
+        c.ptr(&format!("/resources/{kind}/{r}"))
             .and_then(Value::as_str)
             .map(str::to_string)
     };

@@ -13,6 +13,7 @@
 
 use super::error::ApiError;
 use super::resources::ResourceType;
+use crate::json_ptr::Ptr;
 use serde_json::Value;
 
 const LABEL_RE: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
@@ -205,18 +206,18 @@ pub fn label_problems(labels: Option<&Value>) -> Vec<(String, String)> {
 pub fn validate_object(rt: &ResourceType, name: &str, v: &Value) -> Result<(), ApiError> {
     // kube reports every problem: generateName, then the name, labels, annotations.
     let mut causes = vec![];
-    if let Some(prefix) = v.pointer("/metadata/generateName").and_then(Value::as_str) {
+    if let Some(prefix) = v.ptr("/metadata/generateName").and_then(Value::as_str) {
         causes.extend(generate_name_problems(rt, prefix));
     }
     if let Err(e) = validate_name(rt, name) {
         causes.extend(causes_of(&e));
     }
     causes.extend(
-        label_problems(v.pointer("/metadata/labels"))
+        label_problems(v.ptr("/metadata/labels"))
             .into_iter()
             .map(|(f, m)| (f, "FieldValueInvalid".to_string(), m)),
     );
-    causes.extend(annotation_problems(v.pointer("/metadata/annotations")));
+    causes.extend(annotation_problems(v.ptr("/metadata/annotations")));
     if causes.is_empty() {
         return Ok(());
     }

@@ -54,6 +54,7 @@
 //!   lists left behind by pruning are removed (mimicking `omitempty`), except at the
 //!   root level.
 
+use crate::json_ptr::Ptr;
 use serde_json::{Map, Value};
 use std::fmt;
 
@@ -192,7 +193,7 @@ pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
     // against null as a success; kube-runtime's finalizer helper relies on it.
     ops.0.retain(|op| match op {
         ::json_patch::PatchOperation::Test(t) => {
-            !(t.value.is_null() && target.pointer(t.path.as_str()).is_none())
+            !(t.value.is_null() && target.ptr(t.path.as_str()).is_none())
         }
         _ => true,
     });

@@ -6,6 +6,7 @@
 
 use super::cluster::Cluster;
 use super::resources::ResKey;
+use crate::json_ptr::Ptr;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -56,7 +57,7 @@ pub fn load(c: &Arc<Cluster>, path: &Path) -> anyhow::Result<Option<Restored>> {
                 .register_crd(&e.object);
         }
         for ptr in ["/spec/clusterIP", "/status/podIP"] {
-            if let Some(ip) = e.object.pointer(ptr).and_then(Value::as_str) {
+            if let Some(ip) = e.object.ptr(ptr).and_then(Value::as_str) {
                 c.ipam.reserve(ip);
             }
         }

@@ -9,6 +9,7 @@
 //! Pure functions of the namespace and the Pod, no I/O: `cluster` reads the
 //! namespace and calls [`admit`].
 
+use crate::json_ptr::Ptr;
 use serde_json::Value;
 
 pub const ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
@@ -26,7 +27,7 @@ impl Level {
     /// unknown value counts as restricted, as kube does (fail closed).
     pub fn of_namespace(ns: &Value) -> Option<Level> {
         let v = ns
-            .pointer("/metadata/labels")
+            .ptr("/metadata/labels")
             .and_then(|l| l.get(ENFORCE_LABEL))
             .and_then(Value::as_str)?;
         Some(match v {
@@ -92,7 +93,7 @@ pub fn admit(level: Level, name: &str, pod: &Value) -> Result<(), String> {
 fn containers(pod: &Value) -> Vec<(&str, &Value)> {
     ["initContainers", "containers", "ephemeralContainers"]
         .iter()
-        .filter_map(|k| pod.pointer(&format!("/spec/{k}")).and_then(Value::as_array))
+        .filter_map(|k| pod.ptr(&format!("/spec/{k}")).and_then(Value::as_array))
         .flatten()
         .map(|c| (c.get("name").and_then(Value::as_str).unwrap_or(""), c))
         .collect()
@@ -110,11 +111,11 @@ fn named(what: &str, names: &[&str]) -> String {
 }
 
 fn flag(v: &Value, ptr: &str) -> Option<bool> {
-    v.pointer(ptr).and_then(Value::as_bool)
+    v.ptr(ptr).and_then(Value::as_bool)
 }
 
 fn str_list<'a>(v: &'a Value, ptr: &str) -> Vec<&'a str> {
-    v.pointer(ptr)
+    v.ptr(ptr)
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default()
@@ -202,10 +203,9 @@ fn baseline(pod: &Value) -> Vec<String> {
     if !ports.is_empty() {
         out.push(format!("hostPort ({})", ports.join("; ")));
     }
-    let unconfined = |sc: &Value| {
-        sc.pointer("/seccompProfile/type").and_then(Value::as_str) == Some("Unconfined")
-    };
-    if pod.pointer("/spec/securityContext").is_some_and(unconfined)
+    let unconfined =
+        |sc: &Value| sc.ptr("/seccompProfile/type").and_then(Value::as_str) == Some("Unconfined");
+    if pod.ptr("/spec/securityContext").is_some_and(unconfined)
         || cs
             .iter()
             .any(|(_, c)| c.get("securityContext").is_some_and(unconfined))
@@ -226,7 +226,7 @@ fn quoted(items: &[&str]) -> String {
 
 /// (volume name, type) for each volume: the one key besides `name`.
 fn volumes(pod: &Value) -> Vec<(&str, &str)> {
-    pod.pointer("/spec/volumes")
+    pod.ptr("/spec/volumes")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -240,7 +240,7 @@ fn volumes(pod: &Value) -> Vec<(&str, &str)> {
 
 fn restricted(pod: &Value) -> Vec<String> {
     let cs = containers(pod);
-    let psc = pod.pointer("/spec/securityContext");
+    let psc = pod.ptr("/spec/securityContext");
     let mut out = vec![];
     let bad_vols: Vec<String> = volumes(pod)
         .into_iter()
@@ -291,11 +291,7 @@ fn restricted(pod: &Value) -> Vec<String> {
     out.extend(run_as_non_root(psc, &cs));
     let root_uid: Vec<&str> = cs
         .iter()
-        .filter(|(_, c)| {
-            c.pointer("/securityContext/runAsUser")
-                .and_then(Value::as_i64)
-                == Some(0)
-        })
+        .filter(|(_, c)| c.ptr("/securityContext/runAsUser").and_then(Value::as_i64) == Some(0))
         .map(|(n, _)| *n)
         .collect();
     let pod_root = psc.and_then(|s| s.get("runAsUser")).and_then(Value::as_i64) == Some(0);
@@ -352,7 +348,7 @@ fn run_as_non_root(psc: Option<&Value>, cs: &[(&str, &Value)]) -> Option<String>
 }
 
 fn seccomp_type(sc: Option<&Value>) -> Option<&str> {
-    sc.and_then(|s| s.pointer("/seccompProfile/type"))
+    sc.and_then(|s| s.ptr("/seccompProfile/type"))
         .and_then(Value::as_str)
 }
 

@@ -7,6 +7,7 @@
 use super::cluster::{Cluster, finalizers};
 use super::resources::ResKey;
 use super::store::{StoredObject, str_at};
+use crate::json_ptr::Ptr;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -35,7 +36,7 @@ pub fn sweep(c: &Arc<Cluster>, all: &[(ResKey, Arc<StoredObject>)]) {
     for (key, o) in all {
         let v = &o.value;
         if !is_core(key, "persistentvolumeclaims")
-            || v.pointer("/metadata/deletionTimestamp").is_none()
+            || v.ptr("/metadata/deletionTimestamp").is_none()
             || !finalizers(v).iter().any(|f| f == FINALIZER)
         {
             continue;
@@ -66,13 +67,13 @@ pub fn pod_uses(pod: &Value, claim: &str) -> bool {
         return false;
     }
     let pod_name = str_at(pod, "/metadata/name");
-    pod.pointer("/spec/volumes")
+    pod.ptr("/spec/volumes")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .any(|vol| {
             let named = vol
-                .pointer("/persistentVolumeClaim/claimName")
+                .ptr("/persistentVolumeClaim/claimName")
                 .and_then(Value::as_str)
                 == Some(claim);
             let ephemeral = vol.get("ephemeral").is_some()
@@ -83,9 +84,9 @@ pub fn pod_uses(pod: &Value, claim: &str) -> bool {
 
 fn shut_down(pod: &Value) -> bool {
     let phase = str_at(pod, "/status/phase");
-    let force_deleted = pod.pointer("/metadata/deletionTimestamp").is_some()
+    let force_deleted = pod.ptr("/metadata/deletionTimestamp").is_some()
         && pod
-            .pointer("/metadata/deletionGracePeriodSeconds")
+            .ptr("/metadata/deletionGracePeriodSeconds")
             .and_then(Value::as_i64)
             == Some(0);
     phase == "Succeeded" || phase == "Failed" || force_deleted

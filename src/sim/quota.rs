@@ -16,6 +16,7 @@ use super::limit_range;
 use super::quantity::{self, Milli};
 use super::resources::{ResKey, ResourceType};
 use super::store::{Change, Lister, Store, str_at};
+use crate::json_ptr::Ptr;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -67,9 +68,7 @@ fn kind_of(resource: &str) -> Option<ResKey> {
 }
 
 fn quantity_at(v: &Value, ptr: &str) -> Option<Milli> {
-    v.pointer(ptr)
-        .and_then(Value::as_str)
-        .and_then(quantity::parse)
+    v.ptr(ptr).and_then(Value::as_str).and_then(quantity::parse)
 }
 
 /// A Pod's compute usage: the sum over containers, at least the largest init
@@ -82,7 +81,7 @@ fn pod_compute(pod: &Value, out: &mut BTreeMap<String, Milli>) {
         ("limits.memory", "/resources/limits/memory"),
     ] {
         let list = |field: &str| -> Vec<Milli> {
-            pod.pointer(&format!("/spec/{field}"))
+            pod.ptr(&format!("/spec/{field}"))
                 .and_then(Value::as_array)
                 .map(|cs| {
                     cs.iter()
@@ -128,7 +127,7 @@ pub fn usage(k: &ResKey, obj: &Value) -> BTreeMap<String, Milli> {
 
 fn hard_of(quota: &Value) -> Vec<(String, String)> {
     quota
-        .pointer("/spec/hard")
+        .ptr("/spec/hard")
         .and_then(Value::as_object)
         .map(|m| {
             m.iter()
@@ -260,9 +259,7 @@ impl Admission {
 fn missing_compute(required: &[&str], pod: &Value) -> Result<(), String> {
     let mut missing: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for field in ["containers", "initContainers"] {
-        let cs = pod
-            .pointer(&format!("/spec/{field}"))
-            .and_then(Value::as_array);
+        let cs = pod.ptr(&format!("/spec/{field}")).and_then(Value::as_array);
         for c in cs.into_iter().flatten() {
             for r in required {
                 let ptr = match *r {
@@ -271,7 +268,7 @@ fn missing_compute(required: &[&str], pod: &Value) -> Result<(), String> {
                     "limits.cpu" => "/resources/limits/cpu",
                     _ => "/resources/limits/memory",
                 };
-                if c.pointer(ptr).is_none() {
+                if c.ptr(ptr).is_none() {
                     missing
                         .entry(r)
                         .or_default()

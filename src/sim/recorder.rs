@@ -4,6 +4,7 @@
 //! `kubectl get events` show what a real cluster would show.
 
 use crate::cluster::{Cluster, WriteOpts, now_rfc3339};
+use crate::json_ptr::Ptr;
 use crate::resources::ResKey;
 use crate::store::str_at;
 use serde_json::{Value, json};
@@ -25,7 +26,7 @@ pub fn record(c: &Cluster, src: &Source, obj: &Value, warning: bool, reason: &st
     };
     let kind = str_at(obj, "/kind");
     let kind = if kind.is_empty() {
-        if obj.pointer("/spec/containers").is_some() {
+        if obj.ptr("/spec/containers").is_some() {
             "Pod"
         } else {
             "Node"

@@ -3,6 +3,7 @@
 //! run time. Discovery, routing, validation and printing all read from here, so
 //! a CRD becomes servable the moment it is stored.
 
+use crate::json_ptr::Ptr;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -408,7 +409,7 @@ impl Registry {
 
     /// Replaces the custom types defined by CRD `crd_name` with what `crd` now declares.
     pub fn register_crd(&mut self, crd: &Value) {
-        let Some(name) = crd.pointer("/metadata/name").and_then(Value::as_str) else {
+        let Some(name) = crd.ptr("/metadata/name").and_then(Value::as_str) else {
             return;
         };
         self.remove_crd(name);
@@ -428,13 +429,13 @@ impl Registry {
 /// The served versions of a CRD as resource types.
 pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
     let s = |p: &str| {
-        crd.pointer(p)
+        crd.ptr(p)
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string()
     };
     let strings = |p: &str| -> Vec<String> {
-        crd.pointer(p)
+        crd.ptr(p)
             .and_then(Value::as_array)
             .map(|a| {
                 a.iter()
@@ -452,7 +453,7 @@ pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
     };
     let namespaced = s("/spec/scope") != "Cluster";
     let versions = crd
-        .pointer("/spec/versions")
+        .ptr("/spec/versions")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
@@ -489,7 +490,7 @@ pub fn types_from_crd(crd: &Value) -> Vec<ResourceType> {
                 categories: strings("/spec/names/categories"),
                 status_subresource: sub.and_then(|s| s.get("status")).is_some(),
                 scale,
-                schema: v.pointer("/schema/openAPIV3Schema").cloned(),
+                schema: v.ptr("/schema/openAPIV3Schema").cloned(),
                 printer_columns: v
                     .get("additionalPrinterColumns")
                     .and_then(Value::as_array)

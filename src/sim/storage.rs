@@ -22,6 +22,7 @@ use super::resources::ResKey;
 use super::resources::ResourceType;
 use super::store::Lister;
 use super::store::{StoredObject, str_at};
+use crate::json_ptr::Ptr;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -75,11 +76,11 @@ fn default_name(view: &impl Lister) -> Option<String> {
 }
 
 fn request(v: &Value) -> Option<quantity::Milli> {
-    quantity::parse(v.pointer("/spec/resources/requests/storage")?.as_str()?)
+    quantity::parse(v.ptr("/spec/resources/requests/storage")?.as_str()?)
 }
 
 fn capacity(v: &Value) -> Option<quantity::Milli> {
-    quantity::parse(v.pointer("/status/capacity/storage")?.as_str()?)
+    quantity::parse(v.ptr("/status/capacity/storage")?.as_str()?)
 }
 
 /// Admission of a write (inside the store's lock, hence the `view`): only
@@ -102,7 +103,7 @@ pub fn admit(
 /// validates it (same messages).
 fn admit_claim(view: &impl Lister, old: Option<&Value>, v: &mut Value) -> Result<(), ApiError> {
     let Some(old) = old else {
-        if v.pointer("/spec/storageClassName").is_none()
+        if v.ptr("/spec/storageClassName").is_none()
             && let Some(name) = default_name(view)
         {
             v["spec"]["storageClassName"] = json!(name);
@@ -162,7 +163,7 @@ pub enum Step {
 /// The next step for claim `v`; `mounted`: a running pod uses it (the
 /// kubelet grows a file system only on a mounted volume).
 pub fn step(v: &Value, mounted: bool) -> Step {
-    if v.pointer("/metadata/deletionTimestamp").is_some() {
+    if v.ptr("/metadata/deletionTimestamp").is_some() {
         return Step::Nothing;
     }
     if str_at(v, "/status/phase") != "Bound" || str_at(v, "/spec/volumeName").is_empty() {
@@ -180,7 +181,7 @@ pub fn step(v: &Value, mounted: bool) -> Step {
 }
 
 fn condition(v: &Value, t: &str) -> bool {
-    v.pointer("/status/conditions")
+    v.ptr("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| cs.iter().any(|c| str_at(c, "/type") == t))
 }
@@ -189,7 +190,7 @@ fn condition(v: &Value, t: &str) -> bool {
 pub fn apply_step(v: &Value, step: &Step, now: &str) -> Value {
     let mut st = v.get("status").cloned().unwrap_or_else(|| json!({}));
     let size = v
-        .pointer("/spec/resources/requests/storage")
+        .ptr("/spec/resources/requests/storage")
         .cloned()
         .unwrap_or(json!("1Gi"));
     match step {
@@ -197,7 +198,7 @@ pub fn apply_step(v: &Value, step: &Step, now: &str) -> Value {
         Step::Bind => {
             st["phase"] = json!("Bound");
             st["accessModes"] = v
-                .pointer("/spec/accessModes")
+                .ptr("/spec/accessModes")
                 .cloned()
                 .unwrap_or(json!(["ReadWriteOnce"]));
             st["capacity"] = json!({"storage": size});
@@ -294,7 +295,7 @@ fn grow_fs(c: &Cluster, v: &Value, ns: &str, name: &str) -> bool {
 }
 
 fn mounts(pod: &Value, claim: &str) -> bool {
-    pod.pointer("/spec/volumes")
+    pod.ptr("/spec/volumes")
         .and_then(Value::as_array)
         .is_some_and(|vs| {
             vs.iter()

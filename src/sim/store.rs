@@ -5,6 +5,7 @@
 //! they ask for something older) and is broadcast to open watches.
 
 use super::resources::ResKey;
+use crate::json_ptr::Ptr;
 use bytes::Bytes;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -30,14 +31,14 @@ impl StoredObject {
 
     pub fn uid(&self) -> &str {
         self.value
-            .pointer("/metadata/uid")
+            .ptr("/metadata/uid")
             .and_then(Value::as_str)
             .unwrap_or_default()
     }
 }
 
 fn rv_of(v: &Value) -> u64 {
-    v.pointer("/metadata/resourceVersion")
+    v.ptr("/metadata/resourceVersion")
         .and_then(Value::as_str)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
@@ -424,11 +425,11 @@ fn set_rv(v: &mut Value, rv: u64) {
 }
 
 pub fn str_at<'a>(v: &'a Value, ptr: &str) -> &'a str {
-    v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
+    v.ptr(ptr).and_then(Value::as_str).unwrap_or_default()
 }
 
 fn owner_uids(v: &Value) -> Vec<String> {
-    v.pointer("/metadata/ownerReferences")
+    v.ptr("/metadata/ownerReferences")
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()

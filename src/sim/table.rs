@@ -5,6 +5,7 @@
 //! `priority > 0` unless `-o wide`), so fidelity here is what makes `kubectl get` look real.
 //! Column names therefore use kube's own casing ("Name", "Cluster-IP", "Last Seen").
 
+use crate::json_ptr::Ptr;
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use serde_json::{Map, Value, json};
 
@@ -290,19 +291,15 @@ fn cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
 }
 
 fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    v.pointer(ptr)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
+    v.ptr(ptr).and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 fn arr<'a>(v: &'a Value, ptr: &str) -> &'a [Value] {
-    v.pointer(ptr)
+    v.ptr(ptr)
         .and_then(Value::as_array)
         .map_or(&[], Vec::as_slice)
 }
 fn obj_len(v: &Value, ptr: &str) -> usize {
-    v.pointer(ptr)
-        .and_then(Value::as_object)
-        .map_or(0, Map::len)
+    v.ptr(ptr).and_then(Value::as_object).map_or(0, Map::len)
 }
 fn join_or(items: Vec<String>, empty: &str) -> Value {
     if items.is_empty() {
@@ -316,7 +313,7 @@ fn join_or(items: Vec<String>, empty: &str) -> Value {
 fn builtin_cell(marker: &str, o: &Value, now: DateTime<Utc>) -> Value {
     let statuses = arr(o, "/status/containerStatuses");
     let deleting = o
-        .pointer("/metadata/deletionTimestamp")
+        .ptr("/metadata/deletionTimestamp")
         .is_some_and(|v| !v.is_null());
     let bound = str_at(o, "/spec/volumeName").is_some();
     let strs = |v: &Value, ptr: &str| {
@@ -391,7 +388,7 @@ fn builtin_cell(marker: &str, o: &Value, now: DateTime<Utc>) -> Value {
         "svc-selector" => {
             // serde_json maps iterate in key order, matching kube's sorted `FormatLabels`.
             let sel = o
-                .pointer("/spec/selector")
+                .ptr("/spec/selector")
                 .and_then(Value::as_object)
                 .into_iter()
                 .flatten();

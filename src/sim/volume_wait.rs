@@ -9,6 +9,7 @@
 use super::cluster::{Cluster, Sub, WriteOpts, now_rfc3339};
 use super::resources::ResKey;
 use super::store::str_at;
+use crate::json_ptr::Ptr;
 use serde_json::{Value, json};
 
 fn core(plural: &str) -> ResKey {
@@ -20,11 +21,11 @@ fn core(plural: &str) -> ResKey {
 
 /// The claims a Pod mounts.
 fn claims(pod: &Value) -> Vec<&str> {
-    pod.pointer("/spec/volumes")
+    pod.ptr("/spec/volumes")
         .and_then(Value::as_array)
         .map(|vs| {
             vs.iter()
-                .filter_map(|v| v.pointer("/persistentVolumeClaim/claimName")?.as_str())
+                .filter_map(|v| v.ptr("/persistentVolumeClaim/claimName")?.as_str())
                 .collect()
         })
         .unwrap_or_default()
@@ -37,7 +38,7 @@ pub fn blocked(c: &Cluster, pod: &Value) -> Option<String> {
     claims(pod).into_iter().find_map(|claim| {
         let o = c.store.get(&rt.key(), ns, claim)?;
         o.value
-            .pointer("/metadata/deletionTimestamp")
+            .ptr("/metadata/deletionTimestamp")
             .map(|_| format!("can't start pod because PVC {ns}/{claim} is being deleted"))
     })
 }
@@ -63,7 +64,7 @@ pub fn hold(c: &Cluster, pod: &Value, why: &str) {
     let now = now_rfc3339();
     if let Some(rt) = c.type_of(&core("pods")) {
         let statuses: Vec<Value> = pod
-            .pointer("/spec/containers")
+            .ptr("/spec/containers")
             .and_then(Value::as_array)
             .map(|cs| {
                 cs.iter()
@@ -116,7 +117,7 @@ pub fn waiting_on(c: &Cluster, ns: &str, claim: &str) -> Vec<Value> {
                     "/status/containerStatuses/0/state/waiting/message",
                 )
                 .starts_with("Unable to attach or mount volumes")
-                && p.value.pointer("/metadata/deletionTimestamp").is_none()
+                && p.value.ptr("/metadata/deletionTimestamp").is_none()
                 && claims(&p.value).contains(&claim)
         })
         .map(|p| p.value.clone())

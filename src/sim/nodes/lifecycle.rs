@@ -16,6 +16,7 @@
 
 use super::{NOT_READY, UNREACHABLE, kubelet, node_names, nodes_key, pods_on, ready_conditions};
 use crate::cluster::{Cluster, DeleteOpts, Sub, WriteOpts, now_rfc3339};
+use crate::json_ptr::Ptr;
 use crate::recorder::{self, NODE_CONTROLLER};
 use crate::resources::ResKey;
 use crate::scheduler::terms::{self, Taint};
@@ -87,7 +88,7 @@ fn tick(c: &Arc<Cluster>, seen: &mut HashSet<String>) {
 }
 
 fn ready_status(node: &Value) -> &str {
-    node.pointer("/status/conditions")
+    node.ptr("/status/conditions")
         .and_then(Value::as_array)
         .and_then(|cs| cs.iter().find(|c| str_at(c, "/type") == "Ready"))
         .map(|c| str_at(c, "/status"))
@@ -136,7 +137,7 @@ fn node_lost(c: &Arc<Cluster>, node: &Value) {
     let _ = c.write(&rt, "", &name, Sub::Main, &opts(), false, |cur| {
         let mut v = cur.cloned().unwrap_or_default();
         let mut taints: Vec<Value> = v
-            .pointer("/spec/taints")
+            .ptr("/spec/taints")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
@@ -237,7 +238,7 @@ fn tolerated_for(pod: &Value, t: &Taint, default: Duration) -> Option<Duration> 
 /// The taint manager: evicts pods whose NoExecute tolerations ran out.
 fn evict_untolerating(c: &Arc<Cluster>, node: &Value, default: Duration) {
     let no_exec: Vec<(Taint, String)> = node
-        .pointer("/spec/taints")
+        .ptr("/spec/taints")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -252,7 +253,7 @@ fn evict_untolerating(c: &Arc<Cluster>, node: &Value, default: Duration) {
     };
     let now = chrono::Utc::now();
     for p in pods_on(c, str_at(node, "/metadata/name")) {
-        if p.pointer("/metadata/deletionTimestamp").is_some() {
+        if p.ptr("/metadata/deletionTimestamp").is_some() {
             continue;
         }
         let due = no_exec.iter().any(|(t, added)| {

@@ -13,6 +13,7 @@
 pub mod lifecycle;
 
 use crate::cluster::{Cluster, WriteOpts};
+use crate::json_ptr::Ptr;
 use crate::resources::ResKey;
 use crate::store::str_at;
 use serde_json::{Value, json};
@@ -277,7 +278,7 @@ pub fn printer_cell(marker: &str, node: &Value) -> String {
     match marker {
         "node-status" => {
             let ready = node
-                .pointer("/status/conditions")
+                .ptr("/status/conditions")
                 .and_then(Value::as_array)
                 .and_then(|cs| cs.iter().find(|c| str_at(c, "/type") == "Ready"))
                 .map(|c| str_at(c, "/status"));
@@ -287,14 +288,14 @@ pub fn printer_cell(marker: &str, node: &Value) -> String {
                 None => "Unknown",
             }
             .to_string();
-            if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+            if node.ptr("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
                 s.push_str(",SchedulingDisabled");
             }
             s
         }
         "node-roles" => {
             let roles: Vec<&str> = node
-                .pointer("/metadata/labels")
+                .ptr("/metadata/labels")
                 .and_then(Value::as_object)
                 .into_iter()
                 .flatten()
@@ -312,7 +313,7 @@ pub fn printer_cell(marker: &str, node: &Value) -> String {
             } else {
                 "ExternalIP"
             };
-            node.pointer("/status/addresses")
+            node.ptr("/status/addresses")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()

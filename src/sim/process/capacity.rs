@@ -20,6 +20,7 @@
 //! checks the size the instance sees (`df`) and fails loudly.
 
 use crate::cluster::Cluster;
+use crate::json_ptr::Ptr;
 use crate::quantity;
 use crate::resources::ResKey;
 use crate::store::str_at;
@@ -55,15 +56,15 @@ pub fn enforced_bytes(c: &Cluster, claim: &Value) -> Option<u64> {
     let sc = c.store.get(&rk, "", class)?;
     let param = sc
         .value
-        .pointer("/parameters")
+        .ptr("/parameters")
         .and_then(|p| p.get(PARAMETER))
         .and_then(Value::as_str);
     if param != Some(ENFORCED) {
         return None;
     }
     let size = claim
-        .pointer("/status/capacity/storage")
-        .or_else(|| claim.pointer("/spec/resources/requests/storage"))
+        .ptr("/status/capacity/storage")
+        .or_else(|| claim.ptr("/spec/resources/requests/storage"))
         .and_then(Value::as_str)?;
     bytes(size)
 }

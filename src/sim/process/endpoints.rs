@@ -5,6 +5,7 @@
 use super::probes::PortRef;
 use super::proxy::{pod_ports, pod_ready};
 use crate::cluster::{Cluster, DeleteOpts, Sub, WriteOpts};
+use crate::json_ptr::Ptr;
 use crate::resources::ResKey;
 use crate::store::str_at;
 use serde_json::{Value, json};
@@ -23,7 +24,7 @@ fn slice_name(svc: &str) -> String {
 /// Ports as endpoints list them: the target port number (named target ports
 /// resolved on the first pod that has them).
 fn ports(svc: &Value, pods: &[&Value]) -> Vec<Value> {
-    svc.pointer("/spec/ports")
+    svc.ptr("/spec/ports")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -114,10 +115,7 @@ pub fn write(c: &Cluster, svc: &Value, pods: &[&Value]) {
         }
         json!([s])
     };
-    let labels = svc
-        .pointer("/metadata/labels")
-        .cloned()
-        .unwrap_or(json!({}));
+    let labels = svc.ptr("/metadata/labels").cloned().unwrap_or(json!({}));
     put(
         c,
         "",
@@ -129,7 +127,7 @@ pub fn write(c: &Cluster, svc: &Value, pods: &[&Value]) {
     let endpoints: Vec<Value> = with_ip
         .iter()
         .map(|p| {
-            let terminating = p.pointer("/metadata/deletionTimestamp").is_some();
+            let terminating = p.ptr("/metadata/deletionTimestamp").is_some();
             json!({"addresses": [str_at(p, "/status/podIP")], "nodeName": str_at(p, "/spec/nodeName"),
                    "conditions": {"ready": pod_ready(p), "serving": pod_ready(p) || terminating, "terminating": terminating},
                    "targetRef": target_ref(p)})

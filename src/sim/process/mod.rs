@@ -32,6 +32,7 @@ use super::cluster::{Cluster, Sub, WriteOpts};
 use super::resources::ResKey;
 use super::runtime::{ExecOutcome, ExecRequest, LogRequest, Runtime, UsageReport};
 use super::store::{EventType, str_at};
+use crate::json_ptr::Ptr;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use pod::{PodRun, pods_key};
@@ -200,7 +201,7 @@ impl ProcessRuntime {
     fn on_pod(self: &Arc<Self>, c: &Arc<Cluster>, kind: EventType, v: &Value) {
         let id = id_of(v);
         let uid = str_at(v, "/metadata/uid");
-        let deleting = v.pointer("/metadata/deletionTimestamp").is_some();
+        let deleting = v.ptr("/metadata/deletionTimestamp").is_some();
         let known = self.pod(
             str_at(v, "/metadata/namespace"),
             str_at(v, "/metadata/name"),
@@ -225,7 +226,7 @@ impl ProcessRuntime {
             if p.uid == uid {
                 if deleting {
                     let grace = v
-                        .pointer("/metadata/deletionGracePeriodSeconds")
+                        .ptr("/metadata/deletionGracePeriodSeconds")
                         .and_then(Value::as_u64)
                         .unwrap_or(30);
                     p.stop(Duration::from_secs(grace));
@@ -295,7 +296,7 @@ impl ProcessRuntime {
         );
         let dir = self.dir().join("pvc").join(ns).join(name);
         let uid = str_at(v, "/metadata/uid").to_string();
-        if kind != EventType::Deleted && v.pointer("/metadata/deletionTimestamp").is_none() {
+        if kind != EventType::Deleted && v.ptr("/metadata/deletionTimestamp").is_none() {
             self.claim_volume(&dir, &uid);
             // A claim usable again: Pods held for it start now.
             for p in crate::volume_wait::waiting_on(c, ns, name) {
@@ -326,20 +327,18 @@ impl ProcessRuntime {
             });
             return;
         }
-        if str_at(v, "/status/phase") == "Bound"
-            || v.pointer("/metadata/deletionTimestamp").is_some()
-        {
+        if str_at(v, "/status/phase") == "Bound" || v.ptr("/metadata/deletionTimestamp").is_some() {
             return;
         }
         let Some(rt) = c.type_of(&key("persistentvolumeclaims")) else {
             return;
         };
         let size = v
-            .pointer("/spec/resources/requests/storage")
+            .ptr("/spec/resources/requests/storage")
             .cloned()
             .unwrap_or(json!("1Gi"));
         let modes = v
-            .pointer("/spec/accessModes")
+            .ptr("/spec/accessModes")
             .cloned()
             .unwrap_or(json!(["ReadWriteOnce"]));
         let opts = WriteOpts {
@@ -409,7 +408,7 @@ fn free_pod_ip(c: &Cluster, pod: &Value) -> String {
     let ports: Vec<u16> = proxy::pod_ports(pod)
         .into_values()
         .chain(
-            pod.pointer("/spec/containers")
+            pod.ptr("/spec/containers")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
@@ -442,8 +441,8 @@ fn run_as_uid(pod: &Value) -> Option<u32> {
             .and_then(Value::as_u64)
             .and_then(|u| u32::try_from(u).ok())
     };
-    uid(pod.pointer("/spec/securityContext")).or_else(|| {
-        pod.pointer("/spec/containers")
+    uid(pod.ptr("/spec/securityContext")).or_else(|| {
+        pod.ptr("/spec/containers")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -461,12 +460,12 @@ fn placeholder_user() -> RunUser {
 }
 
 fn uses_claim(pod: &Value, claim: &str) -> bool {
-    pod.pointer("/spec/volumes")
+    pod.ptr("/spec/volumes")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .any(|v| {
-            v.pointer("/persistentVolumeClaim/claimName")
+            v.ptr("/persistentVolumeClaim/claimName")
                 .and_then(Value::as_str)
                 == Some(claim)
         })

@@ -9,6 +9,7 @@ use super::spec;
 use super::volumes::{self, PodDirs, RunUser};
 use crate::cluster::{Cluster, DeleteOpts, Sub, WriteOpts, now_rfc3339};
 use crate::error::ApiError;
+use crate::json_ptr::Ptr;
 use crate::resources::ResKey;
 use crate::store::str_at;
 use serde_json::{Value, json};
@@ -126,8 +127,8 @@ impl PodRun {
     pub fn update(&self, c: &Cluster, pod: &Value) {
         let meta = |v: &Value| {
             (
-                v.pointer("/metadata/labels").cloned(),
-                v.pointer("/metadata/annotations").cloned(),
+                v.ptr("/metadata/labels").cloned(),
+                v.ptr("/metadata/annotations").cloned(),
             )
         };
         let mut view = pod.clone();
@@ -180,7 +181,7 @@ impl PodRun {
                     *lock(&self.pending) = None;
                     let grace = Duration::from_secs(
                         self.view()
-                            .pointer("/spec/terminationGracePeriodSeconds")
+                            .ptr("/spec/terminationGracePeriodSeconds")
                             .and_then(Value::as_u64)
                             .unwrap_or(30),
                     );
@@ -238,7 +239,7 @@ impl PodRun {
         let policy = str_at(&view, "/spec/restartPolicy").to_string();
         let mut out = vec![];
         for ct in view
-            .pointer("/spec/containers")
+            .ptr("/spec/containers")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -295,7 +296,7 @@ impl PodRun {
         let view = self.view();
         let statuses: Vec<Value> = if cs.is_empty() {
             let (reason, message) = lock(&self.pending).clone().unwrap_or_default();
-            view.pointer("/spec/containers")
+            view.ptr("/spec/containers")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()

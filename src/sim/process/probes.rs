@@ -3,6 +3,7 @@
 //! `pods/exec`); tcpSocket and httpGet probes connect to the Pod's address.
 
 use super::sandbox::Entry;
+use crate::json_ptr::Ptr;
 use crate::store::str_at;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -77,7 +78,7 @@ fn count(v: &Value, field: &str, default: u32) -> u32 {
 impl Probe {
     /// Parses a probe; None for probes without a supported action (grpc).
     pub fn from_spec(v: &Value) -> Option<Probe> {
-        let action = if let Some(cmd) = v.pointer("/exec/command").and_then(Value::as_array) {
+        let action = if let Some(cmd) = v.ptr("/exec/command").and_then(Value::as_array) {
             Action::Exec(
                 cmd.iter()
                     .filter_map(|s| s.as_str().map(String::from))

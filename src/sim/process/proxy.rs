@@ -18,6 +18,7 @@ use super::endpoints;
 use super::origin::{Gate, Origin};
 use super::probes::PortRef;
 use crate::cluster::Cluster;
+use crate::json_ptr::Ptr;
 use crate::resources::ResKey;
 use crate::selector::LabelSelector;
 use crate::store::{StoredObject, str_at};
@@ -82,9 +83,9 @@ fn key(plural: &str) -> ResKey {
 
 /// Whether the Pod counts as a ready endpoint.
 pub fn pod_ready(p: &Value) -> bool {
-    p.pointer("/metadata/deletionTimestamp").is_none()
+    p.ptr("/metadata/deletionTimestamp").is_none()
         && !str_at(p, "/status/podIP").is_empty()
-        && p.pointer("/status/conditions")
+        && p.ptr("/status/conditions")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -95,7 +96,7 @@ pub fn pod_ready(p: &Value) -> bool {
 pub fn pod_ports(p: &Value) -> HashMap<String, u16> {
     let mut out = HashMap::new();
     for ct in p
-        .pointer("/spec/containers")
+        .ptr("/spec/containers")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -120,12 +121,12 @@ pub fn pod_ports(p: &Value) -> HashMap<String, u16> {
 
 /// The Service's selector, None when it has none (not proxied here).
 fn selector(svc: &Value) -> Option<LabelSelector> {
-    let m = svc.pointer("/spec/selector")?.as_object()?;
+    let m = svc.ptr("/spec/selector")?.as_object()?;
     (!m.is_empty()).then(|| LabelSelector::from_map(m))
 }
 
 fn svc_ports(svc: &Value) -> Vec<SvcPort> {
-    svc.pointer("/spec/ports")
+    svc.ptr("/spec/ports")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -147,7 +148,7 @@ fn selected<'a>(svc: &Value, sel: &LabelSelector, pods: &'a [Arc<StoredObject>])
     pods.iter()
         .map(|p| &p.value)
         .filter(|p| str_at(p, "/metadata/namespace") == ns)
-        .filter(|p| sel.matches(p.pointer("/metadata/labels").and_then(Value::as_object)))
+        .filter(|p| sel.matches(p.ptr("/metadata/labels").and_then(Value::as_object)))
         .collect()
 }
 

@@ -12,6 +12,7 @@ use super::images::{self, ImageRule, ResolvedImage};
 use super::probes::Probe;
 use super::volumes;
 use crate::cluster::Cluster;
+use crate::json_ptr::Ptr;
 use crate::resources::ResKey;
 use crate::store::str_at;
 use anyhow::{Context, bail};
@@ -104,7 +105,7 @@ fn env_value(
         return Ok(Some(String::new()));
     };
     let ns = str_at(pod, "/metadata/namespace");
-    if let Some(path) = from.pointer("/fieldRef/fieldPath").and_then(Value::as_str) {
+    if let Some(path) = from.ptr("/fieldRef/fieldPath").and_then(Value::as_str) {
         return volumes::field_value(pod, path)
             .map(Some)
             .with_context(|| format!("env {name}: unsupported fieldPath {path}"));

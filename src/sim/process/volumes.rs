@@ -13,6 +13,7 @@
 //! Everything a container may write is owned by the user containers run as.
 
 use crate::cluster::Cluster;
+use crate::json_ptr::Ptr;
 use crate::resources::ResKey;
 use crate::store::str_at;
 use anyhow::{Context, bail};
@@ -145,8 +146,8 @@ pub fn field_value(pod: &Value, path: &str) -> Option<String> {
         "metadata.name" => str_at(pod, "/metadata/name").into(),
         "metadata.namespace" => str_at(pod, "/metadata/namespace").into(),
         "metadata.uid" => str_at(pod, "/metadata/uid").into(),
-        "metadata.labels" => render_map(pod.pointer("/metadata/labels")),
-        "metadata.annotations" => render_map(pod.pointer("/metadata/annotations")),
+        "metadata.labels" => render_map(pod.ptr("/metadata/labels")),
+        "metadata.annotations" => render_map(pod.ptr("/metadata/annotations")),
         "spec.nodeName" => str_at(pod, "/spec/nodeName").into(),
         "spec.serviceAccountName" => str_at(pod, "/spec/serviceAccountName").into(),
         "status.podIP" | "status.podIPs" => str_at(pod, "/status/podIP").into(),
@@ -156,7 +157,7 @@ pub fn field_value(pod: &Value, path: &str) -> Option<String> {
 }
 
 fn label(pod: &Value, field: &str, k: &str) -> String {
-    pod.pointer(&format!("/metadata/{field}"))
+    pod.ptr(&format!("/metadata/{field}"))
         .and_then(|m| m.get(k))
         .and_then(Value::as_str)
         .unwrap_or_default()
@@ -250,7 +251,7 @@ fn downward_files(pod: &Value, items: &[Value], mode: u32) -> anyhow::Result<Vec
         .iter()
         .map(|it| {
             let path = str_at(it, "/path").to_string();
-            let value = match it.pointer("/fieldRef/fieldPath").and_then(Value::as_str) {
+            let value = match it.ptr("/fieldRef/fieldPath").and_then(Value::as_str) {
                 Some(f) => {
                     field_value(pod, f).with_context(|| format!("unsupported fieldPath {f}"))?
                 }
@@ -367,14 +368,14 @@ pub fn prepare(
     user.dir(&dirs.root.join("logs"), 0o755)?;
     let mut out = HashMap::new();
     for vol in pod
-        .pointer("/spec/volumes")
+        .ptr("/spec/volumes")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
     {
         let name = str_at(vol, "/name").to_string();
         let dir = if let Some(claim) = vol
-            .pointer("/persistentVolumeClaim/claimName")
+            .ptr("/persistentVolumeClaim/claimName")
             .and_then(Value::as_str)
         {
             let rk = ResKey {
@@ -382,7 +383,7 @@ pub fn prepare(
                 plural: "persistentvolumeclaims".into(),
             };
             let obj = match c.store.get(&rk, ns, claim) {
-                Some(p) if p.value.pointer("/metadata/deletionTimestamp").is_none() => p,
+                Some(p) if p.value.ptr("/metadata/deletionTimestamp").is_none() => p,
                 _ => bail!("persistentvolumeclaim {claim} not found"),
             };
             let d = dirs.pvc(ns, claim);
@@ -391,7 +392,7 @@ pub fn prepare(
             }
             user.dir(&d, 0o750)?;
             d
-        } else if let Some(p) = vol.pointer("/hostPath/path").and_then(Value::as_str) {
+        } else if let Some(p) = vol.ptr("/hostPath/path").and_then(Value::as_str) {
             PathBuf::from(p)
         } else if vol.get("emptyDir").is_some() {
             let d = dirs.volume(&name);
@@ -423,7 +424,7 @@ pub fn prepare(
 /// cluster's `replica-source` going away is what lets it be promoted).
 pub fn refresh(c: &Cluster, pod: &Value, dirs: &PodDirs, user: &RunUser) {
     for vol in pod
-        .pointer("/spec/volumes")
+        .ptr("/spec/volumes")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

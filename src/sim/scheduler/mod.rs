@@ -15,6 +15,7 @@ pub mod terms;
 
 use crate::cluster::{Cluster, Sub, WriteOpts, now_rfc3339};
 use crate::error::ApiError;
+use crate::json_ptr::Ptr;
 use crate::recorder;
 use crate::resources::ResKey;
 use crate::store::str_at;
@@ -90,7 +91,7 @@ fn pass(c: &Cluster, reported: &mut HashMap<String, String>) -> bool {
         .map(|o| &o.value)
         .filter(|p| {
             str_at(p, "/spec/nodeName").is_empty()
-                && p.pointer("/metadata/deletionTimestamp").is_none()
+                && p.ptr("/metadata/deletionTimestamp").is_none()
                 && !finished(p)
                 && wants_this_scheduler(p)
         })
@@ -201,7 +202,7 @@ fn set_condition(v: &mut Value, cond: Value) {
 /// written only when the message changed.
 fn mark_unschedulable(c: &Cluster, pod: &Value, msg: &str) {
     let current = pod
-        .pointer("/status/conditions")
+        .ptr("/status/conditions")
         .and_then(Value::as_array)
         .and_then(|cs| cs.iter().find(|c| str_at(c, "/type") == "PodScheduled"));
     if current

@@ -17,6 +17,7 @@
 //! real scheduler would pick at random among equals.
 
 use super::terms::{self, PodTerm};
+use crate::json_ptr::Ptr;
 use crate::selector::LabelSelector;
 use crate::store::str_at;
 use serde_json::Value;
@@ -108,7 +109,7 @@ fn views<'a>(nodes: &'a [Value], bound: &'a [Value]) -> Vec<NodeView<'a>> {
 fn filter(pod: &Value, v: &NodeView, all: &[NodeView]) -> Option<String> {
     let cordoned = v
         .node
-        .pointer("/spec/unschedulable")
+        .ptr("/spec/unschedulable")
         .and_then(Value::as_bool)
         .unwrap_or(false);
     let cordon_taint = terms::Taint {
@@ -198,7 +199,7 @@ struct Spread {
 }
 
 fn spreads(pod: &Value) -> Vec<Spread> {
-    pod.pointer("/spec/topologySpreadConstraints")
+    pod.ptr("/spec/topologySpreadConstraints")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -229,7 +230,7 @@ fn domain_counts(pod: &Value, s: &Spread, all: &[NodeView]) -> HashMap<String, i
             .filter(|p| {
                 str_at(p, "/metadata/namespace") == ns
                     && s.selector
-                        .matches(p.pointer("/metadata/labels").and_then(Value::as_object))
+                        .matches(p.ptr("/metadata/labels").and_then(Value::as_object))
             })
             .count() as i64;
         *counts.entry(d.to_string()).or_default() += n;
@@ -238,7 +239,7 @@ fn domain_counts(pod: &Value, s: &Spread, all: &[NodeView]) -> HashMap<String, i
 }
 
 fn spread_filter(pod: &Value, v: &NodeView, all: &[NodeView]) -> Option<String> {
-    let labels = pod.pointer("/metadata/labels").and_then(Value::as_object);
+    let labels = pod.ptr("/metadata/labels").and_then(Value::as_object);
     for s in spreads(pod).iter().filter(|s| s.hard) {
         let Some(domain) = terms::node_label(v.node, &s.key) else {
             return Some(

@@ -4,6 +4,7 @@
 //! (anti-)affinity terms (`InterPodAffinity`). Kept apart from the placement
 //! decision so each rule can be read next to its upstream counterpart.
 
+use crate::json_ptr::Ptr;
 use crate::selector::LabelSelector;
 use crate::store::str_at;
 use serde_json::{Map, Value};
@@ -33,7 +34,7 @@ impl Taint {
 
 /// The taints of a node object.
 pub fn taints(node: &Value) -> Vec<Taint> {
-    node.pointer("/spec/taints")
+    node.ptr("/spec/taints")
         .and_then(Value::as_array)
         .map(|ts| ts.iter().map(Taint::of).collect())
         .unwrap_or_default()
@@ -63,7 +64,7 @@ pub fn pod_tolerates(pod: &Value, t: &Taint) -> bool {
 }
 
 pub fn tolerations(pod: &Value) -> &[Value] {
-    pod.pointer("/spec/tolerations")
+    pod.ptr("/spec/tolerations")
         .and_then(Value::as_array)
         .map_or(&[], Vec::as_slice)
 }
@@ -108,7 +109,7 @@ fn requirement_matches(req: &Value, actual: Option<&str>) -> bool {
 /// matchField (only `metadata.name` exists) must hold. An empty term
 /// matches nothing, as upstream.
 pub fn node_term_matches(term: &Value, node: &Value) -> bool {
-    let labels = node.pointer("/metadata/labels").and_then(Value::as_object);
+    let labels = node.ptr("/metadata/labels").and_then(Value::as_object);
     let exprs = term.get("matchExpressions").and_then(Value::as_array);
     let fields = term.get("matchFields").and_then(Value::as_array);
     if exprs.is_none_or(Vec::is_empty) && fields.is_none_or(Vec::is_empty) {
@@ -127,22 +128,22 @@ pub fn node_term_matches(term: &Value, node: &Value) -> bool {
 /// `spec.nodeSelector` and required node affinity (terms ORed), the
 /// `NodeAffinity` filter.
 pub fn node_selected(pod: &Value, node: &Value) -> bool {
-    let labels = node.pointer("/metadata/labels").and_then(Value::as_object);
+    let labels = node.ptr("/metadata/labels").and_then(Value::as_object);
     let selector_ok = pod
-        .pointer("/spec/nodeSelector")
+        .ptr("/spec/nodeSelector")
         .and_then(Value::as_object)
         .into_iter()
         .flatten()
         .all(|(k, v)| label(labels, k) == v.as_str());
     let terms = pod
-        .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .ptr("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
         .and_then(Value::as_array);
     selector_ok && terms.is_none_or(|ts| ts.iter().any(|t| node_term_matches(t, node)))
 }
 
 /// Sum of the weights of the preferred node affinity terms `node` matches.
 pub fn node_preference(pod: &Value, node: &Value) -> i64 {
-    pod.pointer("/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution")
+    pod.ptr("/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -210,7 +211,7 @@ impl PodTerm {
             .is_none_or(|list| list.iter().any(|n| n == ns))
             && self
                 .selector
-                .matches(pod.pointer("/metadata/labels").and_then(Value::as_object))
+                .matches(pod.ptr("/metadata/labels").and_then(Value::as_object))
     }
 }
 
@@ -220,7 +221,7 @@ pub fn pod_terms(pod: &Value, kind: &str, required: bool) -> Vec<PodTerm> {
     let ns = str_at(pod, "/metadata/namespace");
     let base = format!("/spec/affinity/{kind}");
     if required {
-        pod.pointer(&format!(
+        pod.ptr(&format!(
             "{base}/requiredDuringSchedulingIgnoredDuringExecution"
         ))
         .and_then(Value::as_array)
@@ -229,7 +230,7 @@ pub fn pod_terms(pod: &Value, kind: &str, required: bool) -> Vec<PodTerm> {
         .filter_map(|t| PodTerm::parse(t, ns, 1))
         .collect()
     } else {
-        pod.pointer(&format!(
+        pod.ptr(&format!(
             "{base}/preferredDuringSchedulingIgnoredDuringExecution"
         ))
         .and_then(Value::as_array)
@@ -245,8 +246,5 @@ pub fn pod_terms(pod: &Value, kind: &str, required: bool) -> Vec<PodTerm> {
 
 /// The value of label `key` on a node, if it has it.
 pub fn node_label<'a>(node: &'a Value, key: &str) -> Option<&'a str> {
-    label(
-        node.pointer("/metadata/labels").and_then(Value::as_object),
-        key,
-    )
+    label(node.ptr("/metadata/labels").and_then(Value::as_object), key)
 }

@@ -10,6 +10,7 @@
 use crate::audit::AuditRecord;
 use crate::cluster::Cluster;
 use crate::error::ApiError;
+use crate::json_ptr::Ptr;
 use crate::rbac::{self, Attributes, Subject};
 use crate::resources::ResKey;
 use crate::store::str_at;
@@ -65,7 +66,7 @@ pub fn service_account_for(cluster: &Cluster, token: &str) -> Option<User> {
     let ns = str_at(&secret.value, "/metadata/namespace").to_string();
     let name = secret
         .value
-        .pointer("/metadata/annotations")
+        .ptr("/metadata/annotations")
         .and_then(|a| a.get(SA_NAME_ANNOTATION))
         .and_then(Value::as_str)?
         .to_string();

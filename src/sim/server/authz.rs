@@ -14,6 +14,7 @@ use super::super::cluster::Cluster;
 use super::super::error::ApiError;
 use super::super::rbac::{self, Attributes, Subject};
 use super::auth::{self, User};
+use crate::json_ptr::Ptr;
 use serde_json::{Value, json};
 
 /// Whether a path (split into segments) names a review resource.
@@ -61,7 +62,7 @@ pub fn answer(
         }
         "localsubjectaccessreviews" => {
             let asked = spec
-                .pointer("/resourceAttributes/namespace")
+                .ptr("/resourceAttributes/namespace")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             if asked != ns {
@@ -255,7 +256,7 @@ fn user_info(cluster: &Cluster, user: &User) -> Value {
         );
         if let Some(uid) = sa
             .as_ref()
-            .and_then(|o| o.value.pointer("/metadata/uid"))
+            .and_then(|o| o.value.ptr("/metadata/uid"))
             .and_then(Value::as_str)
         {
             info["uid"] = json!(uid);

@@ -14,6 +14,7 @@ use super::rest::read_raw;
 use crate::cluster::DeleteOpts;
 use crate::disruption;
 use crate::error::ApiError;
+use crate::json_ptr::Ptr;
 use crate::resources::ResKey;
 use crate::store::str_at;
 use axum::body::Body;
@@ -44,7 +45,7 @@ pub(super) async fn evict(
     let (_, body) = read_raw(req).await?;
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let grace = body
-        .pointer("/deleteOptions/gracePeriodSeconds")
+        .ptr("/deleteOptions/gracePeriodSeconds")
         .and_then(Value::as_i64);
     let c = &ctx.cluster;
     let rt = c
@@ -77,7 +78,7 @@ fn ignores_budgets(pod: &Value) -> bool {
     matches!(
         str_at(pod, "/status/phase"),
         "Succeeded" | "Failed" | "Pending" | ""
-    ) || pod.pointer("/metadata/deletionTimestamp").is_some()
+    ) || pod.ptr("/metadata/deletionTimestamp").is_some()
 }
 
 fn check_budgets(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), ApiError> {

@@ -5,6 +5,7 @@
 
 use super::{Ctx, Query};
 use crate::error::ApiError;
+use crate::json_ptr::Ptr;
 use crate::runtime::{ExecOutcome, ExecRequest, LogRequest};
 use crate::store::str_at;
 use axum::body::Body;
@@ -71,7 +72,7 @@ fn container_of(ctx: &Ctx, ns: &str, pod: &str, q: &Query) -> Result<String, Api
     kubelet_reachable(ctx, &p.value)?;
     let names: Vec<String> = p
         .value
-        .pointer("/spec/containers")
+        .ptr("/spec/containers")
         .and_then(Value::as_array)
         .map(|cs| cs.iter().map(|c| str_at(c, "/name").to_string()).collect())
         .unwrap_or_default();

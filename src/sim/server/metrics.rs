@@ -6,6 +6,7 @@
 
 use super::{Ctx, Query, json_response};
 use crate::error::ApiError;
+use crate::json_ptr::Ptr;
 use crate::resources::ResKey;
 use crate::runtime::UsageReport;
 use crate::selector::LabelSelector;
@@ -121,12 +122,15 @@ async fn pod_list(ctx: &Ctx, ns: Option<&str>, selector: &LabelSelector) -> Valu
         .iter()
         .map(|p| &p.value)
         .filter(|p| str_at(p, "/status/phase") == "Running")
-        .filter(|p| selector.matches(p.pointer("/metadata/labels").and_then(Value::as_object)))
+        .filter(|p| selector.matches(p.ptr("/metadata/labels").and_then(Value::as_object)))
         .map(|p| {
-            let (pns, name) = (str_at(p, "/metadata/namespace"), str_at(p, "/metadata/name"));
+            let (pns, name) = (
+                str_at(p, "/metadata/namespace"),
+                str_at(p, "/metadata/name"),
+            );
             let used = report.pods.get(&(pns.to_string(), name.to_string()));
             let containers: Vec<Value> = p
-                .pointer("/spec/containers")
+                .ptr("/spec/containers")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
@@ -139,7 +143,7 @@ async fn pod_list(ctx: &Ctx, ns: Option<&str>, selector: &LabelSelector) -> Valu
                 .collect();
             json!({"kind": "PodMetrics", "apiVersion": format!("{GROUP}/{VERSION}"),
                    "metadata": {"name": name, "namespace": pns, "creationTimestamp": now,
-                                "labels": p.pointer("/metadata/labels").cloned().unwrap_or(json!({}))},
+                                "labels": p.ptr("/metadata/labels").cloned().unwrap_or(json!({}))},
                    "timestamp": now, "window": window(&report), "containers": containers})
         })
         .collect();
@@ -161,13 +165,13 @@ async fn node_list(ctx: &Ctx, selector: &LabelSelector, only: Option<&str>) -> V
         .iter()
         .map(|n| &n.value)
         .filter(|n| only.is_none_or(|o| str_at(n, "/metadata/name") == o))
-        .filter(|n| selector.matches(n.pointer("/metadata/labels").and_then(Value::as_object)))
+        .filter(|n| selector.matches(n.ptr("/metadata/labels").and_then(Value::as_object)))
         .map(|n| {
             let name = str_at(n, "/metadata/name");
             let u = report.node.as_ref().filter(|u| u.name == name);
             json!({"kind": "NodeMetrics", "apiVersion": format!("{GROUP}/{VERSION}"),
                    "metadata": {"name": name, "creationTimestamp": now,
-                                "labels": n.pointer("/metadata/labels").cloned().unwrap_or(json!({}))},
+                                "labels": n.ptr("/metadata/labels").cloned().unwrap_or(json!({}))},
                    "timestamp": now, "window": window(&report),
                    "usage": quantities(u.map_or(0, |u| u.cpu_nanocores), u.map_or(0, |u| u.memory_bytes))})
         })

@@ -8,6 +8,7 @@ use super::{
 };
 use crate::cluster::{DeleteOpts, Sub, WriteOpts};
 use crate::error::ApiError;
+use crate::json_ptr::Ptr;
 use crate::patch;
 use crate::resources::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -305,7 +306,7 @@ impl Filter {
 
     pub fn matches(&self, v: &Value) -> bool {
         self.labels
-            .matches(v.pointer("/metadata/labels").and_then(Value::as_object))
+            .matches(v.ptr("/metadata/labels").and_then(Value::as_object))
             && self.fields.matches(v)
     }
 }
@@ -461,7 +462,7 @@ fn delete_collection(ctx: &Ctx, t: &Target, q: &Query) -> Result<Response<Body>,
 
 fn delete_opts(q: &Query, body: Option<&Value>) -> DeleteOpts {
     let b = |k: &str| {
-        body.and_then(|b| b.pointer(k))
+        body.and_then(|b| b.ptr(k))
             .and_then(Value::as_str)
             .map(String::from)
     };
@@ -563,7 +564,7 @@ async fn object(
             let o = ctx
                 .cluster
                 .delete(&t.rt, &t.ns, name, &delete_opts(&q, body.as_ref()))?;
-            let code = if o.value.pointer("/metadata/deletionTimestamp").is_some() {
+            let code = if o.value.ptr("/metadata/deletionTimestamp").is_some() {
                 StatusCode::ACCEPTED
             } else {
                 StatusCode::OK

@@ -8,6 +8,7 @@ use super::rest::{
 use super::{Ctx, Query, json_response};
 use crate::cluster::Sub;
 use crate::error::ApiError;
+use crate::json_ptr::Ptr;
 use crate::patch;
 use crate::resources::ResourceType;
 use crate::store::str_at;
@@ -66,13 +67,13 @@ fn scale_of(rt: &ResourceType, o: &Value) -> Option<Value> {
             "uid": str_at(o, "/metadata/uid"), "resourceVersion": str_at(o, "/metadata/resourceVersion"),
             "creationTimestamp": str_at(o, "/metadata/creationTimestamp"),
         },
-        "spec": {"replicas": o.pointer(&path_ptr(&sc.spec_replicas_path)).cloned().unwrap_or(json!(0))},
-        "status": {"replicas": o.pointer(&path_ptr(&sc.status_replicas_path)).cloned().unwrap_or(json!(0))},
+        "spec": {"replicas": o.ptr(&path_ptr(&sc.spec_replicas_path)).cloned().unwrap_or(json!(0))},
+        "status": {"replicas": o.ptr(&path_ptr(&sc.status_replicas_path)).cloned().unwrap_or(json!(0))},
     });
     if let Some(sel) = sc
         .label_selector_path
         .as_ref()
-        .and_then(|p| o.pointer(&path_ptr(p)))
+        .and_then(|p| o.ptr(&path_ptr(p)))
     {
         s["status"]["selector"] = sel.clone();
     }
@@ -130,7 +131,7 @@ pub(super) async fn scale(
                 apply_patch(&rt, &ct, &scale, &body)?
             };
             let replicas = new_scale
-                .pointer("/spec/replicas")
+                .ptr("/spec/replicas")
                 .cloned()
                 .ok_or_else(|| ApiError::bad_request("scale: spec.replicas is required"))?;
             let mut v = cur;

@@ -8,6 +8,7 @@
 use super::rest::{Filter, columns};
 use super::{Ctx, Query};
 use crate::error::ApiError;
+use crate::json_ptr::Ptr;
 use crate::resources::ResourceType;
 use crate::store::{EventType, StoredObject, WatchEvent};
 use crate::table;
@@ -66,10 +67,7 @@ impl Stream {
 
     fn selected(&self, o: &StoredObject) -> bool {
         let ns_ok = self.ns.is_empty()
-            || o.value
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                == Some(self.ns.as_str());
+            || o.value.ptr("/metadata/namespace").and_then(Value::as_str) == Some(self.ns.as_str());
         ns_ok && self.filter.matches(&o.value)
     }
 

@@ -63,7 +63,7 @@ pub fn load_or_create(dir: &Path) -> anyhow::Result<SimTls> {
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(vec![cert.der().clone()], key_der)?;
-    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(SimTls {
         ca_pem,
         server: Arc::new(server),

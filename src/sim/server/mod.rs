@@ -89,9 +89,11 @@ pub async fn serve(ctx: Ctx, listener: TcpListener, observer: bool) {
                         let ctx = ctx.clone();
                         async move { Ok::<_, std::convert::Infallible>(handle(ctx, req.map(Body::new)).await) }
                     });
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .with_upgrades();
+                    let mut builder = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    );
+                    builder.http2().max_concurrent_streams(1000);
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
                     tokio::select! {
                         _ = conn => {}
                         _ = cut.wait_for(|g| g.closed(observer)) => {}

@@ -103,7 +103,6 @@ pub fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
-/// Resident set size of this process, in bytes.
 /// CPU seconds (user + system) a process has used: this one, or `pid`.
 /// /proc counts in clock ticks, 100 per second on Linux.
 pub fn cpu_secs(pid: Option<u32>) -> Option<f64> {
@@ -119,6 +118,7 @@ pub fn cpu_secs(pid: Option<u32>) -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
+/// Resident set size of this process, in bytes.
 pub fn rss() -> Result<u64> {
     let status =
         std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;

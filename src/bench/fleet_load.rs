@@ -283,7 +283,6 @@ impl Driver {
         }
     }
 
-    /// Times (a sample of) the changes' arrival in a controller's cache.
     /// Events in the bench namespace of every member, counted by reason
     /// (where the cold converge's Event writes go).
     pub async fn event_reasons(&self) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
@@ -298,6 +297,7 @@ impl Driver {
         Ok(out)
     }
 
+    /// Times (a sample of) the changes' arrival in a controller's cache.
     pub fn set_probe(&mut self, probe: Option<CacheProbe>) {
         self.probe = probe;
     }

@@ -119,3 +119,5 @@ mod tenancy_restore;
 mod tenancy_rollout;
 #[path = "tls.rs"]
 mod tls;
+#[path = "transport.rs"]
+mod transport;

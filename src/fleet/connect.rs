@@ -42,19 +42,47 @@ pub async fn client_with_deadline(
     request_timeout: Duration,
 ) -> anyhow::Result<kube::Client> {
     let mut cfg = load_config(path, context).await?;
-    cfg.connect_timeout = Some(CONNECT_TIMEOUT);
-    cfg.read_timeout = Some(READ_TIMEOUT);
-    cfg.write_timeout = Some(WRITE_TIMEOUT);
-    cfg.reset_reader_on_write = true;
     cfg.accept_invalid_certs = cfg.accept_invalid_certs || insecure;
-    let builder = kube::client::ClientBuilder::try_from(cfg)
-        .with_context(|| format!("kubeconfig {}: building the client", path.display()))?;
-    // The deadline sits inside the rate limit: waiting for a token does not
-    // count against a call's deadline.
-    Ok(builder
+    let building = || format!("kubeconfig {}: building the client", path.display());
+    if cfg.proxy_url.is_some() {
+        // kube's own stack knows proxies (HTTP/1.1, a connection per watch).
+        cfg.connect_timeout = Some(CONNECT_TIMEOUT);
+        cfg.read_timeout = Some(READ_TIMEOUT);
+        cfg.write_timeout = Some(WRITE_TIMEOUT);
+        cfg.reset_reader_on_write = true;
+        let builder = kube::client::ClientBuilder::try_from(cfg).with_context(building)?;
+        Ok(layered(builder, request_timeout, limit))
+    } else {
+        let timeouts = super::transport::Timeouts {
+            connect: CONNECT_TIMEOUT,
+            read: READ_TIMEOUT,
+            write: WRITE_TIMEOUT,
+        };
+        let builder = super::transport::builder(&cfg, timeouts).with_context(building)?;
+        Ok(layered(builder, request_timeout, limit))
+    }
+}
+
+/// Our layers over either stack. The deadline sits inside the rate limit:
+/// waiting for a token does not count against a call's deadline.
+fn layered<S, B>(
+    builder: kube::client::ClientBuilder<S>,
+    request_timeout: Duration,
+    limit: &ratelimit::RateLimit,
+) -> kube::Client
+where
+    S: tower::Service<http::Request<kube::client::Body>, Response = http::Response<B>>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<tower::BoxError>,
+    B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<tower::BoxError>,
+{
+    builder
         .with_layer(&Deadline(request_timeout))
         .with_layer(limit)
-        .build())
+        .build()
 }
 
 async fn load_config(path: &Path, context: Option<&str>) -> anyhow::Result<kube::Config> {

@@ -8,6 +8,7 @@ pub mod deadline;
 pub mod permissions;
 pub mod ratelimit;
 pub mod swap;
+pub mod transport;
 
 pub use connect::{check_kubeconfig, client_from_kubeconfig, client_with_deadline};
 

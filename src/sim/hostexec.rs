@@ -148,10 +148,23 @@ impl Runtime for HostRuntime {
                     settle_pod(&c, &p.value, "sim-node");
                 }
             }
-            while let Ok(ev) = rx.recv().await {
-                let Some(c) = weak.upgrade() else { return };
-                if ev.key == pods() && ev.kind != EventType::Deleted {
-                    settle_pod(&c, &ev.obj.value, "sim-node");
+            loop {
+                match rx.recv().await {
+                    Ok(ev) => {
+                        let Some(c) = weak.upgrade() else { return };
+                        if ev.key == pods() && ev.kind != EventType::Deleted {
+                            settle_pod(&c, &ev.obj.value, "sim-node");
+                        }
+                    }
+                    // Fell behind the live channel: settle every pod again.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let Some(c) = weak.upgrade() else { return };
+                        let (all, _) = c.store.list(&pods(), None, None);
+                        for p in all {
+                            settle_pod(&c, &p.value, "sim-node");
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 }
             }
         });

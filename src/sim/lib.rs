@@ -17,6 +17,7 @@ pub mod events;
 pub mod exec_log;
 pub mod faults;
 pub mod gc;
+pub mod history;
 pub mod hostexec;
 pub mod ipam;
 pub mod json_ptr;

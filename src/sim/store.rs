@@ -4,11 +4,12 @@
 //! lands in a bounded history (so watches can resume, and get `410 Gone` when
 //! they ask for something older) and is broadcast to open watches.
 
+use super::history::{self, History};
 use super::resources::ResKey;
 use crate::json_ptr::Ptr;
 use bytes::Bytes;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use tokio::sync::broadcast;
 
@@ -23,6 +24,13 @@ impl StoredObject {
     fn new(value: Value) -> Arc<Self> {
         let json = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
         Arc::new(StoredObject { value, json })
+    }
+
+    /// A stored object again from its serialized form (an older event in
+    /// the history keeps only that).
+    pub fn parse(json: Bytes) -> Option<Arc<Self>> {
+        let value = serde_json::from_slice(&json).ok()?;
+        Some(Arc::new(StoredObject { value, json }))
     }
 
     pub fn rv(&self) -> u64 {
@@ -93,10 +101,7 @@ pub type ObjName = (String, String);
 struct Inner {
     rv: u64,
     objects: HashMap<ResKey, BTreeMap<ObjName, Arc<StoredObject>>>,
-    history: VecDeque<Arc<WatchEvent>>,
-    history_cap: usize,
-    /// Events with rv <= this are no longer in history.
-    compacted_rv: u64,
+    history: History,
     /// owner uid -> dependents, for garbage collection.
     dependents: HashMap<String, HashSet<(ResKey, String, String)>>,
     dirty: bool,
@@ -149,14 +154,15 @@ pub struct Gone {
 
 impl Store {
     pub fn new(history_cap: usize) -> Self {
-        let (tx, _) = broadcast::channel(65_536);
+        // Each slot keeps its event alive until overwritten: the live channel
+        // holds no more than the history keeps whole. A watcher that falls
+        // further behind is closed and resumes from the history.
+        let (tx, _) = broadcast::channel(history::RECENT);
         Store {
             inner: RwLock::new(Inner {
                 rv: 1,
                 objects: HashMap::new(),
-                history: VecDeque::new(),
-                history_cap,
-                compacted_rv: 1,
+                history: History::new(history_cap, history::COMPACTION_WINDOW),
                 dependents: HashMap::new(),
                 dirty: false,
             }),
@@ -322,12 +328,7 @@ impl Store {
             obj: obj.clone(),
             prev: current,
         });
-        inner.history.push_back(ev.clone());
-        while inner.history.len() > inner.history_cap {
-            if let Some(old) = inner.history.pop_front() {
-                inner.compacted_rv = old.rv;
-            }
-        }
+        inner.history.push(ev.clone());
         inner.dirty = true;
         // No receivers is fine: nobody watches yet.
         let _ = self.tx.send(ev);
@@ -345,17 +346,7 @@ impl Store {
         rv: u64,
     ) -> Result<(Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>), Gone> {
         let inner = self.read();
-        if rv < inner.compacted_rv {
-            return Err(Gone {
-                oldest: inner.compacted_rv,
-            });
-        }
-        let backlog = inner
-            .history
-            .iter()
-            .filter(|e| e.rv > rv)
-            .cloned()
-            .collect();
+        let backlog = inner.history.since(rv)?;
         Ok((backlog, self.tx.subscribe()))
     }
 
@@ -367,14 +358,14 @@ impl Store {
 
     /// Watches (and continue tokens) from revisions below this get `410 Gone`.
     pub fn compacted_rv(&self) -> u64 {
-        self.read().compacted_rv
+        self.read().history.compacted_rv()
     }
 
     /// Forgets all history (tests use this to provoke `410 Gone`).
     pub fn compact(&self) {
         let mut inner = self.write();
-        inner.history.clear();
-        inner.compacted_rv = inner.rv;
+        let rv = inner.rv;
+        inner.history.compact_to(rv);
     }
 
     /// Takes the dirty flag; persistence writes a snapshot only when set.
@@ -398,7 +389,8 @@ impl Store {
     pub fn load(&self, rv: u64, objects: Vec<(ResKey, Value)>) {
         let mut inner = self.write();
         inner.rv = rv.max(inner.rv);
-        inner.compacted_rv = inner.rv;
+        let rv = inner.rv;
+        inner.history.compact_to(rv);
         for (k, v) in objects {
             let ns = str_at(&v, "/metadata/namespace").to_string();
             let name = str_at(&v, "/metadata/name").to_string();

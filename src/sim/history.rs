@@ -1,0 +1,203 @@
+//! The watch history of one emulated cluster: what a kube-apiserver's watch
+//! cache and etcd's not-yet-compacted revisions are together, so a watch can
+//! resume from a resourceVersion it already saw.
+//!
+//! Why it is shaped like this: it used to keep every event whole (the parsed
+//! object and the one before it) for the last 100,000 writes, and the live
+//! broadcast channel kept another 65,536 — so an emulated cluster held every
+//! version of every object it ever wrote, ~16× its JSON each: 17 GB for 1,000
+//! members × 10 PostgresClusters in a 200 s benchmark. A real API server keeps
+//! a short window in its watch cache and compacts etcd every five minutes.
+//! Here the last [`RECENT`] events stay whole (a resuming watch, which almost
+//! always asks for something recent, gets them as they were); older ones keep
+//! only their serialized JSON (already made once per write, shared, not
+//! copied) and are parsed again in the rare resume that reaches them; events
+//! older than the compaction window, or beyond the cap, are gone
+//! (`410 Gone`, the client relists) — as after etcd's compaction.
+
+use super::store::{Gone, StoredObject, WatchEvent};
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Events kept whole.
+pub const RECENT: usize = 1024;
+/// kube-apiserver compacts etcd every five minutes (`--etcd-compaction-interval`).
+pub const COMPACTION_WINDOW: Duration = Duration::from_secs(300);
+
+/// An older event: what a watch needs to see it again, as bytes.
+struct Compact {
+    rv: u64,
+    key: super::resources::ResKey,
+    namespace: String,
+    kind: super::store::EventType,
+    obj: Bytes,
+    prev: Option<Bytes>,
+}
+
+enum Kept {
+    Whole(Arc<WatchEvent>),
+    Compact(Compact),
+}
+
+impl Kept {
+    fn rv(&self) -> u64 {
+        match self {
+            Kept::Whole(e) => e.rv,
+            Kept::Compact(c) => c.rv,
+        }
+    }
+
+    /// The event as watches take it; `None` only if its JSON no longer
+    /// parses, which would be a bug in the serializer.
+    fn event(&self) -> Option<Arc<WatchEvent>> {
+        match self {
+            Kept::Whole(e) => Some(e.clone()),
+            Kept::Compact(c) => Some(Arc::new(WatchEvent {
+                rv: c.rv,
+                key: c.key.clone(),
+                namespace: c.namespace.clone(),
+                kind: c.kind,
+                obj: StoredObject::parse(c.obj.clone())?,
+                prev: match &c.prev {
+                    Some(p) => Some(StoredObject::parse(p.clone())?),
+                    None => None,
+                },
+            })),
+        }
+    }
+}
+
+pub struct History {
+    events: VecDeque<(Instant, Kept)>,
+    cap: usize,
+    window: Duration,
+    /// Events with rv <= this are no longer here.
+    compacted_rv: u64,
+}
+
+impl History {
+    pub fn new(cap: usize, window: Duration) -> Self {
+        History {
+            events: VecDeque::new(),
+            cap,
+            window,
+            compacted_rv: 1,
+        }
+    }
+
+    pub fn compacted_rv(&self) -> u64 {
+        self.compacted_rv
+    }
+
+    pub fn push(&mut self, ev: Arc<WatchEvent>) {
+        self.push_at(ev, Instant::now());
+    }
+
+    fn push_at(&mut self, ev: Arc<WatchEvent>, now: Instant) {
+        self.events.push_back((now, Kept::Whole(ev)));
+        if self.events.len() > RECENT {
+            let i = self.events.len() - 1 - RECENT;
+            let slot = &mut self.events[i].1;
+            if let Kept::Whole(e) = slot {
+                *slot = Kept::Compact(Compact {
+                    rv: e.rv,
+                    key: e.key.clone(),
+                    namespace: e.namespace.clone(),
+                    kind: e.kind,
+                    obj: e.obj.json.clone(),
+                    prev: e.prev.as_ref().map(|p| p.json.clone()),
+                });
+            }
+        }
+        while let Some((at, first)) = self.events.front() {
+            if self.events.len() <= self.cap && now.duration_since(*at) <= self.window {
+                break;
+            }
+            self.compacted_rv = first.rv();
+            self.events.pop_front();
+        }
+    }
+
+    /// Events after `rv`, or `Gone` when some of them are no longer kept.
+    pub fn since(&self, rv: u64) -> Result<Vec<Arc<WatchEvent>>, Gone> {
+        if rv < self.compacted_rv {
+            return Err(Gone {
+                oldest: self.compacted_rv,
+            });
+        }
+        // Events are in rv order: skip the older ones without parsing them.
+        let start = self.events.partition_point(|(_, k)| k.rv() <= rv);
+        let mut out = Vec::with_capacity(self.events.len() - start);
+        for (_, k) in self.events.range(start..) {
+            match k.event() {
+                Some(e) => out.push(e),
+                None => {
+                    return Err(Gone { oldest: k.rv() });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Forgets everything up to `rv` (tests provoke `410 Gone` this way; a
+    /// loaded snapshot starts here).
+    pub fn compact_to(&mut self, rv: u64) {
+        self.events.clear();
+        self.compacted_rv = rv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::EventType;
+
+    fn ev(rv: u64) -> Arc<WatchEvent> {
+        let obj = |rv: u64| {
+            let v =
+                serde_json::json!({"metadata": {"name": "a", "resourceVersion": rv.to_string()}});
+            StoredObject::parse(Bytes::from(serde_json::to_vec(&v).unwrap())).unwrap()
+        };
+        Arc::new(WatchEvent {
+            rv,
+            key: crate::resources::ResKey {
+                group: String::new(),
+                plural: "configmaps".into(),
+            },
+            namespace: "default".into(),
+            kind: EventType::Modified,
+            obj: obj(rv),
+            prev: Some(obj(rv - 1)),
+        })
+    }
+
+    #[test]
+    fn older_events_come_back_from_their_json_and_the_oldest_are_gone() {
+        let t0 = Instant::now();
+        let mut h = History::new(RECENT + 10, COMPACTION_WINDOW);
+        for rv in 2..(2 + RECENT as u64 + 10) {
+            h.push_at(ev(rv), t0);
+        }
+        assert!(matches!(h.events[0].1, Kept::Compact(_)));
+        assert!(matches!(h.events[h.events.len() - 1].1, Kept::Whole(_)));
+        let all = h.since(1).unwrap();
+        assert_eq!(all.len(), RECENT + 10);
+        assert_eq!(all[0].rv, 2);
+        assert_eq!(all[0].obj.value["metadata"]["resourceVersion"], "2");
+        assert_eq!(all[0].prev.as_ref().unwrap().rv(), 1);
+        assert_eq!(h.since(1000).unwrap()[0].rv, 1001);
+        // Over the cap: the oldest go, and asking for them is Gone.
+        h.push_at(ev(2 + RECENT as u64 + 10), t0);
+        assert_eq!(h.compacted_rv(), 2);
+        assert!(h.since(1).is_err());
+        assert_eq!(h.since(2).unwrap()[0].rv, 3);
+        // Past the compaction window everything older goes.
+        let later = t0 + COMPACTION_WINDOW + Duration::from_secs(1);
+        h.push_at(ev(3 + RECENT as u64 + 10), later);
+        assert_eq!(h.events.len(), 1);
+        assert!(h.since(5).is_err());
+        assert_eq!(h.since(2 + RECENT as u64 + 10).unwrap().len(), 1);
+    }
+}

@@ -120,13 +120,18 @@ pub fn cpu_secs(pid: Option<u32>) -> Option<f64> {
 
 /// Resident set size of this process, in bytes.
 pub fn rss() -> Result<u64> {
-    let status =
-        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    rss_of("self")
+}
+
+/// The resident set of process `pid` (`"self"` for this one), in bytes.
+pub fn rss_of(pid: &str) -> Result<u64> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     let kb = status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
-        .context("no readable VmRSS in /proc/self/status")?;
+        .with_context(|| format!("no readable VmRSS in {path}"))?;
     Ok(kb * 1024)
 }
 

@@ -37,7 +37,19 @@ impl SimChild {
     pub async fn start(dir: &Path, n: usize) -> Result<SimChild> {
         let exe = std::env::current_exe().context("locating the pgfleet binary")?;
         let log = std::fs::File::create(dir.join("sim.log")).context("creating sim.log")?;
-        let mut child = tokio::process::Command::new(exe)
+        // `PGFLEET_BENCH_SIM_WRAPPER=heaptrack` (or `perf record -g --`, …)
+        // runs the emulator under a profiler without profiling this process.
+        let wrapper = std::env::var("PGFLEET_BENCH_SIM_WRAPPER").unwrap_or_default();
+        let mut words = wrapper.split_whitespace();
+        let mut cmd = match words.next() {
+            Some(prog) => {
+                let mut c = tokio::process::Command::new(prog);
+                c.args(words).arg(exe);
+                c
+            }
+            None => tokio::process::Command::new(exe),
+        };
+        let mut child = cmd
             .arg("sim")
             .arg("--clusters")
             .arg(n.to_string())

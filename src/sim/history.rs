@@ -150,6 +150,7 @@ impl History {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::store::EventType;

@@ -236,7 +236,7 @@ pub fn openapi(c: &Cluster, rest: &[&str]) -> Result<Response<Body>, ApiError> {
         format!("{g}.{}.{}", t.version, t.kind)
     };
     let schema_of = |t: &ResourceType| {
-        let mut s = t.schema.clone().unwrap_or_else(
+        let mut s = t.schema.as_deref().cloned().unwrap_or_else(
             || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
         );
         s["x-kubernetes-group-version-kind"] =

@@ -40,6 +40,13 @@ const PING_TIMEOUT: Duration = Duration::from_secs(20);
 /// buffer allocated up front.
 const CONNECTION_WINDOW: u32 = 16 << 20;
 
+/// How long a connection without streams stays pooled. The member's main
+/// connection always carries watches, so this only closes spares: first
+/// requests racing each other may each dial before ALPN says `h2`; the
+/// losers are given up, but one that finishes after the winner was pooled
+/// is pooled too.
+const SPARE_IDLE: Duration = Duration::from_secs(30);
+
 /// Timeouts on each connection (both clients).
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
@@ -90,18 +97,21 @@ impl Service<Request<Body>> for Transport {
 /// A kube client builder over the multiplexed transport, with kube's
 /// request layers; the caller adds its own (deadline, rate limit) on top.
 pub fn builder(config: &kube::Config, timeouts: Timeouts) -> anyhow::Result<ClientBuilder<Stack>> {
+    // Parsed once (the CA, the client identity): both connectors share it.
+    let tls = config.rustls_client_config()?;
     let multiplexed = {
-        let connector = connector(config, timeouts, true)?;
+        let connector = connector(config, tls.clone(), timeouts, true)?;
         let mut b = Client::builder(TokioExecutor::new());
         b.timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(SPARE_IDLE)
             .http2_keep_alive_interval(PING_INTERVAL)
             .http2_keep_alive_timeout(PING_TIMEOUT)
             .http2_initial_connection_window_size(CONNECTION_WINDOW);
         b.build(connector)
     };
     let upgrades = {
-        let connector = connector(config, timeouts, false)?;
+        let connector = connector(config, tls, timeouts, false)?;
         Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .build(connector)
@@ -131,12 +141,17 @@ pub fn builder(config: &kube::Config, timeouts: Timeouts) -> anyhow::Result<Clie
 /// kubeconfig's CA, client identity and server name → kube's timeouts.
 /// `h2` offers HTTP/2 in ALPN; without it the connection stays HTTP/1.1
 /// (upgrades need that).
-fn connector(config: &kube::Config, t: Timeouts, h2: bool) -> anyhow::Result<Connector> {
+fn connector(
+    config: &kube::Config,
+    tls_config: rustls::ClientConfig,
+    t: Timeouts,
+    h2: bool,
+) -> anyhow::Result<Connector> {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
     let mut tls = HttpsConnectorBuilder::new()
-        .with_tls_config(config.rustls_client_config()?)
+        .with_tls_config(tls_config)
         .https_or_http();
     if let Some(name) = &config.tls_server_name {
         let name = name

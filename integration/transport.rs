@@ -36,6 +36,21 @@ fn client_connections_to(port: u16) -> usize {
     n
 }
 
+/// A watch on kind `K` in `ns`, consumed until aborted.
+fn watch<K>(client: &kube::Client, ns: &str) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+    K::DynamicType: Default,
+{
+    let api = Api::<K>::namespaced(client.clone(), ns);
+    tokio::spawn(watcher(api, watcher::Config::default()).for_each(|_| async {}))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watches_and_requests_share_one_connection_and_exec_still_upgrades() {
     let dir = temp_dir("transport");
@@ -53,35 +68,10 @@ async fn watches_and_requests_share_one_connection_and_exec_still_upgrades() {
     let mut watches = Vec::new();
     for i in 0..3 {
         let ns = format!("ns-{i}");
-        let c = client.clone();
-        watches.push(tokio::spawn(
-            watcher(
-                Api::<Pod>::namespaced(c.clone(), &ns),
-                watcher::Config::default(),
-            )
-            .for_each(|_| async {}),
-        ));
-        watches.push(tokio::spawn(
-            watcher(
-                Api::<Service>::namespaced(c.clone(), &ns),
-                watcher::Config::default(),
-            )
-            .for_each(|_| async {}),
-        ));
-        watches.push(tokio::spawn(
-            watcher(
-                Api::<Secret>::namespaced(c.clone(), &ns),
-                watcher::Config::default(),
-            )
-            .for_each(|_| async {}),
-        ));
-        watches.push(tokio::spawn(
-            watcher(
-                Api::<ConfigMap>::namespaced(c, &ns),
-                watcher::Config::default(),
-            )
-            .for_each(|_| async {}),
-        ));
+        watches.push(watch::<Pod>(&client, &ns));
+        watches.push(watch::<Service>(&client, &ns));
+        watches.push(watch::<Secret>(&client, &ns));
+        watches.push(watch::<ConfigMap>(&client, &ns));
     }
     // And a burst of writes and reads while they run.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");

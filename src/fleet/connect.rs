@@ -43,22 +43,17 @@ pub async fn client_with_deadline(
 ) -> anyhow::Result<kube::Client> {
     let mut cfg = load_config(path, context).await?;
     cfg.accept_invalid_certs = cfg.accept_invalid_certs || insecure;
+    cfg.connect_timeout = Some(CONNECT_TIMEOUT);
+    cfg.read_timeout = Some(READ_TIMEOUT);
+    cfg.write_timeout = Some(WRITE_TIMEOUT);
+    cfg.reset_reader_on_write = true;
     let building = || format!("kubeconfig {}: building the client", path.display());
     if cfg.proxy_url.is_some() {
         // kube's own stack knows proxies (HTTP/1.1, a connection per watch).
-        cfg.connect_timeout = Some(CONNECT_TIMEOUT);
-        cfg.read_timeout = Some(READ_TIMEOUT);
-        cfg.write_timeout = Some(WRITE_TIMEOUT);
-        cfg.reset_reader_on_write = true;
         let builder = kube::client::ClientBuilder::try_from(cfg).with_context(building)?;
         Ok(layered(builder, request_timeout, limit))
     } else {
-        let timeouts = super::transport::Timeouts {
-            connect: CONNECT_TIMEOUT,
-            read: READ_TIMEOUT,
-            write: WRITE_TIMEOUT,
-        };
-        let builder = super::transport::builder(&cfg, timeouts).with_context(building)?;
+        let builder = super::transport::builder(&cfg).with_context(building)?;
         Ok(layered(builder, request_timeout, limit))
     }
 }

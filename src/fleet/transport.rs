@@ -47,15 +47,6 @@ const CONNECTION_WINDOW: u32 = 16 << 20;
 /// is pooled too.
 const SPARE_IDLE: Duration = Duration::from_secs(30);
 
-/// Timeouts on each connection (both clients).
-#[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
-    pub connect: Duration,
-    /// Silence after which a connection is dropped; reset by every write.
-    pub read: Duration,
-    pub write: Duration,
-}
-
 /// The stack under kube's `Client`, type-erased.
 pub type Stack = BoxService<Request<Body>, Response<hyper::body::Incoming>, BoxError>;
 
@@ -96,11 +87,12 @@ impl Service<Request<Body>> for Transport {
 
 /// A kube client builder over the multiplexed transport, with kube's
 /// request layers; the caller adds its own (deadline, rate limit) on top.
-pub fn builder(config: &kube::Config, timeouts: Timeouts) -> anyhow::Result<ClientBuilder<Stack>> {
+/// Connect, read and write timeouts come from `config` (kube's fields).
+pub fn builder(config: &kube::Config) -> anyhow::Result<ClientBuilder<Stack>> {
     // Parsed once (the CA, the client identity): both connectors share it.
     let tls = config.rustls_client_config()?;
     let multiplexed = {
-        let connector = connector(config, tls.clone(), timeouts, true)?;
+        let connector = connector(config, tls.clone(), true)?;
         let mut b = Client::builder(TokioExecutor::new());
         b.timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
@@ -111,7 +103,7 @@ pub fn builder(config: &kube::Config, timeouts: Timeouts) -> anyhow::Result<Clie
         b.build(connector)
     };
     let upgrades = {
-        let connector = connector(config, tls, timeouts, false)?;
+        let connector = connector(config, tls, false)?;
         Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .build(connector)
@@ -144,7 +136,6 @@ pub fn builder(config: &kube::Config, timeouts: Timeouts) -> anyhow::Result<Clie
 fn connector(
     config: &kube::Config,
     tls_config: rustls::ClientConfig,
-    t: Timeouts,
     h2: bool,
 ) -> anyhow::Result<Connector> {
     let mut tcp = HttpConnector::new();
@@ -166,10 +157,10 @@ fn connector(
         tls.enable_http1().wrap_connector(tcp)
     };
     let mut timed = TimeoutConnector::new(https);
-    timed.set_connect_timeout(Some(t.connect));
-    timed.set_read_timeout(Some(t.read));
-    timed.set_write_timeout(Some(t.write));
-    timed.set_reset_reader_on_write(true);
+    timed.set_connect_timeout(config.connect_timeout);
+    timed.set_read_timeout(config.read_timeout);
+    timed.set_write_timeout(config.write_timeout);
+    timed.set_reset_reader_on_write(config.reset_reader_on_write);
     Ok(timed)
 }
 

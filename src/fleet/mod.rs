@@ -4,8 +4,10 @@
 //! delays the others. Credentials are read from kubeconfigs and never logged.
 
 pub mod connect;
+pub mod control;
 pub mod deadline;
 pub mod permissions;
+mod probe;
 pub mod ratelimit;
 pub mod swap;
 pub mod transport;
@@ -14,9 +16,9 @@ pub use connect::{check_kubeconfig, client_from_kubeconfig, client_with_deadline
 
 use crate::config::{ClusterEntry, ClusterSource, Settings};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 use tokio::sync::watch;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +50,13 @@ pub struct Member {
     /// Stable for the member's lifetime; its backend is swapped on kubeconfig changes.
     client: kube::Client,
     backend: swap::Swappable,
+    /// The same member through the control lane ([`control`]): Lease
+    /// renewals and probes only, on a connection of their own.
+    control: kube::Client,
+    control_backend: swap::Swappable,
+    /// The runtime the data client was built on (its workers and
+    /// connections live there; rebuilding from the lane goes back to it).
+    data_runtime: tokio::runtime::Handle,
     state: watch::Sender<ConnState>,
     /// The last check of the manager's permissions in this member.
     permissions: std::sync::Mutex<permissions::Check>,
@@ -56,6 +65,39 @@ pub struct Member {
 impl Member {
     pub fn client(&self) -> kube::Client {
         self.client.clone()
+    }
+
+    /// The client for Lease renewals and probes, to be used from tasks on
+    /// the control lane only (see [`control`]).
+    pub fn control_client(&self) -> kube::Client {
+        self.control.clone()
+    }
+
+    fn connected(&self) -> bool {
+        self.backend.connected() && self.control_backend.connected()
+    }
+
+    /// Builds both clients from the kubeconfig: the data client on the data
+    /// runtime, the control client on the control lane.
+    async fn build_lanes(&self) -> anyhow::Result<(kube::Client, kube::Client)> {
+        let source = self.source();
+        let data = self
+            .data_runtime
+            .spawn(source.clone().build())
+            .await
+            .map_err(|e| anyhow::anyhow!("building the client failed: {e}"))??;
+        let control = control::run(source.build()).await??;
+        Ok((data, control))
+    }
+
+    fn source(&self) -> Source {
+        Source {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            insecure: self.insecure,
+            limit: self.limit.clone(),
+            request_timeout: self.request_timeout,
+        }
     }
 
     pub fn state(&self) -> ConnState {
@@ -127,6 +169,22 @@ pub(crate) fn redact(s: &str) -> String {
 /// All member clusters.
 pub struct Fleet {
     pub members: Vec<Arc<Member>>,
+    /// The probe loops (on the control lane, which outlives any one
+    /// manager: they are stopped when the fleet is dropped).
+    probes: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for p in self
+            .probes
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            p.abort();
+        }
+    }
 }
 
 impl Fleet {
@@ -143,7 +201,10 @@ impl Fleet {
         for entry in &settings.clusters {
             members.push(Arc::new(member(settings, entry, embedded).await?));
         }
-        Ok(Fleet { members })
+        Ok(Fleet {
+            members,
+            probes: Default::default(),
+        })
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Member>> {
@@ -152,8 +213,10 @@ impl Fleet {
 
     /// Probes every member periodically (each in its own task).
     pub fn spawn_probes(&self, interval: Duration, timeout: Duration, threshold: u32) {
+        let mut probes = self.probes.lock().unwrap_or_else(|e| e.into_inner());
         for m in &self.members {
-            tokio::spawn(probe_loop(m.clone(), interval, timeout, threshold));
+            let probe = probe::probe_loop(m.clone(), interval, timeout, threshold);
+            probes.push(control::spawn(probe).abort_handle());
         }
     }
 }
@@ -179,159 +242,76 @@ async fn member(
         entry.effective_burst(&settings.manager),
     )
     .counting(&entry.name);
-    let request_timeout = settings.manager.api_request_timeout.get();
-    let built = client_with_deadline(
-        &kubeconfig,
-        context.as_deref(),
-        entry.insecure_skip_tls_verify,
-        &limit,
-        request_timeout,
-    )
-    .await;
-    let (client, backend, state) = match built {
-        Ok(c) => {
-            let (client, backend) = swap::Swappable::new(c);
-            (client, backend, ConnState::Connecting)
+    let source = Source {
+        kubeconfig,
+        context,
+        insecure: entry.insecure_skip_tls_verify,
+        limit,
+        request_timeout: settings.manager.api_request_timeout.get(),
+    };
+    let data_runtime = tokio::runtime::Handle::current();
+    let built = match source.clone().build().await {
+        Ok(data) => control::run(source.clone().build())
+            .await
+            .and_then(|c| c)
+            .map(|control| (data, control)),
+        Err(e) => Err(e),
+    };
+    let ((client, backend), (control, control_backend), state) = match built {
+        Ok((data, control)) => {
+            let data = swap::Swappable::new(data);
+            // Wrapped on the lane: the wrapper spawns its worker where it is built.
+            let control = control::run(async move { swap::Swappable::new(control) }).await?;
+            (data, control, ConnState::Connecting)
         }
         Err(e) => {
             let reason = format!("{e:#}");
             tracing::error!(cluster = %entry.name, %reason, "member cluster has no usable kubeconfig; it stays Unreachable until the file is fixed, the others are managed");
-            let (client, backend) = swap::Swappable::unconnected(&entry.name, &reason);
-            (client, backend, ConnState::Unreachable { reason })
+            let data = swap::Swappable::unconnected(&entry.name, &reason);
+            let (name, why) = (entry.name.clone(), reason.clone());
+            let control =
+                control::run(async move { swap::Swappable::unconnected(&name, &why) }).await?;
+            (data, control, ConnState::Unreachable { reason })
         }
     };
     crate::metrics::cluster_state(&entry.name, state.label());
     Ok(Member {
         name: entry.name.clone(),
         labels: entry.labels.clone(),
-        kubeconfig,
-        context,
-        insecure: entry.insecure_skip_tls_verify,
-        limit,
-        request_timeout,
+        kubeconfig: source.kubeconfig,
+        context: source.context,
+        insecure: source.insecure,
+        limit: source.limit,
+        request_timeout: source.request_timeout,
         client,
         backend,
+        control,
+        control_backend,
+        data_runtime,
         state: watch::channel(state).0,
         permissions: Default::default(),
     })
 }
 
-fn mtime(p: &Path) -> Option<SystemTime> {
-    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+/// Where a member's clients come from (cloned into the runtime that builds one).
+#[derive(Clone)]
+struct Source {
+    kubeconfig: PathBuf,
+    context: Option<String>,
+    insecure: bool,
+    limit: ratelimit::RateLimit,
+    request_timeout: Duration,
 }
 
-/// Marks a member Ready on a successful probe and Unreachable after
-/// `threshold` failures in a row; rebuilds the client when the kubeconfig
-/// file changes (rotated credentials, moved server), and — while the member
-/// has no usable client — retries building it with backoff.
-async fn probe_loop(m: Arc<Member>, interval: Duration, timeout: Duration, threshold: u32) {
-    let mut failures = 0u32;
-    let mut seen = mtime(&m.kubeconfig);
-    let mut retry = Backoff::new();
-    let mut checks = permissions::Schedule::new();
-    loop {
-        let now = mtime(&m.kubeconfig);
-        let connected = m.backend.connected();
-        if now != seen || (!connected && retry.due()) {
-            seen = now;
-            rebuild(&m, connected, &mut retry).await;
-            checks.now();
-        }
-        if !m.backend.connected() {
-            tokio::time::sleep(interval.min(Duration::from_secs(1))).await;
-            continue;
-        }
-        let client = m.client();
-        match tokio::time::timeout(timeout, client.apiserver_version()).await {
-            Ok(Ok(_)) => {
-                failures = 0;
-                m.set_state(ConnState::Ready);
-                if checks.due() {
-                    let check = m.check_permissions().await;
-                    checks.done(&check);
-                }
-            }
-            outcome => {
-                failures = failures.saturating_add(1);
-                let reason = match outcome {
-                    Ok(Err(e)) => redact(&e.to_string()),
-                    _ => format!("no answer within {timeout:?}"),
-                };
-                if failures >= threshold {
-                    checks.now();
-                    m.set_state(ConnState::Unreachable { reason });
-                }
-            }
-        }
-        // Probe faster while not Ready, so recovery is noticed quickly.
-        let wait = if matches!(m.state(), ConnState::Ready) {
-            interval
-        } else {
-            interval.min(Duration::from_secs(1))
-        };
-        tokio::time::sleep(wait).await;
-    }
-}
-
-/// Builds the member's client from its kubeconfig again and swaps it in.
-async fn rebuild(m: &Member, connected: bool, retry: &mut Backoff) {
-    match client_with_deadline(
-        &m.kubeconfig,
-        m.context.as_deref(),
-        m.insecure,
-        &m.limit,
-        m.request_timeout,
-    )
-    .await
-    {
-        Ok(c) => {
-            m.backend.swap(c);
-            retry.reset();
-            tracing::info!(cluster = %m.name, "kubeconfig loaded; client rebuilt");
-            if !connected {
-                m.set_state(ConnState::Connecting);
-            }
-        }
-        Err(e) => {
-            let reason = format!("{e:#}");
-            if connected {
-                // The old client keeps working until the file is fixed.
-                tracing::warn!(cluster = %m.name, error = %reason, "kubeconfig changed but is not usable");
-            } else {
-                retry.failed();
-                m.set_state(ConnState::Unreachable { reason });
-            }
-        }
-    }
-}
-
-/// When to try building a missing client again: 1 s, doubling to 60 s.
-struct Backoff {
-    wait: Duration,
-    next: Instant,
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_secs(1);
-    const MAX: Duration = Duration::from_secs(60);
-
-    fn new() -> Self {
-        Backoff {
-            wait: Self::FIRST,
-            next: Instant::now(),
-        }
-    }
-
-    fn due(&self) -> bool {
-        Instant::now() >= self.next
-    }
-
-    fn failed(&mut self) {
-        self.next = Instant::now() + self.wait;
-        self.wait = (self.wait * 2).min(Self::MAX);
-    }
-
-    fn reset(&mut self) {
-        self.wait = Self::FIRST;
+impl Source {
+    async fn build(self) -> anyhow::Result<kube::Client> {
+        client_with_deadline(
+            &self.kubeconfig,
+            self.context.as_deref(),
+            self.insecure,
+            &self.limit,
+            self.request_timeout,
+        )
+        .await
     }
 }

@@ -35,7 +35,7 @@ enum Outcome {
 
 impl Elector {
     pub fn new(slot: Arc<Slot>, me: String, timings: Timings) -> Elector {
-        let api = lease::api(slot.member.client());
+        let api = lease::api(slot.member.control_client());
         Elector {
             slot,
             me,

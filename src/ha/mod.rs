@@ -205,7 +205,8 @@ impl Ha {
             });
             let (tx, rx) = tokio::sync::oneshot::channel();
             let e = elector::Elector::new(slot.clone(), identity.clone(), timings);
-            electors.push(tokio::spawn(e.run(tx)).abort_handle());
+            // On the control lane: renewals never wait behind reconcile work.
+            electors.push(crate::fleet::control::spawn(e.run(tx)).abort_handle());
             first.push(rx);
             slots.push(slot);
         }

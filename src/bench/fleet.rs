@@ -16,6 +16,8 @@
 //! objects (as the manager left them) and the same change watchers. Nothing
 //! here asserts a time.
 
+#[path = "fleet_bulkhead.rs"]
+mod bulkhead;
 #[path = "fleet_env.rs"]
 mod env;
 #[path = "fleet_floor.rs"]
@@ -135,19 +137,17 @@ async fn bench(args: &Args, dir: &Path) -> Result<()> {
         "emulated clusters (child process, virtual runtime) up in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    let out = measure(args, dir, &sim.kubeconfigs, sim.pid()).await;
+    let out = measure(args, dir, &sim).await;
     sim.stop().await;
     out
 }
 
-async fn measure(
-    args: &Args,
-    dir: &Path,
-    kubeconfigs: &[(String, PathBuf)],
-    sim_pid: Option<u32>,
-) -> Result<()> {
+async fn measure(args: &Args, dir: &Path, sim: &env::SimChild) -> Result<()> {
+    let (kubeconfigs, sim_pid) = (&sim.kubeconfigs[..], sim.pid());
     let total = args.clusters * args.per_cluster;
-    let clients = env::clients(kubeconfigs).await?;
+    // Through the observer addresses, which the bulkhead's network fault
+    // leaves open: the load and its watchers are not the manager.
+    let clients = env::clients(&env::observers(kubeconfigs)).await?;
     let t = Instant::now();
     env::setup(args, &clients).await?;
     println!(
@@ -166,7 +166,16 @@ async fn measure(
         .enable_all()
         .thread_name("manager")
         .build()?;
-    let out = manager_phase(args, &rt, settings, &mut driver, sim_pid).await;
+    let admin = sim.admin.as_deref().map(bulkhead::Admin::new).transpose()?;
+    let out = manager_phase(
+        args,
+        &rt,
+        settings,
+        &mut driver,
+        sim_pid,
+        (admin, kubeconfigs),
+    )
+    .await;
     rt.shutdown_background();
     let m = out?;
     driver.set_probe(None);
@@ -207,6 +216,7 @@ async fn measure(
         requests: (m.requests, fcold.requests),
         steps: &m.steps,
         fsteps: &fsteps,
+        bulkhead: m.bulkhead.as_ref(),
     };
     report.print(args);
     Ok(())
@@ -219,6 +229,7 @@ struct ManagerRun {
     /// Requests to the member clusters during the cold converge.
     requests: u64,
     steps: Vec<Step>,
+    bulkhead: Option<bulkhead::Figure>,
 }
 
 /// Starts the manager on `rt`, waits for every PostgresCluster to be
@@ -229,6 +240,7 @@ async fn manager_phase(
     settings: crate::config::Settings,
     driver: &mut load::Driver,
     sim_pid: Option<u32>,
+    (admin, kubeconfigs): (Option<bulkhead::Admin>, &[(String, PathBuf)]),
 ) -> Result<ManagerRun> {
     let total = args.clusters * args.per_cluster;
     let cpu = |pid| env::cpu_secs(pid).unwrap_or(f64::NAN);
@@ -309,6 +321,38 @@ async fn manager_phase(
         steps.push(s);
     }
     println!("  after the changes: {}", counters(&mgr));
+    let cut = bulkhead::tenth(args.clusters);
+    let bulkhead = match (&admin, args.rates.first()) {
+        (Some(admin), Some(&rate)) if !cut.is_empty() => {
+            let members = mgr.fleet.members.clone();
+            let names: Vec<String> = cut.iter().map(|&i| kubeconfigs[i].0.clone()).collect();
+            let unreachable = move || {
+                members
+                    .iter()
+                    .filter(|m| names.contains(&m.name))
+                    .filter(|m| matches!(m.state(), crate::fleet::ConnState::Unreachable { .. }))
+                    .count()
+            };
+            let f = bulkhead::measure(
+                admin,
+                kubeconfigs,
+                &cut,
+                driver,
+                rate,
+                args.step_secs,
+                unreachable,
+            )
+            .await?;
+            print!(
+                "  bulkhead, {} of {} members cut off from the manager: ",
+                f.cut, args.clusters
+            );
+            print_step("", &f.step);
+            println!("  after the bulkhead step: {}", counters(&mgr));
+            Some(f)
+        }
+        _ => None,
+    };
     let changes: usize = steps.iter().map(|s| s.changes).sum();
     let mut during = crate::metrics::get().requests.totals();
     for (k, n) in &requests {
@@ -330,6 +374,7 @@ async fn manager_phase(
         rss_after,
         requests: requests.values().sum(),
         steps,
+        bulkhead,
     })
 }
 
@@ -355,11 +400,16 @@ fn counters(mgr: &crate::manager::Manager) -> String {
     let sum = |f: fn(&crate::controller::Stats) -> u64| -> u64 {
         mgr.controllers().iter().map(|h| f(&h.stats)).sum()
     };
+    let leases = &crate::metrics::get().leases;
+    let (renewals, p99) = leases.quantile(0.99);
     format!(
-        "reconciles {} · errors {} · status writes {}",
+        "reconciles {} · errors {} · status writes {} · Lease renewals {renewals} \
+         (p99 ≤ {}), lost {}",
         sum(|s| s.reconciles.load(Ordering::Relaxed)),
         sum(|s| s.errors.load(Ordering::Relaxed)),
         sum(|s| s.status_writes.load(Ordering::Relaxed)),
+        p99.map_or("> 16 s".to_string(), |d| format!("{} ms", d.as_millis())),
+        leases.losses(),
     )
 }
 
@@ -407,6 +457,7 @@ struct Report<'a> {
     requests: (u64, u64),
     steps: &'a [Step],
     fsteps: &'a [Step],
+    bulkhead: Option<&'a bulkhead::Figure>,
 }
 
 /// The highest step meeting p99 ≤ 1 s, as its achieved rate.
@@ -462,6 +513,14 @@ impl Report<'_> {
             ratio(rq, frq),
             "≤ 6 per new PostgresCluster".into(),
         ]);
+        let member = |(b, a): (u64, u64)| a.saturating_sub(b) as f64 / args.clusters as f64;
+        rows.push([
+            "memory per member cluster".into(),
+            format!("{:.2} KiB", member(self.mem) / 1024.0),
+            format!("{:.2} KiB", member(self.fmem) / 1024.0),
+            ratio(member(self.mem), member(self.fmem)),
+            "≤ 1 MiB at 1,000 idle members".into(),
+        ]);
         let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
         rows.push([
             "  RSS before → after cold".into(),
@@ -498,6 +557,24 @@ impl Report<'_> {
                 ms_or_dash(f.delivery_p99),
                 ratio(d(s.delivery_p99), d(f.delivery_p99)),
                 String::new(),
+            ]);
+        }
+        if let (Some(b), Some(s)) = (self.bulkhead, self.steps.first()) {
+            let d = |d: Option<Duration>| d.map_or(f64::INFINITY, |d| d.as_secs_f64());
+            rows.push([
+                format!(
+                    "{}/s with {} members unreachable{}: p99",
+                    b.step.offered,
+                    b.cut,
+                    b.noticed.map_or(" (not all noticed)".into(), |t| format!(
+                        " (noticed in {:.0} s)",
+                        t.as_secs_f64()
+                    ))
+                ),
+                ms(b.step.p99),
+                format!("{} all reachable", ms(s.p99)),
+                ratio(d(b.step.p99), d(s.p99)),
+                "the rest not slowed".into(),
             ]);
         }
         let best = |steps: &[Step]| sustained(steps).map_or(0.0, |s| s.achieved);

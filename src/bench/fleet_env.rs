@@ -24,6 +24,8 @@ pub struct SimChild {
     child: tokio::process::Child,
     /// (name, kubeconfig) of every cluster, in order sim-1 … sim-N.
     pub kubeconfigs: Vec<(String, PathBuf)>,
+    /// The emulator's admin (fault injection) endpoint.
+    pub admin: Option<String>,
 }
 
 impl SimChild {
@@ -92,7 +94,12 @@ impl SimChild {
                     "sim.json lists {} clusters, expected {n}",
                     kubeconfigs.len()
                 );
-                return Ok(SimChild { child, kubeconfigs });
+                let admin = v["admin"].as_str().map(String::from);
+                return Ok(SimChild {
+                    child,
+                    kubeconfigs,
+                    admin,
+                });
             }
             anyhow::ensure!(
                 Instant::now() < deadline,
@@ -145,6 +152,21 @@ pub fn rss_of(pid: &str) -> Result<u64> {
         .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
         .with_context(|| format!("no readable VmRSS in {path}"))?;
     Ok(kb * 1024)
+}
+
+/// The observer kubeconfig beside each cluster's (`<name>.observer.kubeconfig`,
+/// an address network faults never close).
+pub fn observers(kubeconfigs: &[(String, PathBuf)]) -> Vec<(String, PathBuf)> {
+    kubeconfigs
+        .iter()
+        .map(|(name, path)| {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            (
+                name.clone(),
+                dir.join(format!("{name}.observer.kubeconfig")),
+            )
+        })
+        .collect()
 }
 
 /// The benchmark's own clients (no client-side rate limit: they are the load).

@@ -217,6 +217,8 @@ pub struct Driver {
     seq: Vec<u32>,
     pub tracker: Arc<Tracker>,
     probe: Option<CacheProbe>,
+    /// Clusters the steps leave alone (the bulkhead's cut-off tenth).
+    skip: Vec<bool>,
 }
 
 /// A valid cron expression, different for consecutive `n`.
@@ -280,6 +282,7 @@ impl Driver {
             seq: vec![0; n],
             tracker,
             probe: None,
+            skip: vec![],
         }
     }
 
@@ -295,6 +298,18 @@ impl Driver {
             }
         }
         Ok(out)
+    }
+
+    /// Leaves the clusters at `indices` out of the next steps (all of
+    /// them is refused: nothing would be left to change).
+    pub fn skip(&mut self, indices: &[usize]) {
+        let mut skip = vec![false; self.clients.len()];
+        for &i in indices {
+            if let Some(s) = skip.get_mut(i) {
+                *s = true;
+            }
+        }
+        self.skip = if skip.contains(&false) { skip } else { vec![] };
     }
 
     /// Times (a sample of) the changes' arrival in a controller's cache.
@@ -361,9 +376,14 @@ impl Driver {
                 let Ok(permit) = sem.clone().acquire_owned().await else {
                     break 'send;
                 };
-                let j = self.cursor % self.seq.len().max(1);
-                self.cursor += 1;
-                let (ci, i) = (j % nclusters, j / nclusters);
+                let (ci, i) = loop {
+                    let j = self.cursor % self.seq.len().max(1);
+                    self.cursor += 1;
+                    let (ci, i) = (j % nclusters, j / nclusters);
+                    if !self.skip.get(ci).copied().unwrap_or(false) {
+                        break (ci, i);
+                    }
+                };
                 let slot = ci * self.per_cluster + i;
                 self.seq[slot] += 1;
                 let body = json!({"spec": {"backupSchedule": cron(self.seq[slot])}});

@@ -73,7 +73,12 @@ impl Elector {
             None => deadline,
         };
         let member = self.slot.member.name.clone();
-        match tokio::time::timeout(budget, self.attempt()).await {
+        let holding = self.renewed.is_some();
+        let outcome = tokio::time::timeout(budget, self.attempt()).await;
+        if holding {
+            crate::metrics::get().leases.renewed(started.elapsed());
+        }
+        match outcome {
             Ok(Ok(Outcome::Hold)) => {
                 self.renewed = Some(started);
                 self.slot.acquire(&self.me);
@@ -100,6 +105,7 @@ impl Elector {
             && !decide::may_act(r, Instant::now(), deadline)
         {
             tracing::warn!(cluster = %member, "lease not renewed within the renew deadline; stopping");
+            crate::metrics::get().leases.lost();
             self.renewed = None;
             self.last = None;
             let holder = self.seen.as_ref().and_then(|o| o.record.holder.clone());

@@ -10,6 +10,7 @@
 //! See `docs/observability.md` for every series.
 
 pub mod dr;
+pub mod leases;
 pub mod ops;
 pub mod pgc;
 pub mod reconcile;
@@ -77,6 +78,7 @@ pub struct Metrics {
     pub pgcs: std::sync::Arc<pgc::Store>,
     pub replicas: std::sync::Arc<replicas::Store>,
     pub requests: std::sync::Arc<requests::Store>,
+    pub leases: std::sync::Arc<leases::Store>,
     pub dr: dr::Families,
 }
 
@@ -108,6 +110,7 @@ impl Metrics {
             pgcs: std::sync::Arc::default(),
             replicas: std::sync::Arc::default(),
             requests: std::sync::Arc::default(),
+            leases: std::sync::Arc::default(),
             dr: dr::Families::default(),
             registry: Registry::default(),
         };
@@ -171,6 +174,7 @@ impl Metrics {
         r.register_collector(Box::new(m.pgcs.clone()));
         r.register_collector(Box::new(m.replicas.clone()));
         r.register_collector(Box::new(m.requests.clone()));
+        r.register_collector(Box::new(m.leases.clone()));
         Metrics { registry, ..m }
     }
 }

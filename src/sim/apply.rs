@@ -297,6 +297,12 @@ fn compare(lhs: &Value, rhs: &Value) -> Comparison {
     cmp
 }
 
+/// `metadata.managedFields`: the record of ownership, never a field anyone
+/// owns, so comparisons skip it (instead of copying objects without it).
+fn bookkeeping(path: &Path, element: &str) -> bool {
+    element == "f:managedFields" && path.len() == 1 && path[0] == "f:metadata"
+}
+
 fn compare_rec(
     field: &str,
     lhs: Option<&Value>,
@@ -324,6 +330,9 @@ fn compare_rec(
         .collect();
     let lc_keys: HashSet<&str> = lc.iter().map(|c| c.0.as_str()).collect();
     for (element, lv, child_field) in &lc {
+        if bookkeeping(path, element) {
+            continue;
+        }
         let rv = rc_index
             .get(element.as_str())
             .and_then(|&i| rc.get(i))
@@ -333,7 +342,7 @@ fn compare_rec(
         path.pop();
     }
     for (element, rv, child_field) in &rc {
-        if !lc_keys.contains(element.as_str()) {
+        if !lc_keys.contains(element.as_str()) && !bookkeeping(path, element) {
             path.push(element.clone());
             compare_rec(child_field, None, Some(rv), path, cmp);
             path.pop();
@@ -830,9 +839,9 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, now: &
         return;
     }
     let mut managers = old.map(parse_managers).unwrap_or_default();
-    let lhs = old.map_or_else(|| Value::Object(Map::new()), without_managed_fields);
-    let rhs = without_managed_fields(new);
-    let cmp = compare(&lhs, &rhs);
+    // Compared in place: `compare` never looks into managedFields.
+    let empty = Value::Object(Map::new());
+    let cmp = compare(old.unwrap_or(&empty), new);
     let mut changed = cmp.added;
     changed.union_with(&cmp.modified);
     for entry in &mut managers {

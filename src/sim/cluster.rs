@@ -382,7 +382,7 @@ impl Cluster {
                     .ptr("/metadata/generation")
                     .and_then(Value::as_i64)
                     .unwrap_or(1);
-                let changed = spec_part(o) != spec_part(v);
+                let changed = !same_spec(o, v);
                 v["metadata"]["generation"] =
                     json!(if changed { generation + 1 } else { generation });
                 if o.ptr("/metadata/deletionTimestamp").is_some() {
@@ -623,16 +623,25 @@ fn dedup(v: Vec<String>) -> Vec<String> {
     out
 }
 
-/// Everything but metadata and status: what `generation` counts changes of.
-fn spec_part(v: &Value) -> Value {
-    let mut v = v.clone();
-    if let Some(m) = v.as_object_mut() {
-        m.remove("metadata");
-        m.remove("status");
-        m.remove("apiVersion");
-        m.remove("kind");
+/// Whether everything but metadata and status — what `generation` counts
+/// changes of — is equal. Compared in place: copying both objects to drop
+/// four keys was a tenth of the emulator's CPU under load.
+fn same_spec(a: &Value, b: &Value) -> bool {
+    const NOT_SPEC: [&str; 4] = ["metadata", "status", "apiVersion", "kind"];
+    match (a.as_object(), b.as_object()) {
+        (Some(x), Some(y)) => {
+            let spec = |m: &'_ serde_json::Map<String, Value>| {
+                m.iter()
+                    .filter(|(k, _)| !NOT_SPEC.contains(&k.as_str()))
+                    .count()
+            };
+            spec(x) == spec(y)
+                && x.iter()
+                    .filter(|(k, _)| !NOT_SPEC.contains(&k.as_str()))
+                    .all(|(k, v)| y.get(k) == Some(v))
+        }
+        _ => a == b,
     }
-    v
 }
 
 /// Pod Security admission of a new Pod (kube answers 403 Forbidden).

@@ -434,21 +434,51 @@ fn owner_uids(v: &Value) -> Vec<String> {
 /// Equal apart from resourceVersion and managedFields timestamps: a write that
 /// changes nothing does not bump the revision or wake watchers, as in kube.
 fn same_content(a: &Value, b: &Value) -> bool {
-    fn strip(v: &Value) -> Value {
-        let mut v = v.clone();
-        if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("resourceVersion");
-            if let Some(Value::Array(mf)) = meta.get_mut("managedFields") {
-                for e in mf {
-                    if let Some(o) = e.as_object_mut() {
-                        o.remove("time");
-                    }
-                }
-            }
-        }
-        v
+    // Compared in place (copying both objects was a twentieth of the
+    // emulator's CPU): every key but metadata equal, then metadata's keys
+    // but resourceVersion, then managedFields entry by entry without `time`.
+    fn equal_except(
+        x: &Value,
+        y: &Value,
+        skip: &[&str],
+        then: impl Fn(&str, &Value, &Value) -> bool,
+    ) -> bool {
+        let (Some(x), Some(y)) = (x.as_object(), y.as_object()) else {
+            return x == y;
+        };
+        let kept = |m: &serde_json::Map<String, Value>| {
+            m.keys().filter(|k| !skip.contains(&k.as_str())).count()
+        };
+        kept(x) == kept(y)
+            && x.iter()
+                .filter(|(k, _)| !skip.contains(&k.as_str()))
+                .all(|(k, v)| y.get(k).is_some_and(|w| then(k, v, w)))
     }
-    strip(a) == strip(b)
+    let managed = |l: &Value, r: &Value| match (l.as_array(), r.as_array()) {
+        (Some(l), Some(r)) => {
+            l.len() == r.len()
+                && l.iter()
+                    .zip(r)
+                    .all(|(e, f)| equal_except(e, f, &["time"], |_, v, w| v == w))
+        }
+        _ => l == r,
+    };
+    let metadata = |m: &Value, n: &Value| {
+        equal_except(m, n, &["resourceVersion"], |k, v, w| {
+            if k == "managedFields" {
+                managed(v, w)
+            } else {
+                v == w
+            }
+        })
+    };
+    equal_except(a, b, &[], |k, v, w| {
+        if k == "metadata" {
+            metadata(v, w)
+        } else {
+            v == w
+        }
+    })
 }
 
 #[cfg(test)]

@@ -107,21 +107,24 @@ fn pass(c: &Cluster, reported: &mut HashMap<String, String>) -> bool {
             .then_with(|| str_at(a, "/metadata/name").cmp(str_at(b, "/metadata/name")))
     });
     let (nodes, _) = c.store.list(&key("nodes"), None, None);
-    let nodes: Vec<Value> = nodes.iter().map(|o| o.value.clone()).collect();
-    let mut bound: Vec<Value> = pods
+    let nodes: Vec<&Value> = nodes.iter().map(|o| &o.value).collect();
+    // References into the listed objects; only the pods bound in this pass
+    // are copies (with their new node), kept apart so the borrows stay valid.
+    let bound: Vec<&Value> = pods
         .iter()
         .map(|o| &o.value)
         .filter(|p| !str_at(p, "/spec/nodeName").is_empty() && !finished(p))
-        .cloned()
         .collect();
+    let mut now_bound: Vec<Value> = vec![];
     let mut waiting = false;
     for p in pending {
-        match place::place(p, &nodes, &bound) {
+        let all: Vec<&Value> = bound.iter().copied().chain(now_bound.iter()).collect();
+        match place::place(p, &nodes, &all) {
             Decision::Bind(node) => {
                 if bind(c, p, &node).is_ok() {
                     let mut b = p.clone();
                     b["spec"]["nodeName"] = json!(node);
-                    bound.push(b);
+                    now_bound.push(b);
                     reported.remove(str_at(p, "/metadata/uid"));
                 }
             }

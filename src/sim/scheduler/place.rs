@@ -21,6 +21,7 @@ use crate::json_ptr::Ptr;
 use crate::selector::LabelSelector;
 use crate::store::str_at;
 use serde_json::Value;
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 
 pub const HOSTNAME: &str = "kubernetes.io/hostname";
@@ -43,7 +44,14 @@ struct NodeView<'a> {
 
 /// Decides where `pod` goes among `nodes`, given the pods already bound
 /// (`spec.nodeName` set; finished pods should be left out by the caller).
-pub fn place(pod: &Value, nodes: &[Value], bound: &[Value]) -> Decision {
+///
+/// Generic over owned or borrowed objects: the scheduling loop hands in
+/// references into the store, never copies.
+pub fn place<N: Borrow<Value>, B: Borrow<Value>>(
+    pod: &Value,
+    nodes: &[N],
+    bound: &[B],
+) -> Decision {
     if nodes.is_empty() {
         return Decision::Unschedulable("no nodes available to schedule pods".into());
     }
@@ -82,9 +90,12 @@ pub fn message(n: usize, reasons: &BTreeMap<String, usize>) -> String {
     )
 }
 
-fn views<'a>(nodes: &'a [Value], bound: &'a [Value]) -> Vec<NodeView<'a>> {
+fn views<'a, N: Borrow<Value>, B: Borrow<Value>>(
+    nodes: &'a [N],
+    bound: &'a [B],
+) -> Vec<NodeView<'a>> {
     let mut by_node: HashMap<&str, Vec<&Value>> = HashMap::new();
-    for p in bound {
+    for p in bound.iter().map(Borrow::borrow) {
         by_node
             .entry(str_at(p, "/spec/nodeName"))
             .or_default()
@@ -92,6 +103,7 @@ fn views<'a>(nodes: &'a [Value], bound: &'a [Value]) -> Vec<NodeView<'a>> {
     }
     let mut out: Vec<NodeView> = nodes
         .iter()
+        .map(Borrow::borrow)
         .map(|n| {
             let name = str_at(n, "/metadata/name");
             NodeView {

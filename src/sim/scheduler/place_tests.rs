@@ -99,7 +99,7 @@ fn taints_keep_pods_off_unless_tolerated() {
     let ds = schedule_all(2, json!({}), &nodes);
     assert_eq!(nodes_of(&ds), ["n3", "n3"]);
     nodes[2]["spec"]["unschedulable"] = json!(true);
-    let d = place(&pod("x", json!({})), &nodes, &[]);
+    let d = place(&pod("x", json!({})), &nodes, &[] as &[Value]);
     assert_eq!(
         d,
         Decision::Unschedulable(
@@ -110,7 +110,7 @@ fn taints_keep_pods_off_unless_tolerated() {
         )
     );
     let tolerant = json!({"tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]});
-    assert!(matches!(place(&pod("y", tolerant), &nodes, &[]), Decision::Bind(n) if n != "n3"));
+    assert!(matches!(place(&pod("y", tolerant), &nodes, &[] as &[Value]), Decision::Bind(n) if n != "n3"));
 }
 
 #[test]
@@ -118,17 +118,17 @@ fn node_selector_and_required_node_affinity() {
     let nodes = three_nodes();
     let by_selector = json!({"nodeSelector": {ZONE: "b"}});
     assert_eq!(
-        place(&pod("x", by_selector), &nodes, &[]),
+        place(&pod("x", by_selector), &nodes, &[] as &[Value]),
         Decision::Bind("n2".into())
     );
     let by_affinity = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE, "operator": "NotIn", "values": ["a", "b"]}]}]}}}});
     assert_eq!(
-        place(&pod("y", by_affinity), &nodes, &[]),
+        place(&pod("y", by_affinity), &nodes, &[] as &[Value]),
         Decision::Bind("n3".into())
     );
     let nowhere = json!({"nodeSelector": {ZONE: "z"}});
-    assert!(matches!(place(&pod("z", nowhere), &nodes, &[]),
+    assert!(matches!(place(&pod("z", nowhere), &nodes, &[] as &[Value]),
         Decision::Unschedulable(m) if m.contains("3 node(s) didn't match Pod's node affinity/selector")));
 }
 
@@ -226,7 +226,7 @@ fn default_spreading_keeps_a_controllers_pods_apart() {
 #[test]
 fn no_nodes_at_all() {
     assert_eq!(
-        place(&pod("x", json!({})), &[], &[]),
+        place(&pod("x", json!({})), &[] as &[Value], &[] as &[Value]),
         Decision::Unschedulable("no nodes available to schedule pods".into())
     );
 }

@@ -11,9 +11,8 @@ use crate::platform::labels::LABEL_SHARD;
 use anyhow::{Context, Result};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -240,11 +239,7 @@ pub async fn setup(args: &Args, clients: &[Client]) -> Result<()> {
 
 async fn install(client: &Client) -> Result<()> {
     let pp = PatchParams::apply("pgfleet-bench").force();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in crate::crd::all() {
-        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
-            .await?;
-    }
+    crate::manager::bootstrap::install_crds(client, &pp).await?;
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
     Api::<Namespace>::all(client.clone())
         .patch(NS, &pp, &Patch::Apply(&ns))

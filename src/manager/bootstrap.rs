@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,14 +41,32 @@ pub async fn install(member: Arc<Member>, examples: bool) {
     }
 }
 
+/// Applies each CRD unless the cluster already has this build's version of
+/// it (its hash annotation, read with a metadata-only GET); the answer to
+/// the apply — the whole CRD — is skipped, not parsed.
+pub async fn install_crds(client: &kube::Client, pp: &PatchParams) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crate::crd::all() {
+        let name = crd.name_any();
+        let want = crd.annotations().get(crate::crd::HASH_ANNOTATION);
+        let have = crds.get_metadata_opt(&name).await?;
+        if have.is_some_and(|m| m.annotations().get(crate::crd::HASH_ANNOTATION) == want) {
+            continue;
+        }
+        let req = kube::core::Request::new(CustomResourceDefinition::url_path(&(), None)).patch(
+            &name,
+            pp,
+            &Patch::Apply(&crd),
+        )?;
+        client.request::<serde::de::IgnoredAny>(req).await?;
+    }
+    Ok(())
+}
+
 async fn install_once(member: &Member, examples: bool) -> anyhow::Result<()> {
     let client = member.client();
     let pp = PatchParams::apply(crate::platform::labels::FIELD_MANAGER).force();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in crate::crd::all() {
-        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
-            .await?;
-    }
+    install_crds(&client, &pp).await?;
     if !examples {
         return Ok(());
     }

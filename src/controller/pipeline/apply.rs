@@ -120,10 +120,13 @@ async fn create_pod(ctx: &Ctx, ns: &str, obj: &Pod) -> Result<(), Error> {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    match Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .create(&pp, obj)
-        .await
-    {
+    // The created Pod in the answer is skipped, not parsed (see `ssa`).
+    let body = serde_json::to_vec(obj)
+        .map_err(|e| kerr("create", "Pod", &name)(kube::Error::SerdeError(e)))?;
+    let req = kube::core::Request::new(Pod::url_path(&(), Some(ns)))
+        .create(&pp, body)
+        .map_err(|e| kerr("create", "Pod", &name)(kube::Error::BuildRequest(e)))?;
+    match ctx.client.request::<serde::de::IgnoredAny>(req).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(kerr("create", "Pod", &name)(e)),

@@ -110,7 +110,9 @@ fn taints_keep_pods_off_unless_tolerated() {
         )
     );
     let tolerant = json!({"tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]});
-    assert!(matches!(place(&pod("y", tolerant), &nodes, &[] as &[Value]), Decision::Bind(n) if n != "n3"));
+    assert!(
+        matches!(place(&pod("y", tolerant), &nodes, &[] as &[Value]), Decision::Bind(n) if n != "n3")
+    );
 }
 
 #[test]

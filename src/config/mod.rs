@@ -116,6 +116,10 @@ pub struct Manager {
     pub shards_per_cluster: u32,
     /// Concurrent reconciles per member cluster (shared by its shards).
     pub workers_per_cluster: u32,
+    /// Reconciles running at once across the whole fleet (0: no bound).
+    /// Each is admitted for at most 2 s, so a member that stops answering
+    /// cannot hold the others back (`controller::admission`).
+    pub reconciles_in_flight: u32,
     /// Where embedded clusters keep their state and kubeconfigs.
     pub state_dir: PathBuf,
     /// How often each member cluster's API server is probed.
@@ -171,6 +175,7 @@ impl Default for Manager {
             listen: Checked::new("127.0.0.1:8080"),
             shards_per_cluster: 4,
             workers_per_cluster: 8,
+            reconciles_in_flight: 64,
             state_dir: PathBuf::from(".pgfleet"),
             probe_interval: Checked::new("5s"),
             probe_timeout: Checked::new("2s"),

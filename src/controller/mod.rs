@@ -6,6 +6,7 @@
 //! object twice at the same time, and an object lives in exactly one shard.
 
 pub mod access;
+pub mod admission;
 pub mod batched;
 pub mod blocked;
 pub mod build;
@@ -79,6 +80,8 @@ pub struct Ctx {
     /// Our own recent creations/removals the caches may not show yet.
     pub expect: expect::Expectations,
     pub pool: Arc<Semaphore>,
+    /// The fleet-wide bound on reconciles at once (see `admission`).
+    pub admission: admission::Admission,
     pub recorder: Recorder,
     pub shards: u32,
     pub stats: Arc<Stats>,
@@ -186,6 +189,8 @@ pub struct FleetConfig {
     pub tls: tls::Policy,
     /// `[dr.<topology>]`: each cluster's side, kept by the DR engines.
     pub dr: Arc<dr::registry::Registry>,
+    /// `manager.reconciles_in_flight`: shared by every member's controllers.
+    pub admission: admission::Admission,
 }
 
 /// An annotation pgfleet reads: `pgfleet.io/…` or `<sub>.pgfleet.io/…`.
@@ -219,6 +224,7 @@ pub fn start(
         role_sets,
         tls,
         dr,
+        admission,
     } = config;
     let shards = shards.max(1);
     let categories = error::Category::ALL.map(error::Category::label);
@@ -233,6 +239,7 @@ pub fn start(
         index: idx.clone(),
         expect: expect::Expectations::default(),
         pool: Arc::new(Semaphore::new(workers.max(1) as usize)),
+        admission,
         recorder: recorder(client.clone()),
         shards,
         stats: stats.clone(),

@@ -24,8 +24,10 @@ pub use super::error::Error;
 pub(crate) use super::error::kerr;
 
 pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    // The cluster's bounded worker pool, shared by its shards.
+    // The cluster's bounded worker pool, shared by its shards; then the
+    // fleet's bound on reconciles at once (`admission`).
     let _permit = ctx.pool.acquire().await;
+    let _admitted = ctx.admission.admit().await;
     ctx.stats
         .reconciles
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -215,7 +215,8 @@ impl Fleet {
     pub fn spawn_probes(&self, interval: Duration, timeout: Duration, threshold: u32) {
         let mut probes = self.probes.lock().unwrap_or_else(|e| e.into_inner());
         for m in &self.members {
-            let probe = probe::probe_loop(m.clone(), interval, timeout, threshold);
+            let n = self.members.len();
+            let probe = probe::probe_loop(m.clone(), interval, timeout, threshold, n);
             probes.push(control::spawn(probe).abort_handle());
         }
     }

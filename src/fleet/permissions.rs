@@ -217,6 +217,18 @@ impl Schedule {
         }
     }
 
+    /// The first check of one of `members` starting together, spread over
+    /// up to 20 ms per member (at most 30 s): a thousand members each
+    /// sending twenty reviews at once was a storm their API servers (and a
+    /// single machine emulating them) answered Lease renewals behind.
+    pub fn spread(members: usize) -> Self {
+        let span = (members as f64 * 0.020).min(30.0);
+        Schedule {
+            next: std::time::Instant::now()
+                + std::time::Duration::from_secs_f64(rand::random::<f64>() * span),
+        }
+    }
+
     pub fn due(&self) -> bool {
         std::time::Instant::now() >= self.next
     }

@@ -18,11 +18,12 @@ pub(super) async fn probe_loop(
     interval: Duration,
     timeout: Duration,
     threshold: u32,
+    members: usize,
 ) {
     let mut failures = 0u32;
     let mut seen = mtime(&m.kubeconfig);
     let mut retry = Backoff::new();
-    let mut checks = permissions::Schedule::new();
+    let mut checks = permissions::Schedule::spread(members);
     loop {
         let now = mtime(&m.kubeconfig);
         let connected = m.connected();

@@ -95,6 +95,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
             renew_before: settings.tls.renew_before(),
         },
         dr: dr_registry.clone(),
+        admission: controller::admission::Admission::new(m.reconciles_in_flight),
     };
     let starter: crate::ha::Starter = Arc::new(move |member: Arc<crate::fleet::Member>| {
         // The default repository is a directory on this machine: only

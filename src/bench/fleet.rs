@@ -7,7 +7,13 @@
 //! - **change rate**: spec changes that bump `metadata.generation` and create
 //!   no children, at increasing offered rates; change→status latency p50/p99
 //!   and the highest rate whose p99 stays ≤ 1 s;
-//! - **memory**: the manager's RSS growth per managed PostgresCluster.
+//! - **memory**: the manager's RSS growth per managed PostgresCluster and
+//!   per member cluster;
+//! - **Lease renewals**: their p99 and how many were lost (printed with the
+//!   progress; `metrics::leases`);
+//! - **bulkhead**: a tenth of the members cut off from the manager, the
+//!   first rate offered to the rest, its p99 next to the same rate with
+//!   every member reachable (`fleet_bulkhead.rs`).
 //!
 //! The emulated clusters run in a child process (`pgfleet sim`), so this
 //! process's RSS is the manager's. The floor is a no-op reconciler over the
@@ -333,14 +339,22 @@ async fn manager_phase(
                     .filter(|m| matches!(m.state(), crate::fleet::ConnState::Unreachable { .. }))
                     .count()
             };
+            let controllers = mgr.ha.ownership.clone();
+            let progress = move || {
+                controllers
+                    .controllers()
+                    .iter()
+                    .map(|h| h.stats.reconciles.load(Ordering::Relaxed))
+                    .sum::<u64>()
+            };
             let f = bulkhead::measure(
                 admin,
                 kubeconfigs,
                 &cut,
                 driver,
-                rate,
-                args.step_secs,
+                (rate, args.step_secs),
                 unreachable,
+                progress,
             )
             .await?;
             print!(

@@ -87,17 +87,35 @@ pub struct Figure {
     pub step: Step,
 }
 
-/// Cuts `cut` off, waits (bounded) until `unreachable` counts them all,
-/// offers `rate` to the other members, heals, and returns the figure.
+/// Waits (at most a minute) until `progress` — the manager's reconcile
+/// count — stands still for a second: the step before may have left a
+/// backlog, and the figure compares against a step that started quiet.
+async fn settle(progress: impl Fn() -> u64) {
+    let t = Instant::now();
+    let mut last = progress();
+    while t.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = progress();
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
+/// Waits for the manager to settle, cuts `cut` off, waits (bounded) until
+/// `unreachable` counts them all, offers `rate` to the other members,
+/// heals, and returns the figure.
 pub async fn measure(
     admin: &Admin,
     kubeconfigs: &[(String, std::path::PathBuf)],
     cut: &[usize],
     driver: &mut Driver,
-    rate: u32,
-    secs: u64,
+    (rate, secs): (u32, u64),
     unreachable: impl Fn() -> usize,
+    progress: impl Fn() -> u64,
 ) -> Result<Figure> {
+    settle(progress).await;
     for &i in cut {
         let (name, path) = &kubeconfigs[i];
         admin.manager_link(name, path, true).await?;

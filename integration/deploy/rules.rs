@@ -19,15 +19,6 @@ pub const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     // Retention deletes the records of backups the instance's `expire` no
     // longer lists (backup/run.rs); the virtual runtime lists none.
     ("pgfleet.io", "postgresbackups", "delete", ""),
-    // The manifests install this build's CRDs (their hash annotation is
-    // current), so the manager only reads them; the patch is for a manager
-    // newer than the applied manifests (embedded clusters exercise it).
-    (
-        "apiextensions.k8s.io",
-        "customresourcedefinitions",
-        "patch",
-        "",
-    ),
 ];
 
 /// A minimal ServiceMonitor CRD (the Prometheus Operator's, schema elided).

@@ -19,25 +19,12 @@ use kube::CustomResourceExt;
 /// Every CRD pgfleet owns.
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![PostgresCluster::crd(), PostgresBackup::crd()]
-        .into_iter()
-        .map(stamped)
-        .collect()
 }
 
-/// The annotation holding the content hash of the CRD as this build defines
-/// it: an installer that finds it unchanged skips the apply (a thousand
-/// members each re-applying two large CRDs at start was a storm of the
-/// API servers' most expensive writes, for nothing).
+/// The annotation an installer stamps with the content hash of the CRD it
+/// applies (`manager::bootstrap`), so that the next start finds it current
+/// and skips the apply.
 pub const HASH_ANNOTATION: &str = "pgfleet.io/crd-hash";
-
-fn stamped(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
-    let hash = crate::platform::hash::content_hash_of(&crd);
-    crd.metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(HASH_ANNOTATION.to_string(), hash);
-    crd
-}
 
 /// The CRDs as one multi-document YAML stream (what `pgfleet crd` prints and
 /// `crds/pgfleet.io.yaml` holds).

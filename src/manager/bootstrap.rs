@@ -41,12 +41,25 @@ pub async fn install(member: Arc<Member>, examples: bool) {
     }
 }
 
+/// A CRD with its content hash (of the CRD without it) in
+/// [`crate::crd::HASH_ANNOTATION`].
+fn stamped(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let hash = crate::platform::hash::content_hash_of(&crd);
+    crd.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::crd::HASH_ANNOTATION.to_string(), hash);
+    crd
+}
+
 /// Applies each CRD unless the cluster already has this build's version of
-/// it (its hash annotation, read with a metadata-only GET); the answer to
-/// the apply — the whole CRD — is skipped, not parsed.
+/// it (its hash annotation, read with a metadata-only GET; a thousand
+/// members each re-applying two large CRDs at start was a storm of their
+/// API servers' most expensive writes, for nothing); the answer to the
+/// apply — the whole CRD — is skipped, not parsed.
 pub async fn install_crds(client: &kube::Client, pp: &PatchParams) -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in crate::crd::all() {
+    for crd in crate::crd::all().into_iter().map(stamped) {
         let name = crd.name_any();
         let want = crd.annotations().get(crate::crd::HASH_ANNOTATION);
         let have = crds.get_metadata_opt(&name).await?;

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Events kept whole (and the live channel's depth, see `Store::new`).
+/// Events kept whole.
 /// Each whole event keeps the object's previous version alive too; at
 /// 1,024 the versions held this way outweighed the objects themselves
 /// (3.7 GB for 100 members × 30 PostgresClusters). A watcher further

@@ -141,6 +141,9 @@ impl Lister for Store {
     }
 }
 
+/// Slots of the live channel (see `Store::new`).
+const LIVE: usize = 1024;
+
 pub struct Store {
     inner: RwLock<Inner>,
     tx: broadcast::Sender<Arc<WatchEvent>>,
@@ -154,10 +157,14 @@ pub struct Gone {
 
 impl Store {
     pub fn new(history_cap: usize) -> Self {
-        // Each slot keeps its event alive until overwritten: the live channel
-        // holds no more than the history keeps whole. A watcher that falls
-        // further behind is closed and resumes from the history.
-        let (tx, _) = broadcast::channel(history::RECENT);
+        // Each slot keeps its event alive until overwritten. A watcher that
+        // falls further behind is closed and resumes from the history.
+        // 1,024 (not history::RECENT): the in-process runtimes resync from
+        // the current state when they lag, which cannot replay a pod deleted
+        // and recreated under the same name in between; at 256 a loaded
+        // machine lagged them (a rolling update waited forever on a
+        // replacement Pod the virtual kubelet never started).
+        let (tx, _) = broadcast::channel(LIVE);
         Store {
             inner: RwLock::new(Inner {
                 rv: 1,

@@ -61,6 +61,8 @@ mod major_rollout;
 mod major_upgrade;
 #[path = "major_upgrade_backups.rs"]
 mod major_upgrade_backups;
+#[path = "major_upgrade_pooler.rs"]
+mod major_upgrade_pooler;
 #[path = "major_upgrade_resume.rs"]
 mod major_upgrade_resume;
 #[path = "member_permissions.rs"]

@@ -13,7 +13,9 @@
 //!   progress; `metrics::leases`);
 //! - **bulkhead**: a tenth of the members cut off from the manager, the
 //!   first rate offered to the rest, its p99 next to the same rate with
-//!   every member reachable (`fleet_bulkhead.rs`).
+//!   every member reachable (`fleet_bulkhead.rs`);
+//! - **idle members** (`--per-cluster 0`): memory per member cluster with
+//!   no PostgresCluster at all (`fleet_idle.rs`).
 //!
 //! The emulated clusters run in a child process (`pgfleet sim`), so this
 //! process's RSS is the manager's. The floor is a no-op reconciler over the
@@ -28,6 +30,8 @@ mod bulkhead;
 mod env;
 #[path = "fleet_floor.rs"]
 mod floor;
+#[path = "fleet_idle.rs"]
+mod idle;
 #[path = "fleet_load.rs"]
 mod load;
 
@@ -55,7 +59,8 @@ pub struct Args {
     /// Emulated member clusters (sim-1 … sim-N, in a child process).
     #[arg(long, default_value_t = 100)]
     pub clusters: usize,
-    /// PostgresClusters per member cluster.
+    /// PostgresClusters per member cluster; 0 measures what idle members
+    /// cost (`fleet_idle.rs`: no rates, memory only).
     #[arg(long, default_value_t = 100)]
     pub per_cluster: usize,
     /// Instances per PostgresCluster (`spec.clusterSize`).
@@ -95,8 +100,8 @@ pub async fn run(args: Args) -> Result<()> {
         return floor::child_main(&args, dir).await;
     }
     anyhow::ensure!(
-        args.clusters > 0 && args.per_cluster > 0 && !args.rates.is_empty(),
-        "--clusters, --per-cluster and --rates must not be empty or zero"
+        args.clusters > 0 && !args.rates.is_empty(),
+        "--clusters and --rates must not be empty or zero"
     );
     anyhow::ensure!(
         (1..=16).contains(&args.instances),
@@ -143,7 +148,10 @@ async fn bench(args: &Args, dir: &Path) -> Result<()> {
         "emulated clusters (child process, virtual runtime) up in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    let out = measure(args, dir, &sim).await;
+    let out = match args.per_cluster {
+        0 => idle::measure(args, dir, &sim).await,
+        _ => measure(args, dir, &sim).await,
+    };
     sim.stop().await;
     out
 }

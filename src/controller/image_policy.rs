@@ -21,6 +21,9 @@ pub struct Effective {
     /// The image carries pgBackRest: the catalog says so, or the image is
     /// the platform team's own (`spec.image`, on the allowlist).
     pub pgbackrest: bool,
+    /// The image's PostgreSQL speaks TLS: the catalog says so, or the image
+    /// is the platform team's own (built with OpenSSL, deploy/images).
+    pub tls: bool,
 }
 
 /// The image `spec` runs, or why it may not run.
@@ -41,10 +44,12 @@ pub fn resolve(images: &Images, spec: &PostgresClusterSpec) -> Result<Effective,
             image: image.clone(),
             entry,
             pgbackrest: true,
+            tls: true,
         }),
         None => Ok(Effective {
             image: entry.image.clone(),
             pgbackrest: entry.pgbackrest,
+            tls: entry.tls,
             entry,
         }),
     }

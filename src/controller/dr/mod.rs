@@ -25,16 +25,18 @@ pub fn is_replica(side: &Option<Side>) -> bool {
 }
 
 /// Where the cluster's pooler sends clients: a replica side's to the
-/// primary side's address, every other to its own `-rw`.
+/// primary side's address, every other to its own `-rw` (in plain text
+/// when the image's PostgreSQL has no SSL: `server_tls`).
 pub fn pooler_upstream(
     o: &crate::controller::build::Owner,
     side: &Option<Side>,
+    server_tls: bool,
 ) -> crate::controller::pooler::Upstream {
+    use crate::controller::pooler::Upstream;
     match side {
-        Some(Side::Replica { source, .. }) => {
-            crate::controller::pooler::Upstream::remote(&source.host, source.port)
-        }
-        _ => crate::controller::pooler::Upstream::own(o),
+        Some(Side::Replica { source, .. }) => Upstream::remote(&source.host, source.port),
+        _ if !server_tls => Upstream::own_plain(o),
+        _ => Upstream::own(o),
     }
 }
 

@@ -76,6 +76,7 @@ pub async fn round(
         let eff = Effective {
             image: run.image.clone(),
             pgbackrest: run.pgbackrest,
+            tls: run.tls,
             entry: run,
         };
         round.builds_for = Some((v.to_string(), eff));

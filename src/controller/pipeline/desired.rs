@@ -77,7 +77,11 @@ pub fn build(pg: &PostgresCluster, seen: &Seen, inputs: &Inputs) -> Result<Desir
         pooler: pooler::wanted(
             owner,
             pg,
-            &crate::controller::dr::pooler_upstream(owner, &seen.dr),
+            &crate::controller::dr::pooler_upstream(
+                owner,
+                &seen.dr,
+                inputs.tls_unavailable.is_none(),
+            ),
         ),
         pdbs: build::pdbs(owner, pg.spec.cluster_size),
         instances: instances(pg, seen, inputs, &plan, &config.hash)?,
@@ -85,16 +89,24 @@ pub fn build(pg: &PostgresCluster, seen: &Seen, inputs: &Inputs) -> Result<Desir
         rebuild: names(&plan.rebuild),
         remove: names(&plan.remove),
         template_hash: template_hash(pg, seen)?,
-        notices: inputs
-            .backups_unavailable
-            .clone()
-            .map(|why| ("BackupsUnavailable", "NoPgBackRest", why))
-            .into_iter()
-            .collect(),
+        notices: notices(inputs),
         major_upgrade: None,
         storage: None,
         config,
     })
+}
+
+/// What the inputs found missing in the image, as conditions.
+fn notices(inputs: &Inputs) -> Vec<(&'static str, &'static str, String)> {
+    let backups = inputs
+        .backups_unavailable
+        .clone()
+        .map(|why| ("BackupsUnavailable", "NoPgBackRest", why));
+    let tls = inputs
+        .tls_unavailable
+        .clone()
+        .map(|why| ("TLSUnavailable", "ImageWithoutSSL", why));
+    backups.into_iter().chain(tls).collect()
 }
 
 fn role_of(plan: &InstancePlan, o: u32) -> Role {

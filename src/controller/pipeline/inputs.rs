@@ -29,6 +29,10 @@ pub struct Inputs {
     /// image has no pgBackRest for this version (condition
     /// `BackupsUnavailable`; archiving into nothing would fill the disk).
     pub backups_unavailable: Option<String>,
+    /// Why the instances cannot speak TLS: the image's PostgreSQL is built
+    /// without SSL (catalog `tls = false`; condition `TLSUnavailable`). The
+    /// pooler then reaches them in plain text.
+    pub tls_unavailable: Option<String>,
     /// The server certificate: when to renew, what to reload.
     pub tls: tls::State,
 }
@@ -52,6 +56,12 @@ pub async fn prepare(
             spec.run.image, pg.spec.version, spec.run.entry.key
         )
     });
+    let tls_unavailable = (!spec.run.tls).then(|| {
+        format!(
+            "image {} is built without SSL (image catalog entry \"{}\"): connections to its instances are not encrypted; the pooler reaches them in plain text, clients still reach the pooler over TLS",
+            spec.run.image, spec.run.entry.key
+        )
+    });
     let backup_tls = backup.is_some() && !seen.is_drill;
     if backup_tls {
         secrets::backup_tls(pg, ctx, obs, owner).await?;
@@ -73,6 +83,7 @@ pub async fn prepare(
     Ok(Inputs {
         backup,
         backups_unavailable,
+        tls_unavailable,
         repo,
         backup_tls,
         repo_env,

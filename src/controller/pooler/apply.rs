@@ -1,7 +1,10 @@
 //! Creating, updating and removing the pooler objects ([`super::Wanted`]):
 //! the ConfigMap and Service are applied when their content hash changed,
 //! a missing pod is created (a running one is never applied over), and
-//! pods beyond the wanted count are deleted.
+//! pods beyond the wanted count are deleted. When the ConfigMap changes,
+//! running pooler pods are pointed at its upstream (host, port and server
+//! TLS mode) in place: they copied the ini at their start, so an upgrade to
+//! an image without SSL would otherwise leave them demanding `verify-full`.
 
 use super::Wanted;
 use crate::controller::Ctx;
@@ -27,6 +30,12 @@ pub async fn apply(
     if let Some(cm) = &want.config_map
         && obs.pooler_config_hash.as_deref() != hash_annotation(cm)
     {
+        // The running pods first: when one does not take it, the round
+        // fails before the ConfigMap is written, so the next one tries
+        // both again.
+        if let Some(to) = &want.upstream {
+            follow(ctx, &ns, obs, to).await?;
+        }
         Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
             .patch(&child_name(cm)?, &pp, &Patch::Apply(cm))
             .await
@@ -72,6 +81,28 @@ pub async fn apply(
                 .await
                 .map_err(kerr("delete", "Pod", &p.name))?;
         }
+    }
+    Ok(())
+}
+
+/// Points every ready pooler pod at `to` ([`super::repoint_command`]:
+/// sed of the running ini, then RELOAD; idempotent).
+async fn follow(ctx: &Ctx, ns: &str, obs: &Observed, to: &super::Upstream) -> Result<(), Error> {
+    let Some(argv) = super::repoint_command(to) else {
+        return Ok(());
+    };
+    let what = format!("pgbouncer follow {}:{} ({})", to.host, to.port, to.tls);
+    for p in obs.pooler_pods.values().filter(|p| p.ready && !p.deleting) {
+        crate::postgres::exec::run_command(
+            &ctx.client,
+            ns,
+            &p.name,
+            "pgbouncer",
+            argv.clone(),
+            &what,
+            super::pause::ADMIN_TIMEOUT,
+        )
+        .await?;
     }
     Ok(())
 }

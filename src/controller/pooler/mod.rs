@@ -48,6 +48,9 @@ pub struct Wanted {
     /// Pods `1..=count`, in order.
     pub pods: Vec<Pod>,
     pub count: u32,
+    /// Where the ConfigMap sends clients: running pooler Pods are pointed
+    /// there too when it changes (they copied the ini at their start).
+    pub upstream: Option<Upstream>,
 }
 
 /// Where a pooler sends its clients: the cluster's own `-rw`, or — on a
@@ -77,6 +80,16 @@ impl Upstream {
         }
     }
 
+    /// [`Upstream::own`] for an image whose PostgreSQL is built without
+    /// SSL (catalog `tls = false`): `verify-full` could never connect,
+    /// since the server answers the SSL request with "no".
+    pub fn own_plain(o: &Owner) -> Self {
+        Self {
+            tls: "disable",
+            ..Self::own(o)
+        }
+    }
+
     pub fn remote(host: &str, port: u16) -> Self {
         Self {
             host: host.to_string(),
@@ -99,15 +112,17 @@ impl Upstream {
 /// Points a running pooler at `to` at once: the ini PgBouncer runs with
 /// is rewritten in place (its mounted ConfigMap follows on its own, for
 /// restarts) and RELOADed; open client connections stay, server
-/// connections to the old address are closed as they are released. None
-/// for an address that is not a plain host.
+/// connections to the old address are closed as they are released. The
+/// server TLS mode follows `to` too (`verify-*` or `disable`; a Pod that
+/// started without a certificate keeps its `prefer`). None for an address
+/// that is not a plain host.
 pub fn repoint_command(to: &Upstream) -> Option<Vec<String>> {
     if !to.safe() {
         return None;
     }
     let mut argv = admin_command("RELOAD");
     let edit = format!(
-        "sed -i -e 's/^\\* = host=[^ ]* port=[0-9]*/* = host={} port={}/' -e 's/^server_tls_sslmode = verify-[a-z]*$/server_tls_sslmode = {}/' /tmp/pgbouncer/pgbouncer.ini && ",
+        "sed -i -e 's/^\\* = host=[^ ]* port=[0-9]*/* = host={} port={}/' -e 's/^server_tls_sslmode = \\(verify-[a-z]*\\|disable\\)$/server_tls_sslmode = {}/' /tmp/pgbouncer/pgbouncer.ini && ",
         to.host, to.port, to.tls
     );
     argv[2] = format!("{edit}{}", argv[2]);
@@ -133,6 +148,7 @@ pub fn wanted(o: &Owner, pg: &PostgresCluster, upstream: &Upstream) -> Wanted {
             })
             .collect(),
         count,
+        upstream: Some(upstream.clone()),
     }
 }
 
@@ -398,6 +414,57 @@ mod tests {
                 .unwrap()
                 .contains("host=orders-rw port=5432")
         );
+    }
+
+    /// The repoint's sed, run on a rendered ini: the server TLS mode
+    /// follows the upstream both ways (to `disable` for an image without
+    /// SSL, back to `verify-full`), host and port stay; a Pod that started
+    /// without a certificate keeps `prefer`.
+    #[test]
+    fn a_running_pooler_follows_the_instances_tls_both_ways() {
+        let mut pg = PostgresCluster::new(
+            "orders",
+            serde_json::from_value(json!({"pooler": {"enabled": true}})).unwrap(),
+        );
+        pg.metadata.namespace = Some("shop".into());
+        pg.metadata.uid = Some("u-1".into());
+        let o = Owner::of(&pg, 1).unwrap();
+        let cm = serde_json::to_value(config_map(&o, &pg, &Upstream::own(&o))).unwrap();
+        let dir = std::env::temp_dir().join(format!("pgfleet-repoint-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ini = dir.join("pgbouncer.ini");
+        std::fs::write(&ini, cm["data"]["pgbouncer.ini"].as_str().unwrap()).unwrap();
+        let run = |to: &Upstream| {
+            let argv = repoint_command(to).unwrap();
+            let sed = argv[2]
+                .split(" && ")
+                .next()
+                .unwrap()
+                .replace("/tmp/pgbouncer/pgbouncer.ini", ini.to_str().unwrap());
+            let ok = std::process::Command::new("sh")
+                .args(["-c", &sed])
+                .status()
+                .unwrap();
+            assert!(ok.success(), "{sed}");
+            std::fs::read_to_string(&ini).unwrap()
+        };
+        let mode = |text: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("server_tls_sslmode = "))
+                .unwrap()
+                .to_string()
+        };
+        let plain = run(&Upstream::own_plain(&o));
+        assert_eq!(mode(&plain), "disable");
+        assert!(
+            plain.contains("* = host=orders-rw port=5432 auth_user="),
+            "{plain}"
+        );
+        assert_eq!(mode(&run(&Upstream::own(&o))), "verify-full");
+        let started_without_cert = plain.replace("= disable", "= prefer");
+        std::fs::write(&ini, started_without_cert).unwrap();
+        assert_eq!(mode(&run(&Upstream::own_plain(&o))), "prefer");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

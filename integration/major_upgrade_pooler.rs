@@ -17,10 +17,22 @@ use crate::common;
 use crate::major_upgrade::set_version;
 use common::process as env;
 
-use env::Env;
+use env::{Env, NS};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
 use std::time::Duration;
 
 const UPGRADE: Duration = Duration::from_secs(600);
+
+/// The pooler Pod's uid: the same before and after means it was switched
+/// in place, not replaced.
+async fn pooler_uid(e: &Env) -> String {
+    let pod = Api::<Pod>::namespaced(e.client.clone(), NS)
+        .get("pu-pooler-1")
+        .await
+        .unwrap();
+    pod.metadata.uid.unwrap()
+}
 
 /// The application's session through the pooler, retried while the pooler
 /// (or the instance behind it) is not there yet.
@@ -95,6 +107,7 @@ async fn the_pooler_follows_an_upgrade_to_an_image_without_ssl() {
         st.conditions
     );
     drop(app);
+    let pooler = pooler_uid(&e).await;
 
     set_version(&e, "pu", "18").await;
     e.wait(

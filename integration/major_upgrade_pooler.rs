@@ -135,6 +135,11 @@ async fn the_pooler_follows_an_upgrade_to_an_image_without_ssl() {
         !ssl,
         "the wheel's 18 has no SSL: plain text behind the pooler"
     );
+    assert_eq!(
+        pooler_uid(&e).await,
+        pooler,
+        "the pooler Pod was switched in place"
+    );
     let version: String = app
         .query_one("SHOW server_version", &[])
         .await

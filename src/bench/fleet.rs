@@ -335,6 +335,23 @@ async fn manager_phase(
         steps.push(s);
     }
     println!("  after the changes: {}", counters(&mgr));
+    // Before the bulkhead step: its changes are not in `changes` (they
+    // were counted in the requests, which doubled the figure).
+    let changes: usize = steps.iter().map(|s| s.changes).sum();
+    let mut during = crate::metrics::get().requests.totals();
+    for (k, n) in &requests {
+        if let Some(v) = during.get_mut(k) {
+            *v = v.saturating_sub(*n);
+        }
+    }
+    during.retain(|_, n| *n > 0);
+    println!(
+        "  requests per change while the rates were offered ({changes} changes): {:.2}",
+        during.values().sum::<u64>() as f64 / changes.max(1) as f64
+    );
+    for line in per_cluster_requests(&during, changes) {
+        println!("    {line}");
+    }
     let cut = bulkhead::tenth(args.clusters);
     let bulkhead = match (&admin, args.rates.first()) {
         (Some(admin), Some(&rate)) if !cut.is_empty() => {
@@ -375,21 +392,6 @@ async fn manager_phase(
         }
         _ => None,
     };
-    let changes: usize = steps.iter().map(|s| s.changes).sum();
-    let mut during = crate::metrics::get().requests.totals();
-    for (k, n) in &requests {
-        if let Some(v) = during.get_mut(k) {
-            *v = v.saturating_sub(*n);
-        }
-    }
-    during.retain(|_, n| *n > 0);
-    println!(
-        "  requests per change while the rates were offered ({changes} changes): {:.2}",
-        during.values().sum::<u64>() as f64 / changes.max(1) as f64
-    );
-    for line in per_cluster_requests(&during, changes) {
-        println!("    {line}");
-    }
     Ok(ManagerRun {
         cold,
         healthy,

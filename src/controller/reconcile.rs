@@ -26,6 +26,10 @@ pub(crate) use super::error::kerr;
 pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     // The cluster's bounded worker pool, shared by its shards; then the
     // fleet's bound on reconciles at once (`admission`).
+    debug_assert!(
+        !crate::fleet::control::on_lane(),
+        "a reconcile on the control lane: ha::Slot::acquire starts controllers on the data runtime"
+    );
     let _permit = ctx.pool.acquire().await;
     let _admitted = ctx.admission.admit().await;
     ctx.stats

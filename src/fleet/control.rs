@@ -41,11 +41,19 @@ fn start() -> std::io::Result<Handle> {
         .build()?;
     let handle = rt.handle().clone();
     std::thread::Builder::new()
-        .name("pgfleet-control".into())
+        .name(THREAD.into())
         // A current-thread runtime runs its tasks only while driven.
         .spawn(move || rt.block_on(std::future::pending::<()>()))?;
     Ok(handle)
 }
+
+/// Whether the calling code runs on the control lane's thread (a guard for
+/// work that must never run there: reconciles).
+pub fn on_lane() -> bool {
+    std::thread::current().name() == Some(THREAD)
+}
+
+const THREAD: &str = "pgfleet-control";
 
 /// Spawns `f` on the control lane.
 pub fn spawn<F>(f: F) -> JoinHandle<F::Output>
@@ -82,6 +90,8 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(name.as_deref(), Some("pgfleet-control"));
+        assert!(super::run(async { super::on_lane() }).await.unwrap());
+        assert!(!super::on_lane());
         let there = super::run(async { std::thread::current().id() })
             .await
             .unwrap();

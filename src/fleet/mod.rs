@@ -67,6 +67,12 @@ impl Member {
         self.client.clone()
     }
 
+    /// The runtime of the member's data client and of its controller's
+    /// tasks (not the control lane).
+    pub fn data_runtime(&self) -> &tokio::runtime::Handle {
+        &self.data_runtime
+    }
+
     /// The client for Lease renewals and probes, to be used from tasks on
     /// the control lane only (see [`control`]).
     pub fn control_client(&self) -> kube::Client {

@@ -71,6 +71,13 @@ impl Slot {
     fn acquire(&self, me: &str) {
         let mut c = self.controller.lock().unwrap_or_else(|e| e.into_inner());
         if c.is_none() {
+            // This runs in the member's elector, on the control lane
+            // (`fleet::control`): its one thread is for Lease renewals and
+            // probes. The controller's watches and reconciles are spawned
+            // on the data runtime instead — without this they all ran on
+            // the control lane's thread, every member's reconciles on one
+            // core and renewals waiting behind them.
+            let _data = self.member.data_runtime().enter();
             *c = Some((self.start)(self.member.clone()));
         }
         drop(c);

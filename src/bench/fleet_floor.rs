@@ -13,7 +13,7 @@ use crate::crd::PostgresCluster;
 use crate::fleet::Fleet;
 use crate::platform::labels::LABEL_SHARD;
 use anyhow::{Context, Result};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, Store};
@@ -246,10 +246,21 @@ pub async fn child_main(args: &Args, dir: &Path) -> Result<()> {
     if expected == 0 {
         // Idle members (`fleet_idle.rs`): every watch listed, then the
         // same settle as the manager's before the memory is read.
-        for s in &stores {
-            let ready = s.wait_until_ready();
-            let _ = tokio::time::timeout(Duration::from_secs(args.timeout_secs), ready).await;
+        let ready = || {
+            stores
+                .iter()
+                .filter(|s| s.wait_until_ready().now_or_never().is_some())
+                .count()
+        };
+        let mut last = Instant::now();
+        while ready() < stores.len() && Instant::now() < deadline {
+            if last.elapsed() >= Duration::from_secs(5) {
+                last = Instant::now();
+                eprintln!("idle floor: {} of {} watches listed", ready(), stores.len());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        eprintln!("idle floor: {} of {} watches listed", ready(), stores.len());
         tokio::time::sleep(Duration::from_secs(args.step_secs)).await;
     }
     let requests: u64 = crate::metrics::get().requests.totals().values().sum();

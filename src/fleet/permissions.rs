@@ -52,7 +52,7 @@ impl fmt::Display for Permission {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum PermissionsError {
     #[error("deploy/member/rbac.yaml (embedded): {0}")]
     Manifest(String),
@@ -129,9 +129,16 @@ fn rule_permissions(rule: &Value, namespace: &str) -> Vec<Permission> {
     out
 }
 
-/// What the manager needs in every member: deploy/member's grants.
-pub fn required() -> Result<Vec<Permission>, PermissionsError> {
-    from_manifest(MEMBER_RBAC)
+/// What the manager needs in every member: deploy/member's grants, parsed
+/// once per process (each member's checks used to parse the manifest
+/// again, a few MB of YAML values at a fleet's start).
+pub fn required() -> Result<&'static [Permission], PermissionsError> {
+    static REQUIRED: std::sync::OnceLock<Result<Vec<Permission>, PermissionsError>> =
+        std::sync::OnceLock::new();
+    match REQUIRED.get_or_init(|| from_manifest(MEMBER_RBAC)) {
+        Ok(p) => Ok(p),
+        Err(e) => Err(e.clone()),
+    }
 }
 
 /// How many reviews are in flight at once per member.
@@ -266,7 +273,7 @@ pub async fn check(client: &kube::Client) -> Check {
             };
         }
     };
-    match missing(client, &needed).await {
+    match missing(client, needed).await {
         Ok(m) => Check {
             checked: true,
             missing: m.iter().map(ToString::to_string).collect(),

@@ -75,6 +75,8 @@ mod otlp;
 mod placement;
 #[path = "pooler_auth.rs"]
 mod pooler_auth;
+#[path = "pooler_virtual.rs"]
+mod pooler_virtual;
 #[path = "process_fs.rs"]
 mod process_fs;
 #[path = "process_portforward.rs"]

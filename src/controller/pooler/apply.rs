@@ -86,14 +86,21 @@ pub async fn apply(
 }
 
 /// Points every ready pooler pod at `to` ([`super::repoint_command`]:
-/// sed of the running ini, then RELOAD; idempotent).
+/// sed of the running ini, then RELOAD; idempotent). A pod that could not
+/// be reached fails the round (the next one tries again, the ConfigMap
+/// not written yet); one that ran the command and refused it is logged and
+/// takes the ConfigMap's settings at its next start — as a PAUSE refusal
+/// counts as taken (`pause::admin`): a pooler whose image cannot run the
+/// command (the virtual runtime's pods run none) must not hold the
+/// cluster's every later ConfigMap change.
 async fn follow(ctx: &Ctx, ns: &str, obs: &Observed, to: &super::Upstream) -> Result<(), Error> {
+    use crate::postgres::exec::{ExecError, run_command};
     let Some(argv) = super::repoint_command(to) else {
         return Ok(());
     };
     let what = format!("pgbouncer follow {}:{} ({})", to.host, to.port, to.tls);
     for p in obs.pooler_pods.values().filter(|p| p.ready && !p.deleting) {
-        crate::postgres::exec::run_command(
+        let ran = run_command(
             &ctx.client,
             ns,
             &p.name,
@@ -102,7 +109,14 @@ async fn follow(ctx: &Ctx, ns: &str, obs: &Observed, to: &super::Upstream) -> Re
             &what,
             super::pause::ADMIN_TIMEOUT,
         )
-        .await?;
+        .await;
+        match ran {
+            Ok(_) => {}
+            Err(ExecError::Verb { message, .. }) => {
+                tracing::warn!(pod = %p.name, %message, "the pooler did not take its new upstream; it will at its next start");
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(())
 }

@@ -70,6 +70,20 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # What the build has to work with, printed so such a failure explains itself.
 df -h . | tail -n 1 | awk '{print "disk free for the build: " $4 " of " $2}'
 
+# The tests' directories (pgfleet-<tag>-… under the temp dir: PostgreSQL
+# data, logs, kubeconfigs) that outlive this run are removed when it ends,
+# passed or failed: a failed test keeps its own for reading until then, and
+# PGFLEET_KEEP_TEST_DIRS=1 keeps them all. Left behind, runs filled the disk.
+tmp_root="${TMPDIR:-/tmp}"
+run_marker=$(mktemp "$tmp_root/pgfleet-run-marker.XXXXXX")
+cleanup_test_dirs() {
+  if [ "${PGFLEET_KEEP_TEST_DIRS:-0}" != 1 ]; then
+    find "$tmp_root" -maxdepth 1 -name 'pgfleet-*' -newer "$run_marker" -exec rm -rf {} + 2>/dev/null || true
+  fi
+  rm -f "$run_marker"
+}
+trap cleanup_test_dirs EXIT
+
 # --workspace: pgfleet and the embedded Kubernetes crate (src/sim, its own
 # tests in src/sim/tests).
 cargo fmt --all -- --check

@@ -36,6 +36,8 @@ pub struct ProcessEnv {
     pub client: kube::Client,
     pub dir: PathBuf,
     pub ns: String,
+    /// Last, so it runs after the manager has been dropped.
+    _cleanup: super::dirs::RemoveOnDrop,
 }
 
 impl ProcessEnv {
@@ -63,6 +65,7 @@ impl ProcessEnv {
         Ok(ProcessEnv {
             mgr,
             client,
+            _cleanup: super::dirs::RemoveOnDrop(opts.dir.clone()),
             dir: opts.dir,
             ns: opts.namespace,
         })

@@ -51,8 +51,9 @@ pub struct Cluster {
     pub faults: Faults,
     pub ipam: Ipam,
     pub runtime: RwLock<Option<Arc<dyn Runtime>>>,
-    /// Wakes the garbage collector after deletions.
-    pub gc_wake: tokio::sync::Notify,
+    /// The writes the garbage collector and the storage controllers act
+    /// on (see `gc`).
+    pub gc: super::gc::Queue,
     /// Request log for tests (off by default).
     pub audit: super::audit::AuditLog,
     /// Every exec command asked of this cluster (for tests).
@@ -90,7 +91,7 @@ impl Cluster {
             faults: Faults::default(),
             ipam,
             runtime: RwLock::new(None),
-            gc_wake: tokio::sync::Notify::new(),
+            gc: Default::default(),
             audit: Default::default(),
             execs: Default::default(),
             ca_pem: Default::default(),
@@ -457,7 +458,7 @@ impl Cluster {
     }
 
     /// Side effects of a committed write: CRDs start or stop being served,
-    /// deletions wake the garbage collector.
+    /// the garbage collector sees what it acts on.
     fn after_write(&self, rt: &ResourceType, out: Option<(&Arc<StoredObject>, Option<EventType>)>) {
         let Some((obj, Some(kind))) = out else { return };
         if rt.namespaced {
@@ -471,13 +472,8 @@ impl Cluster {
                 reg.register_crd(&obj.value);
             }
         }
-        // Claims too: the PV controller and the resizer run in gc's pass.
-        if kind == EventType::Deleted
-            || obj.value.ptr("/metadata/deletionTimestamp").is_some()
-            || (rt.group.is_empty() && rt.plural == "persistentvolumeclaims")
-        {
-            self.gc_wake.notify_one();
-        }
+        // Deletions, new dependents, claims and pods: gc's task acts on them.
+        self.gc.offer(&rt.key(), obj, kind);
     }
 
     /// DELETE: immediate, or marked for deletion while finalizers (or a

@@ -5,7 +5,7 @@
 //! it, so a volume in use is never pulled away from under a running database.
 
 use super::cluster::{Cluster, finalizers};
-use super::resources::ResKey;
+use super::resources::ResourceType;
 use super::store::{StoredObject, str_at};
 use crate::json_ptr::Ptr;
 use serde_json::{Value, json};
@@ -23,32 +23,20 @@ pub fn admit(v: &mut Value) {
     }
 }
 
-/// The controller's pass over one snapshot of the store: claims being
-/// deleted lose the finalizer once no pod uses them (the write then
+/// The controller for one claim, given the pods of its namespace: a claim
+/// being deleted loses the finalizer once no pod uses it (the write then
 /// completes the deletion).
-pub fn sweep(c: &Arc<Cluster>, all: &[(ResKey, Arc<StoredObject>)]) {
-    let is_core = |k: &ResKey, plural: &str| k.group.is_empty() && k.plural == plural;
-    let pods: Vec<&Value> = all
-        .iter()
-        .filter(|(k, _)| is_core(k, "pods"))
-        .map(|(_, o)| &o.value)
-        .collect();
-    for (key, o) in all {
-        let v = &o.value;
-        if !is_core(key, "persistentvolumeclaims")
-            || v.ptr("/metadata/deletionTimestamp").is_none()
-            || !finalizers(v).iter().any(|f| f == FINALIZER)
-        {
-            continue;
-        }
-        let ns = str_at(v, "/metadata/namespace");
-        let name = str_at(v, "/metadata/name");
-        if in_use(ns, name, &pods) {
-            continue;
-        }
-        if let Some(rt) = c.type_of(key) {
-            c.remove_finalizer(&rt, ns, name, FINALIZER);
-        }
+pub fn reconcile_claim(c: &Cluster, rt: &ResourceType, v: &Value, pods: &[Arc<StoredObject>]) {
+    if v.ptr("/metadata/deletionTimestamp").is_none()
+        || !finalizers(v).iter().any(|f| f == FINALIZER)
+    {
+        return;
+    }
+    let ns = str_at(v, "/metadata/namespace");
+    let name = str_at(v, "/metadata/name");
+    let pods: Vec<&Value> = pods.iter().map(|p| &p.value).collect();
+    if !in_use(ns, name, &pods) {
+        c.remove_finalizer(rt, ns, name, FINALIZER);
     }
 }
 

@@ -222,57 +222,54 @@ pub fn apply_step(v: &Value, step: &Step, now: &str) -> Value {
     st
 }
 
-/// One pass of the PV controller, resizer and kubelet over a snapshot.
-pub fn sweep(c: &Arc<Cluster>, all: &[(ResKey, Arc<StoredObject>)]) {
-    let is_core = |k: &ResKey, plural: &str| k.group.is_empty() && k.plural == plural;
-    let Some(rt) = c.type_of(&key("", "persistentvolumeclaims")) else {
-        return;
-    };
-    let pods: Vec<&Value> = all
-        .iter()
-        .filter(|(k, _)| is_core(k, "pods"))
-        .map(|(_, o)| &o.value)
-        .filter(|p| str_at(p, "/status/phase") == "Running")
-        .collect();
+/// The PV controller, resizer and kubelet for one claim, given the pods of
+/// its namespace (run by gc's task on every write of the claim or of a pod).
+/// False: the file system did not grow, ask again a little later.
+pub fn reconcile_claim(
+    c: &Arc<Cluster>,
+    rt: &ResourceType,
+    v: &Value,
+    pods: &[Arc<StoredObject>],
+) -> bool {
+    let (ns, name) = (
+        str_at(v, "/metadata/namespace"),
+        str_at(v, "/metadata/name"),
+    );
+    let mounted = pods.iter().any(|p| {
+        str_at(&p.value, "/status/phase") == "Running"
+            && str_at(&p.value, "/metadata/namespace") == ns
+            && mounts(&p.value, name)
+    });
+    let s = step(v, mounted);
+    if s == Step::Nothing {
+        return true;
+    }
+    if s == Step::FileSystemGrown && !grow_fs(c, v, ns, name) {
+        return false;
+    }
     let opts = WriteOpts {
         field_manager: "kube-controller-manager".into(),
         ..Default::default()
     };
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    for (_, o) in all
-        .iter()
-        .filter(|(k, _)| is_core(k, "persistentvolumeclaims"))
-    {
-        let v = &o.value;
-        let (ns, name) = (
-            str_at(v, "/metadata/namespace"),
-            str_at(v, "/metadata/name"),
-        );
-        let mounted = pods
-            .iter()
-            .any(|p| str_at(p, "/metadata/namespace") == ns && mounts(p, name));
-        let s = step(v, mounted);
-        if s == Step::Nothing || (s == Step::FileSystemGrown && !grow_fs(c, v, ns, name)) {
-            continue;
-        }
-        if s == Step::Bind && str_at(v, "/spec/volumeName").is_empty() {
-            // The volume the provisioner made for it (kubectl shows a
-            // claim's capacity only once it names its volume).
-            let pv = format!("pvc-{}", str_at(v, "/metadata/uid"));
-            let _ = c.write(&rt, ns, name, Sub::Main, &opts, false, |cur| {
-                let mut cur = cur.cloned().unwrap_or_default();
-                cur["spec"]["volumeName"] = json!(pv);
-                Ok(cur)
-            });
-        }
-        let _ = c.write(&rt, ns, name, Sub::Status, &opts, false, |cur| {
+    if s == Step::Bind && str_at(v, "/spec/volumeName").is_empty() {
+        // The volume the provisioner made for it (kubectl shows a
+        // claim's capacity only once it names its volume).
+        let pv = format!("pvc-{}", str_at(v, "/metadata/uid"));
+        let _ = c.write(rt, ns, name, Sub::Main, &opts, false, |cur| {
             let mut cur = cur.cloned().unwrap_or_default();
-            if step(&cur, mounted) == s {
-                cur["status"] = apply_step(&cur, &s, &now);
-            }
+            cur["spec"]["volumeName"] = json!(pv);
             Ok(cur)
         });
     }
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let _ = c.write(rt, ns, name, Sub::Status, &opts, false, |cur| {
+        let mut cur = cur.cloned().unwrap_or_default();
+        if step(&cur, mounted) == s {
+            cur["status"] = apply_step(&cur, &s, &now);
+        }
+        Ok(cur)
+    });
+    true
 }
 
 /// The kubelet's file system expansion through the runtime (a process

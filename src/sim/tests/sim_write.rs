@@ -404,6 +404,41 @@ async fn owner_reference_garbage_collection() {
     api.create(&pp, &owned("orphaned", &ghost)).await.unwrap();
     gone(&api, &["orphaned"]).await;
     assert!(api.get_opt("or-dep").await.unwrap().is_some());
+
+    // Background, an owner held by a finalizer of its own (an operator's
+    // cleanup): it still exists, so kube's collector keeps its dependents
+    // until the finalizer is cleared and the owner is gone.
+    let mut held_owner = cm("fin-owner", json!({}));
+    held_owner.metadata.finalizers = Some(vec!["example.com/cleanup".into()]);
+    let owner = api.create(&pp, &held_owner).await.unwrap();
+    api.create(&pp, &owned("fin-dep", &owner)).await.unwrap();
+    api.delete("fin-owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    // A later write to the dependent is a point by which the collector has
+    // seen the owner's deletion mark (it handles writes in order).
+    api.patch(
+        "fin-dep",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"seen": "1"}})),
+    )
+    .await
+    .unwrap();
+    let probe = api.create(&pp, &owned("fin-probe", &ghost)).await.unwrap();
+    gone(&api, &[probe.metadata.name.as_deref().unwrap()]).await;
+    let dep = api.get("fin-dep").await.unwrap();
+    assert!(
+        dep.metadata.deletion_timestamp.is_none(),
+        "kept while the owner exists"
+    );
+    api.patch(
+        "fin-owner",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    gone(&api, &["fin-owner", "fin-dep"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

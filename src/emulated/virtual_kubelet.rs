@@ -598,8 +598,22 @@ impl Runtime for VirtualRuntime {
                         self.on_event(&c, &ev.key, ev.kind, &ev.obj.value);
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        // Catch up from the current state.
+                        // Catch up from the current state: pods deleted
+                        // while it lagged stop; a pod deleted and created
+                        // again under the same name is Pending, so it starts.
                         let Some(c) = weak.upgrade() else { return };
+                        let (live, _) = c.store.list(&pods_key(), None, None);
+                        let live: std::collections::HashSet<String> = live
+                            .iter()
+                            .map(|p| {
+                                format!(
+                                    "{}/{}",
+                                    str_at(&p.value, "/metadata/namespace"),
+                                    str_at(&p.value, "/metadata/name")
+                                )
+                            })
+                            .collect();
+                        Self::lock(&self.pods).retain(|id, _| live.contains(id));
                         for k in [pvcs_key(), pods_key()] {
                             let (items, _) = c.store.list(&k, None, None);
                             for o in items {

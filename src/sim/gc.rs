@@ -151,7 +151,11 @@ fn handle(
         let v = &t.obj.value;
         let ns = str_at(v, "/metadata/namespace");
         if is_core(&t.key, "pods") {
-            claims.extend(claims_of(v).into_iter().map(|cl| (ns.to_string(), cl)));
+            claims.extend(
+                super::pvc_protection::claims_of(v)
+                    .into_iter()
+                    .map(|cl| (ns.to_string(), cl)),
+            );
         } else if is_core(&t.key, "persistentvolumeclaims") {
             claims.insert((ns.to_string(), str_at(v, "/metadata/name").to_string()));
         }
@@ -208,29 +212,6 @@ fn core(plural: &str) -> ResKey {
         group: String::new(),
         plural: plural.into(),
     }
-}
-
-/// The claims a pod mounts: by name, and its generic ephemeral volumes'
-/// (`<pod>-<volume>`).
-fn claims_of(pod: &Value) -> Vec<String> {
-    let pod_name = str_at(pod, "/metadata/name");
-    pod.ptr("/spec/volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|vol| {
-            if let Some(n) = vol
-                .ptr("/persistentVolumeClaim/claimName")
-                .and_then(Value::as_str)
-            {
-                Some(n.to_string())
-            } else if vol.get("ephemeral").is_some() {
-                Some(format!("{pod_name}-{}", str_at(vol, "/name")))
-            } else {
-                None
-            }
-        })
-        .collect()
 }
 
 /// The PV controller, resizer, kubelet and pvc-protection for one claim;

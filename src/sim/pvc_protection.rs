@@ -54,20 +54,30 @@ pub fn pod_uses(pod: &Value, claim: &str) -> bool {
     if str_at(pod, "/spec/nodeName").is_empty() || shut_down(pod) {
         return false;
     }
+    claims_of(pod).iter().any(|c| c == claim)
+}
+
+/// The claims a pod mounts: by name, and its generic ephemeral volumes'
+/// (`<pod>-<volume>`).
+pub fn claims_of(pod: &Value) -> Vec<String> {
     let pod_name = str_at(pod, "/metadata/name");
     pod.ptr("/spec/volumes")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .any(|vol| {
-            let named = vol
+        .filter_map(|vol| {
+            if let Some(n) = vol
                 .ptr("/persistentVolumeClaim/claimName")
                 .and_then(Value::as_str)
-                == Some(claim);
-            let ephemeral = vol.get("ephemeral").is_some()
-                && format!("{pod_name}-{}", str_at(vol, "/name")) == claim;
-            named || ephemeral
+            {
+                Some(n.to_string())
+            } else if vol.get("ephemeral").is_some() {
+                Some(format!("{pod_name}-{}", str_at(vol, "/name")))
+            } else {
+                None
+            }
         })
+        .collect()
 }
 
 fn shut_down(pod: &Value) -> bool {

@@ -291,13 +291,12 @@ fn grow_fs(c: &Cluster, v: &Value, ns: &str, name: &str) -> bool {
     }
 }
 
+/// Whether the pod mounts the claim (by name, or as its generic ephemeral
+/// volume's claim).
 fn mounts(pod: &Value, claim: &str) -> bool {
-    pod.ptr("/spec/volumes")
-        .and_then(Value::as_array)
-        .is_some_and(|vs| {
-            vs.iter()
-                .any(|v| str_at(v, "/persistentVolumeClaim/claimName") == claim)
-        })
+    super::pvc_protection::claims_of(pod)
+        .iter()
+        .any(|c| c == claim)
 }
 
 #[cfg(test)]

@@ -533,11 +533,17 @@ impl Runtime for ProcessRuntime {
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                         let Some(c) = weak.upgrade() else { return };
+                        // Gone while it lagged: deleted, or deleted and
+                        // created again under the same name (another uid),
+                        // which the current state alone cannot tell.
                         let (pods, _) = c.store.list(&pods_key(), None, None);
-                        let live: HashSet<String> = pods.iter().map(|p| id_of(&p.value)).collect();
+                        let live: HashMap<String, String> = pods
+                            .iter()
+                            .map(|p| (id_of(&p.value), p.uid().to_string()))
+                            .collect();
                         let gone: Vec<_> = lock(&self.pods)
                             .iter()
-                            .filter(|(id, _)| !live.contains(*id))
+                            .filter(|(id, p)| live.get(*id) != Some(&p.uid))
                             .map(|(_, p)| p.view())
                             .collect();
                         for v in gone {

@@ -55,6 +55,15 @@ impl Container {
         restart_policy: &str,
         changed: Arc<Notify>,
     ) -> Self {
+        let mut spec = spec;
+        for (k, v) in super::netshim::env(&pod_ip) {
+            match spec.env.iter_mut().find(|(name, _)| *name == k) {
+                // The container's own preload goes on after the shim.
+                Some((_, own)) if k == "LD_PRELOAD" => *own = format!("{v}:{own}"),
+                Some((_, own)) => *own = v,
+                None => spec.env.push((k, v)),
+            }
+        }
         Container {
             log: LogBuf::new(dirs.log(&spec.name)),
             spec,

@@ -19,6 +19,7 @@ pub mod faults;
 pub mod host_check;
 pub mod images;
 pub mod logs;
+pub mod netshim;
 pub mod origin;
 pub mod pod;
 pub mod probes;

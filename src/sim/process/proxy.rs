@@ -342,6 +342,30 @@ async fn bind(ip: &str, port: u16) -> TcpListener {
     }
 }
 
+/// Connects to a backend from the client's own address when that is a
+/// Pod's (127.0.0.0/8 but not 127.0.0.1, see `netshim`), as kube-proxy
+/// forwards with the client's source: the backend sees who connected.
+async fn connect_from(
+    source: Option<std::net::IpAddr>,
+    ip: &str,
+    port: u16,
+) -> std::io::Result<TcpStream> {
+    let to = std::net::SocketAddr::new(
+        ip.parse()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+        port,
+    );
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    if let Some(std::net::IpAddr::V4(src)) = source
+        && src.is_loopback()
+        && src != std::net::Ipv4Addr::LOCALHOST
+    {
+        // Best effort: without it the backend sees 127.0.0.1, as before.
+        let _ = socket.bind(std::net::SocketAddr::new(src.into(), 0));
+    }
+    socket.connect(to).await
+}
+
 /// What one proxied connection forwards to.
 struct Conn {
     target: PortRef,
@@ -381,6 +405,7 @@ type Cut = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 /// backend leaves the Service or `cut` ends (then the client is reset).
 async fn forward(mut client: TcpStream, conn: Conn, cut: Option<Cut>) {
     let Conn { target, mut rx, rr } = conn;
+    let source = client.peer_addr().ok().map(|a| a.ip());
     let list = rx.borrow_and_update().clone();
     if list.is_empty() {
         // The last backend left while this connection was being accepted
@@ -394,7 +419,7 @@ async fn forward(mut client: TcpStream, conn: Conn, cut: Option<Cut>) {
         let Some(port) = target.resolve(&b.ports) else {
             continue;
         };
-        let connect = TcpStream::connect((b.ip.as_str(), port));
+        let connect = connect_from(source, &b.ip, port);
         if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(3), connect).await {
             chosen = Some((s, b.uid.clone()));
             break;

@@ -290,3 +290,92 @@ async fn member_cuts_reset_cross_cluster_connections_and_manager_cuts_close_the_
     .await;
     assert!(reaches(&yp, "remote", &ip).await);
 }
+
+/// A pod answering every connection on its address, port 7000, with the
+/// peer's address, and on 127.0.0.1:7001 (its localhost) the same way.
+fn whoami_pod(name: &str) -> Pod {
+    let script = "import os, socket, threading\n\
+        def serve(addr):\n    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n    \
+        s.bind(addr); s.listen()\n    while True:\n        c, peer = s.accept(); c.sendall(peer[0].encode()); c.close()\n\
+        threading.Thread(target=serve, args=(('127.0.0.1', 7001),), daemon=True).start()\n\
+        serve((os.environ['POD_IP'], 7000))\n";
+    obj(
+        json!({"metadata": {"name": name, "labels": {"app": name}}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "c", "image": "x", "command": ["python3", "-c", script],
+            "ports": [{"containerPort": 7000}],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]}}),
+    )
+}
+
+/// What the whoami server at `ip:port` says the connection came from.
+const ASK: &str = "import socket, sys\n\
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), 5); print(s.recv(64).decode())\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_connect_from_their_own_address_and_services_keep_it() {
+    // Address index 43: no other process-runtime test uses it.
+    let s = TestSim::start(process_options("source", 43)).await;
+    let c = &s.sim.clusters[43];
+    let pods: Api<Pod> = Api::default_namespaced(client_from(&c.kubeconfig).await);
+    let svcs: Api<Service> = Api::default_namespaced(client_from(&c.kubeconfig).await);
+    let pp = PostParams::default();
+    pods.create(&pp, &whoami_pod("whoami")).await.unwrap();
+    pods.create(&pp, &sleeper("client")).await.unwrap();
+    let svc: Service = obj(json!({"metadata": {"name": "whoami"}, "spec": {
+        "selector": {"app": "whoami"}, "ports": [{"name": "tcp", "port": 7000}]}}));
+    svcs.create(&pp, &svc).await.unwrap();
+    for p in ["whoami", "client"] {
+        running(&pods, p).await;
+    }
+    let ip_of = |p: Pod| p.status.unwrap().pod_ip.unwrap();
+    let server_ip = ip_of(pods.get("whoami").await.unwrap());
+    let client_ip = ip_of(pods.get("client").await.unwrap());
+    let cluster_ip = svcs
+        .get("whoami")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap();
+    let ask = |to: String, port: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let (out, err, _) = exec_in(&pods, "client", &["python3", "-c", ASK, &to, port]).await;
+            assert!(err.is_empty(), "{err}");
+            out.trim().to_string()
+        }
+    };
+    // Pod to Pod: the client Pod's address, as on a real cluster.
+    assert_eq!(ask(server_ip.clone(), "7000").await, client_ip);
+    // Through the Service: the proxy keeps the client's address.
+    let through = eventually("the Service to forward", || async {
+        let (out, _, st) = exec_in(
+            &pods,
+            "client",
+            &["python3", "-c", ASK, &cluster_ip, "7000"],
+        )
+        .await;
+        (st.and_then(|s| s.status).as_deref() == Some("Success")).then(|| out.trim().to_string())
+    })
+    .await;
+    assert_eq!(through, client_ip);
+    // A Pod's own localhost stays 127.0.0.1.
+    let (own, _, _) = exec_in(
+        &pods,
+        "whoami",
+        &["python3", "-c", ASK, "127.0.0.1", "7001"],
+    )
+    .await;
+    assert_eq!(own.trim(), "127.0.0.1");
+    // The host is no Pod: its connections keep 127.0.0.1.
+    let mut host = tokio::net::TcpStream::connect((server_ip.as_str(), 7000))
+        .await
+        .unwrap();
+    let mut got = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut host, &mut got)
+        .await
+        .unwrap();
+    assert_eq!(got, "127.0.0.1");
+}

@@ -33,12 +33,16 @@ pub async fn process_sim(tag: &str, index: usize) -> (TestSim, kube::Client, Pat
     (sim, client, kubeconfig)
 }
 
-/// A PostgreSQL 15 Pod (trust authentication, listening on its Pod IP)
-/// with its data in `volume` mounted at /var/lib/postgresql/data.
+/// A PostgreSQL 15 Pod (trust authentication from any address, as the
+/// official image's entrypoint sets up with `POSTGRES_HOST_AUTH_METHOD=trust`;
+/// initdb alone admits 127.0.0.1 only, and other Pods connect from their own
+/// addresses), listening on its Pod IP, with its data in `volume` mounted at
+/// /var/lib/postgresql/data.
 pub fn postgres_pod(name: &str, app: &str, volume: Value) -> Value {
     let dir = "/var/lib/postgresql/data/pg";
     let script = format!(
-        "[ -s {dir}/PG_VERSION ] || initdb -D {dir} -U postgres --auth=trust >/dev/null; \
+        "[ -s {dir}/PG_VERSION ] || {{ initdb -D {dir} -U postgres --auth=trust >/dev/null && \
+         echo 'host all all all trust' >> {dir}/pg_hba.conf; }}; \
          exec postgres -D {dir} -c listen_addresses=\"$POD_IP\" -c unix_socket_directories=/tmp"
     );
     json!({

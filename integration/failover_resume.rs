@@ -1,6 +1,7 @@
-//! Failover edge cases with real PostgreSQL: a manager that is down when the
-//! primary dies and was killed between recording `targetPrimary` and
-//! promoting; and a partitioned primary.
+//! Failover and switchover edge cases with real PostgreSQL: a manager that
+//! is down when the primary dies and was killed between recording
+//! `targetPrimary` and promoting; one killed between demoting the old
+//! primary of a switchover and relabelling it; and a partitioned primary.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,58 +15,129 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use manager_process::ManagerProcess;
 use pgfleet::crd::PostgresCluster;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+/// A member on the process runtime with a manager that can be killed, and
+/// one Healthy 3-instance cluster `rs` holding 500 rows in `marks`.
+struct World {
+    dir: PathBuf,
+    /// Kept for its lifetime: dropping it stops the member.
+    _sim: pgfleet::sim::Sim,
+    kc: PathBuf,
+    client: kube::Client,
+    pgc: Api<PostgresCluster>,
+    mgr: Option<ManagerProcess>,
+    rw: String,
+    pw: String,
+}
+
+impl World {
+    async fn start(tag: &str) -> World {
+        let dir = common::temp_dir(tag);
+        let mut opts = pgfleet::emulated::sim_options(dir.join("sim"), 1);
+        opts.runtime = pgfleet::sim::RuntimeKind::Process;
+        opts.persist = false;
+        opts.admin = false;
+        let sim = pgfleet::sim::start(&opts).await.unwrap();
+        let kc = sim.clusters[0].kubeconfig.clone();
+        let client = common::client_from(&kc).await;
+        let mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m1"));
+        let pgc: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);
+        eventually_within(Duration::from_secs(60), "CRDs", || async {
+            pgc.list(&Default::default()).await.is_ok()
+        })
+        .await;
+        let ns =
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
+        Api::<Namespace>::all(client.clone())
+            .patch(NS, &PatchParams::apply("t"), &Patch::Apply(&ns))
+            .await
+            .unwrap();
+        let pg: PostgresCluster = serde_json::from_value(serde_json::json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
+            "metadata": {"name": "rs", "namespace": NS}, "spec": {"clusterSize": 3, "version": "15", "failoverDelay": "2s", "enableSuperuserAccess": true}}))
+        .unwrap();
+        pgc.create(&PostParams::default(), &pg).await.unwrap();
+        let mut w = World {
+            dir,
+            _sim: sim,
+            kc,
+            client,
+            pgc,
+            mgr: Some(mgr),
+            rw: String::new(),
+            pw: String::new(),
+        };
+        w.wait_healthy().await;
+        w.rw = Api::<Service>::namespaced(w.client.clone(), NS)
+            .get("rs-rw")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .cluster_ip
+            .unwrap();
+        let secret = Api::<Secret>::namespaced(w.client.clone(), NS)
+            .get("rs-superuser")
+            .await
+            .unwrap();
+        w.pw = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
+        let c = connect(&w.rw, 5432, &w.pw).await.unwrap();
+        c.batch_execute("CREATE TABLE marks (id bigint PRIMARY KEY); INSERT INTO marks SELECT generate_series(1, 500)").await.unwrap();
+        // Let the replicas receive the rows.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        w
+    }
+
+    async fn status(&self) -> pgfleet::crd::PostgresClusterStatus {
+        self.pgc.get("rs").await.unwrap().status.unwrap_or_default()
+    }
+
+    async fn wait_healthy(&self) {
+        eventually_within(Duration::from_secs(180), "healthy", || async {
+            let s = self.status().await;
+            s.phase == Some(pgfleet::crd::Phase::Healthy) && s.ready_instances == 3
+        })
+        .await;
+    }
+
+    fn kill_manager(&mut self) {
+        if let Some(m) = self.mgr.take() {
+            m.kill();
+        }
+    }
+
+    fn restart_manager(&mut self) {
+        self.mgr = Some(ManagerProcess::start(
+            &self.kc,
+            "pg-a",
+            &self.dir.join("m2"),
+        ));
+    }
+
+    /// The Pods labelled primary.
+    async fn labelled_primaries(&self) -> Vec<String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        let sel = kube::api::ListParams::default()
+            .labels("pgfleet.io/cluster=rs,pgfleet.io/role=primary");
+        pods.list(&sel)
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect()
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline() {
-    let dir = common::temp_dir("resume");
-    let mut opts = pgfleet::emulated::sim_options(dir.join("sim"), 1);
-    opts.runtime = pgfleet::sim::RuntimeKind::Process;
-    opts.persist = false;
-    opts.admin = false;
-    let sim = pgfleet::sim::start(&opts).await.unwrap();
-    let kc = sim.clusters[0].kubeconfig.clone();
-    let client = common::client_from(&kc).await;
-    let mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m1"));
-    let pgc: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);
-    eventually_within(Duration::from_secs(60), "CRDs", || async {
-        pgc.list(&Default::default()).await.is_ok()
-    })
-    .await;
-    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
-    Api::<Namespace>::all(client.clone())
-        .patch(NS, &PatchParams::apply("t"), &Patch::Apply(&ns))
-        .await
-        .unwrap();
-    let pg: PostgresCluster = serde_json::from_value(serde_json::json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
-        "metadata": {"name": "rs", "namespace": NS}, "spec": {"clusterSize": 3, "version": "15", "failoverDelay": "2s", "enableSuperuserAccess": true}}))
-    .unwrap();
-    pgc.create(&PostParams::default(), &pg).await.unwrap();
+    let mut w = World::start("resume").await;
+    let (client, pgc, rw, pw) = (w.client.clone(), w.pgc.clone(), w.rw.clone(), w.pw.clone());
     let status = || async { pgc.get("rs").await.unwrap().status.unwrap_or_default() };
-    eventually_within(Duration::from_secs(180), "healthy", || async {
-        let s = status().await;
-        s.phase == Some(pgfleet::crd::Phase::Healthy) && s.ready_instances == 3
-    })
-    .await;
     let old = status().await.current_primary.unwrap();
-    let rw = Api::<Service>::namespaced(client.clone(), NS)
-        .get("rs-rw")
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .cluster_ip
-        .unwrap();
-    let secret = Api::<Secret>::namespaced(client.clone(), NS)
-        .get("rs-superuser")
-        .await
-        .unwrap();
-    let pw = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
-    let c = connect(&rw, 5432, &pw).await.unwrap();
-    c.batch_execute("CREATE TABLE marks (id bigint PRIMARY KEY); INSERT INTO marks SELECT generate_series(1, 500)").await.unwrap();
-    // Let the replicas receive the rows, then the manager dies, then the primary.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    mgr.kill();
+    // The manager dies, then the primary.
+    w.kill_manager();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     pods.delete(
         &old,
@@ -86,7 +158,7 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
         "targetPrimary": target, "lastFailover": {"from": old, "to": target, "detectedAt": now, "decidedAt": now}}})))
         .await
         .unwrap();
-    let _mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m2"));
+    w.restart_manager();
     eventually_within(
         Duration::from_secs(120),
         "the recorded target promoted",
@@ -202,7 +274,73 @@ async fn a_manager_killed_mid_failover_resumes_with_one_primary_and_one_timeline
         "the promotion makes timeline 2: {last}"
     );
     assert_eq!(rows(&rw, &pw).await.len(), 500);
-    drop(sim);
+    let dir = w.dir.clone();
+    drop(w);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The manager dies after demoting the old primary of a switchover and
+/// before relabelling it: -rw still selects an instance that now runs as a
+/// standby of itself. The restarted manager finishes the recorded
+/// switchover (the target cannot stream from a demoted primary, which
+/// must not abort it); every row is there and -rw takes writes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manager_killed_after_demoting_finishes_the_switchover() {
+    let mut w = World::start("sw-demoted").await;
+    let old = w.status().await.current_primary.unwrap();
+    let target = (1..=3)
+        .map(|i| format!("rs-{i}"))
+        .find(|p| *p != old)
+        .unwrap();
+    w.kill_manager();
+    // What a manager killed right after `demote` leaves behind: the intent
+    // recorded, the old primary demoted, the labels untouched.
+    let now = chrono::Utc::now().to_rfc3339();
+    w.pgc
+        .patch_status("rs", &PatchParams::default(), &Patch::Merge(&serde_json::json!({"status": {
+            "targetPrimary": target, "switchover": {"from": old, "to": target, "requestedAt": now}}})))
+        .await
+        .unwrap();
+    let out = pgfleet::postgres::exec::run_verb(
+        &w.client,
+        NS,
+        &old,
+        &["demote"],
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    assert!(out.contains("\"demoted\":true"), "{out}");
+    w.restart_manager();
+    eventually_within(
+        Duration::from_secs(120),
+        "the switchover completed",
+        || async {
+            let s = w.status().await;
+            s.switchover.is_none() && s.current_primary.as_deref() == Some(target.as_str())
+        },
+    )
+    .await;
+    w.wait_healthy().await;
+    assert_eq!(w.labelled_primaries().await, vec![target.clone()]);
+    let last = w.status().await.last_switchover.unwrap();
+    assert_eq!(
+        (last.from.as_str(), last.to.as_str()),
+        (old.as_str(), target.as_str())
+    );
+    eventually_within(Duration::from_secs(60), "-rw takes writes", || async {
+        match connect(&w.rw, 5432, &w.pw).await {
+            Ok(c) => c
+                .batch_execute("INSERT INTO marks VALUES (501)")
+                .await
+                .is_ok(),
+            Err(_) => false,
+        }
+    })
+    .await;
+    assert_eq!(rows(&w.rw, &w.pw).await, (1..=501).collect());
+    let dir = w.dir.clone();
+    drop(w);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -229,6 +229,7 @@ async fn an_image_that_cannot_start_stops_the_update_and_reverting_heals_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manager_killed_during_the_update_resumes_without_a_second_switchover() {
     use manager_process::ManagerProcess;
+    common::init_tracing();
     let dir = temp_dir("roll-kill");
     let mut opts = pgfleet::emulated::sim_options(dir.join("sim"), 1);
     opts.runtime = pgfleet::emulated::virtual_runtime();

@@ -211,8 +211,18 @@ impl VirtualRuntime {
                 ..running
             }
         } else {
-            let upstream = Self::primary_of(&data, &inst.cluster, &key);
-            // Streaming while there is a primary to stream from.
+            // Streaming while there is a primary to stream from, or (as a
+            // real standby following -rw does) a running standby: a
+            // demoted primary that still carries the label cascades.
+            let upstream = Self::primary_of(&data, &inst.cluster, &key).or_else(|| {
+                let running = Self::lock(&self.pods);
+                running
+                    .values()
+                    .filter(|k| **k != key)
+                    .filter_map(|k| data.get(k))
+                    .find(|i| i.cluster == inst.cluster && !i.fenced)
+                    .cloned()
+            });
             let wal_receiver = upstream.as_ref().map(|_| "streaming".to_string());
             let timeline = upstream
                 .as_ref()

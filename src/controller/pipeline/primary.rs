@@ -33,7 +33,8 @@ pub async fn settle(
     {
         let span =
             crate::telemetry::spans::switchover(&ctx.member, &seen.ns, &seen.name, cur, target);
-        return switchover::resume(pg, ctx, obs, owner, cur, target)
+        let replica_side = crate::controller::dr::is_replica(&seen.dr);
+        return switchover::resume(pg, ctx, obs, owner, (cur, target), replica_side)
             .instrument(span)
             .await
             .map(Flow::Done);

@@ -143,19 +143,35 @@ pub async fn begin(
 }
 
 /// Carries out (or resumes) a recorded switchover. Every step is idempotent.
+/// `replica_side`: a DR replica cluster, whose designated primary is a
+/// standby anyway.
 pub async fn resume(
     pg: &PostgresCluster,
     ctx: &Ctx,
     obs: &Observed,
     owner: &Owner,
-    old: &str,
-    target: &str,
+    (old, target): (&str, &str),
+    replica_side: bool,
 ) -> Result<Action, Error> {
     let ns = owner.namespace.clone();
     let old_is_primary = obs
         .pods
         .get(old)
         .is_some_and(|p| p.role == Some(Role::Primary));
+    // A manager that stopped between the demotion and the relabelling left
+    // the label on a demoted instance, now a standby following -rw, i.e.
+    // itself: the target cannot stream from it, and aborting would leave -rw
+    // on an instance that takes no writes. The hand-over goes on instead (demote
+    // is idempotent and reports the same shutdown checkpoint).
+    let demoted = old_is_primary
+        && !replica_side
+        && report(ctx, &ns, old)
+            .await
+            .is_some_and(|r| r.role == "replica");
+    if demoted {
+        tracing::info!(%old, %target, "switchover: resuming after the old primary's demotion");
+        return hand_over(pg, ctx, obs, &ns, old, target, true).await;
+    }
     if old_is_primary && !streaming(ctx, &ns, target).await {
         // Nothing was demoted or paused yet: the old primary simply stays.
         keep_primary(ctx, pg, old).await?;

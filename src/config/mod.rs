@@ -117,8 +117,9 @@ pub struct Manager {
     /// Concurrent reconciles per member cluster (shared by its shards).
     pub workers_per_cluster: u32,
     /// Reconciles running at once across the whole fleet (0: no bound).
-    /// Each is admitted for at most 2 s, so a member that stops answering
-    /// cannot hold the others back (`controller::admission`).
+    /// An admission is given back when the member has been silent for 2 s
+    /// (it cannot hold the others back) and after 10 s at most
+    /// (`controller::admission`).
     pub reconciles_in_flight: u32,
     /// Where embedded clusters keep their state and kubeconfigs.
     pub state_dir: PathBuf,

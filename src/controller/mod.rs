@@ -82,6 +82,8 @@ pub struct Ctx {
     pub pool: Arc<Semaphore>,
     /// The fleet-wide bound on reconciles at once (see `admission`).
     pub admission: admission::Admission,
+    /// When the member last answered (admissions are held while it does).
+    pub answered: crate::fleet::swap::Answered,
     pub recorder: Recorder,
     pub shards: u32,
     pub stats: Arc<Stats>,
@@ -240,6 +242,7 @@ pub fn start(
         expect: expect::Expectations::default(),
         pool: Arc::new(Semaphore::new(workers.max(1) as usize)),
         admission,
+        answered: member.answered(),
         recorder: recorder(client.clone()),
         shards,
         stats: stats.clone(),

@@ -31,7 +31,7 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
         "a reconcile on the control lane: ha::Slot::acquire starts controllers on the data runtime"
     );
     let _permit = ctx.pool.acquire().await;
-    let _admitted = ctx.admission.admit().await;
+    let _admitted = ctx.admission.admit(&ctx.answered).await;
     ctx.stats
         .reconciles
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -134,6 +134,11 @@ impl Member {
         check
     }
 
+    /// When the member last answered a request of the data client.
+    pub fn answered(&self) -> swap::Answered {
+        self.backend.answered()
+    }
+
     pub fn watch_state(&self) -> watch::Receiver<ConnState> {
         self.state.subscribe()
     }

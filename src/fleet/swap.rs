@@ -11,9 +11,46 @@
 
 use futures::future::BoxFuture;
 use kube::client::Body;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 use tower::Service;
+
+/// When the member last answered a request (any response, errors
+/// included): whether work on it is progressing, which the fleet's
+/// admission of reconciles asks (`controller::admission`).
+#[derive(Clone, Debug)]
+pub struct Answered(Arc<AtomicU64>);
+
+/// The origin of [`Answered`]'s clock (milliseconds since the first use).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl Default for Answered {
+    /// Counts as just answered: a member is given the benefit of the
+    /// doubt until it has had time to answer.
+    fn default() -> Self {
+        let a = Answered(Arc::new(AtomicU64::new(0)));
+        a.mark();
+        a
+    }
+}
+
+impl Answered {
+    pub fn mark(&self) {
+        let ms = epoch().elapsed().as_millis() as u64;
+        self.0.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// How long ago the last answer came.
+    pub fn ago(&self) -> Duration {
+        let at = Duration::from_millis(self.0.load(Ordering::Relaxed));
+        epoch().elapsed().saturating_sub(at)
+    }
+}
 
 /// The error of every request to a member that has no usable kubeconfig.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +63,7 @@ pub struct NotConnected {
 #[derive(Clone)]
 pub struct Swappable {
     current: Arc<RwLock<Backend>>,
+    answered: Answered,
 }
 
 #[derive(Clone)]
@@ -40,6 +78,7 @@ impl Swappable {
         let default_ns = backend.default_namespace().to_string();
         let s = Swappable {
             current: Arc::new(RwLock::new(Backend::Client(backend))),
+            answered: Answered::default(),
         };
         (kube::Client::new(s.clone(), default_ns), s)
     }
@@ -51,12 +90,18 @@ impl Swappable {
                 member: member.to_string(),
                 reason: reason.to_string(),
             })),
+            answered: Answered::default(),
         };
         (kube::Client::new(s.clone(), "default"), s)
     }
 
     pub fn swap(&self, backend: kube::Client) {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Backend::Client(backend);
+    }
+
+    /// When a request through this client last got a response.
+    pub fn answered(&self) -> Answered {
+        self.answered.clone()
     }
 
     /// Whether a backend is in place.
@@ -83,9 +128,18 @@ impl Service<http::Request<Body>> for Swappable {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let answered = self.answered.clone();
         Box::pin(async move {
             match backend {
-                Backend::Client(c) => c.send(req).await,
+                Backend::Client(c) => {
+                    let r = c.send(req).await;
+                    // A response of any status is an answer (`send` fails
+                    // only without one: no connection, a missed deadline).
+                    if r.is_ok() {
+                        answered.mark();
+                    }
+                    r
+                }
                 Backend::None { member, reason } => {
                     Err(kube::Error::Service(Box::new(NotConnected {
                         member,

@@ -32,6 +32,14 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
     );
     let _permit = ctx.pool.acquire().await;
     let _admitted = ctx.admission.admit(&ctx.answered).await;
+    // Boxed: the round's state machine (tens of KiB) is allocated once
+    // admitted, not by each of the thousands of reconciles a cold start
+    // has waiting above.
+    Box::pin(admitted(pg, ctx.clone())).await
+}
+
+/// A reconcile once admitted.
+async fn admitted(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.stats
         .reconciles
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

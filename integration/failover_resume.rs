@@ -11,7 +11,7 @@ use common::process as env;
 
 use common::eventually_within;
 use env::{Env, NS, Writer, connect, rows};
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use manager_process::ManagerProcess;
 use pgfleet::crd::PostgresCluster;
@@ -35,13 +35,7 @@ struct World {
 impl World {
     async fn start(tag: &str) -> World {
         let dir = common::temp_dir(tag);
-        let mut opts = pgfleet::emulated::sim_options(dir.join("sim"), 1);
-        opts.runtime = pgfleet::sim::RuntimeKind::Process;
-        opts.persist = false;
-        opts.admin = false;
-        let sim = pgfleet::sim::start(&opts).await.unwrap();
-        let kc = sim.clusters[0].kubeconfig.clone();
-        let client = common::client_from(&kc).await;
+        let (sim, kc, client) = manager_process::process_member(&dir).await;
         let mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m1"));
         let pgc: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);
         eventually_within(Duration::from_secs(60), "CRDs", || async {
@@ -69,19 +63,8 @@ impl World {
             pw: String::new(),
         };
         w.wait_healthy().await;
-        w.rw = Api::<Service>::namespaced(w.client.clone(), NS)
-            .get("rs-rw")
-            .await
-            .unwrap()
-            .spec
-            .unwrap()
-            .cluster_ip
-            .unwrap();
-        let secret = Api::<Secret>::namespaced(w.client.clone(), NS)
-            .get("rs-superuser")
-            .await
-            .unwrap();
-        w.pw = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
+        w.rw = env::service_ip(&w.client, "rs-rw").await;
+        w.pw = env::password(&w.client, "rs").await;
         let c = connect(&w.rw, 5432, &w.pw).await.unwrap();
         c.batch_execute("CREATE TABLE marks (id bigint PRIMARY KEY); INSERT INTO marks SELECT generate_series(1, 500)").await.unwrap();
         // Let the replicas receive the rows.

@@ -64,13 +64,7 @@ async fn setup(client: &kube::Client) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_manager_killed_at_every_step_of_an_in_place_upgrade_resumes_with_every_row() {
     let dir = common::temp_dir("mu-resume");
-    let mut opts = pgfleet::emulated::sim_options(dir.join("sim"), 1);
-    opts.runtime = pgfleet::sim::RuntimeKind::Process;
-    opts.persist = false;
-    opts.admin = false;
-    let sim = pgfleet::sim::start(&opts).await.unwrap();
-    let kc = sim.clusters[0].kubeconfig.clone();
-    let client = common::client_from(&kc).await;
+    let (sim, kc, client) = common::manager_process::process_member(&dir).await;
     let mut restarts = 0;
     let mut mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m0"));
     let pgc: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);

@@ -3,8 +3,22 @@
 //! after a crash.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// One embedded member on the process runtime (no persistence, no admin
+/// API) under `dir`, for a test that runs its own killable manager: the
+/// member (dropping it stops it), its kubeconfig and a client.
+pub async fn process_member(dir: &Path) -> (pgfleet::sim::Sim, PathBuf, kube::Client) {
+    let mut opts = pgfleet::emulated::sim_options(dir.join("sim"), 1);
+    opts.runtime = pgfleet::sim::RuntimeKind::Process;
+    opts.persist = false;
+    opts.admin = false;
+    let sim = pgfleet::sim::start(&opts).await.unwrap();
+    let kc = sim.clusters[0].kubeconfig.clone();
+    let client = super::client_from(&kc).await;
+    (sim, kc, client)
+}
 
 /// A manager on its own runtime, so stopping it kills every task it spawned
 /// — as killing the process would.

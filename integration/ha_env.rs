@@ -36,6 +36,8 @@ pub struct Env {
     pub sim: pgfleet::sim::Sim,
     pub dir: PathBuf,
     clients: BTreeMap<String, Client>,
+    /// Last: the members stop before their directory goes.
+    _cleanup: pgfleet::testkit::dirs::RemoveOnDrop,
 }
 
 impl Env {
@@ -52,7 +54,13 @@ impl Env {
         for c in &sim.clusters {
             clients.insert(c.name.clone(), fleet::client_from(&c.kubeconfig).await);
         }
-        Env { sim, dir, clients }
+        let _cleanup = pgfleet::testkit::dirs::RemoveOnDrop(dir.clone());
+        Env {
+            sim,
+            dir,
+            clients,
+            _cleanup,
+        }
     }
 
     pub fn client(&self, member: &str) -> Client {

@@ -54,6 +54,8 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watches_and_requests_share_one_connection_and_exec_still_upgrades() {
     let dir = temp_dir("transport");
+    // Declared first, dropped last: after the member stops.
+    let _cleanup = pgfleet::testkit::dirs::RemoveOnDrop(dir.clone());
     let mut opts = SimOptions::new(dir.join("sim"), 1);
     opts.runtime = RuntimeKind::Host;
     let sim = sim::start(&opts).await.unwrap();

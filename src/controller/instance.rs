@@ -8,12 +8,13 @@ use super::build::LABEL_ROLE;
 use super::error::api as api_failure;
 use super::reconcile::Error;
 use crate::crd::Role;
+use crate::platform::small_map::SmallMap;
 use crate::postgres::{InstanceReport, exec::run_verb};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -50,7 +51,7 @@ impl ContractFailures {
 
     /// The failure of one of `pods` (the cluster's instance pods as this
     /// round sees them), forgetting pods that are gone.
-    pub fn of<V>(&self, ns: &str, pods: &BTreeMap<String, V>) -> Option<Blocked> {
+    pub fn of<V>(&self, ns: &str, pods: &SmallMap<String, V>) -> Option<Blocked> {
         let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         pods.keys()
             .find_map(|p| m.get(&format!("{ns}/{p}")).cloned())

@@ -5,7 +5,8 @@
 
 use crate::crd::cluster::{Condition, InstanceStatus, PostgresClusterStatus, RollingUpdateStatus};
 use crate::crd::{Phase, Role};
-use std::collections::{BTreeMap, BTreeSet};
+pub use crate::platform::small_map::{SmallMap, SmallSet};
+use std::collections::BTreeSet;
 
 /// One instance Pod as observed.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -40,18 +41,18 @@ pub struct ClaimInfo {
 /// Children of one PostgresCluster, as observed (from the watch caches).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observed {
-    pub pods: BTreeMap<String, PodInfo>,
-    pub pvcs: BTreeSet<String>,
+    pub pods: SmallMap<String, PodInfo>,
+    pub pvcs: SmallSet<String>,
     /// The size of the claims in `pvcs`, by name.
-    pub claims: BTreeMap<String, ClaimInfo>,
+    pub claims: SmallMap<String, ClaimInfo>,
     /// name → hash annotation
-    pub services: BTreeMap<String, String>,
-    pub secrets: BTreeSet<String>,
+    pub services: SmallMap<String, String>,
+    pub secrets: SmallSet<String>,
     pub config_hash: Option<String>,
     /// Disruption budgets: name → hash annotation.
-    pub pdbs: BTreeMap<String, String>,
+    pub pdbs: SmallMap<String, String>,
     /// PgBouncer pods (`pgfleet.io/kind=pooler`).
-    pub pooler_pods: BTreeMap<String, PodInfo>,
+    pub pooler_pods: SmallMap<String, PodInfo>,
     pub pooler_config_hash: Option<String>,
     /// The annotations of the server certificate Secret the TLS step
     /// decides by (`tls::ensure`): with them at hand a round reads no

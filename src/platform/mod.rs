@@ -10,5 +10,6 @@ pub mod hash;
 pub mod labels;
 pub mod limits;
 pub mod objects;
+pub mod small_map;
 pub mod task;
 pub mod time;

@@ -8,7 +8,7 @@
 
 use crate::controller::plan::{PodInfo, ordinal};
 use crate::crd::cluster::{PrimaryUpdateMethod, PrimaryUpdateStrategy};
-use std::collections::BTreeMap;
+use crate::platform::small_map::SmallMap;
 use std::time::Duration;
 
 /// Container waiting reasons that mean the new version will not start by
@@ -25,7 +25,7 @@ const FATAL_WAITING: &[&str] = &[
 
 pub struct Input<'a> {
     pub cluster: &'a str,
-    pub pods: &'a BTreeMap<String, PodInfo>,
+    pub pods: &'a SmallMap<String, PodInfo>,
     pub size: u32,
     /// The pod template hash of the spec.
     pub desired: &'a str,

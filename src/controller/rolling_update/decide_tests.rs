@@ -10,16 +10,16 @@ fn pod(name: &str, role: &str, hash: &str, ready: bool) -> PodInfo {
     }
 }
 
-fn pods(list: &[PodInfo]) -> BTreeMap<String, PodInfo> {
+fn pods(list: &[PodInfo]) -> SmallMap<String, PodInfo> {
     list.iter().map(|p| (p.name.clone(), p.clone())).collect()
 }
 
-fn step(pods: &BTreeMap<String, PodInfo>, method: PrimaryUpdateMethod) -> Step {
+fn step(pods: &SmallMap<String, PodInfo>, method: PrimaryUpdateMethod) -> Step {
     step_with(pods, method, PrimaryUpdateStrategy::Unsupervised, &|_| None)
 }
 
 fn step_with(
-    pods: &BTreeMap<String, PodInfo>,
+    pods: &SmallMap<String, PodInfo>,
     method: PrimaryUpdateMethod,
     strategy: PrimaryUpdateStrategy,
     not_ready_for: &dyn Fn(&PodInfo) -> Option<Duration>,

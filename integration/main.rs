@@ -25,6 +25,8 @@ mod api;
 mod backup;
 #[path = "backup_schedule.rs"]
 mod backup_schedule;
+#[path = "blue_green.rs"]
+mod blue_green;
 #[path = "blue_green_sql.rs"]
 mod blue_green_sql;
 #[path = "chaos.rs"]

@@ -195,7 +195,7 @@ async fn instance_objects(
             &obj(build::config_map(
                 &o,
                 &params,
-                &[],
+                (&[], &[]),
                 None,
                 &Default::default(),
             )),

@@ -115,10 +115,13 @@ choice!(
 choice!(
     /// How a rollout whose target crosses a major version upgrades each
     /// PostgresCluster (written to its `spec.majorUpgrade.method`).
-    /// `blueGreen` is not built yet and is refused by name.
     MajorMethod {
         /// Offline `pg_upgrade --link` on the primary's volume
         /// (docs/major-upgrades.md).
         InPlace => "inPlace",
+        /// A new instance set kept in sync by logical replication and
+        /// switched to through the pooler (docs/major-upgrades.md,
+        /// "Blue/green").
+        BlueGreen => "blueGreen",
     } default InPlace
 );

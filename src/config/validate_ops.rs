@@ -113,13 +113,7 @@ impl Checker {
         }
         self.rollout_target(&base, r, sets);
         self.checked(at(&base, "on_failure"), &r.on_failure);
-        match r.method.as_ref() {
-            Some(m) if m.raw() == "blueGreen" => self.err(
-                at(&base, "method"),
-                "\"blueGreen\" is not available yet; use \"inPlace\" (docs/major-upgrades.md)",
-            ),
-            m => self.opt_checked(at(&base, "method"), m),
-        }
+        self.opt_checked(at(&base, "method"), r.method.as_ref());
         self.duration(
             at(&base, "progress_deadline"),
             &r.progress_deadline,

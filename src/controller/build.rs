@@ -208,11 +208,14 @@ pub fn tls_secret(o: &Owner, name: &str, ca: &str, cert: &str, key: &str) -> Sec
 pub fn config_map(
     o: &Owner,
     params: &BTreeMap<String, String>,
-    pg_hba: &[String],
+    (plain, pg_hba): (&[String], &[String]),
     backrest: Option<&str>,
     dr_files: &BTreeMap<String, String>,
 ) -> ConfigMap {
     let mut hashed = json!({"params": params, "hba": pg_hba, "script": postgres::INSTANCE_SCRIPT, "backrest": backrest});
+    if !plain.is_empty() {
+        hashed["plain"] = json!(plain);
+    }
     if !dr_files.is_empty() {
         hashed["dr"] = json!(dr_files);
     }
@@ -227,7 +230,7 @@ pub fn config_map(
     metadata.annotations = Some(string_map(&[(ANN_HASH, &h), (ANN_PARAMETERS, &rendered)]));
     let mut data = string_map(&[
         ("postgresql.conf", &conf),
-        ("pg_hba.conf", &postgres::render_pg_hba(pg_hba)),
+        ("pg_hba.conf", &postgres::render_pg_hba(plain, pg_hba)),
         ("pgfleet-instance", postgres::INSTANCE_SCRIPT),
     ]);
     if let Some(b) = backrest {

@@ -98,7 +98,10 @@ pub fn desired(
     let map = build::config_map(
         owner,
         &params,
-        &super::access::hba_lines(pg),
+        (
+            &pg.spec.postgresql.plain_text_hba,
+            &super::access::hba_lines(pg),
+        ),
         backrest.as_deref(),
         &dr.map(super::dr::registry::Side::files).unwrap_or_default(),
     );

@@ -62,7 +62,7 @@ fn render(pg: &PostgresCluster, backup: Option<&BackupEnv>) -> Value {
     let cm = build::config_map(
         &o,
         &params,
-        &pg.spec.postgresql.pg_hba,
+        (&[], &pg.spec.postgresql.pg_hba),
         conf.as_deref(),
         &BTreeMap::new(),
     );

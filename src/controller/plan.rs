@@ -58,6 +58,11 @@ pub struct Observed {
     /// decides by (`tls::ensure`): with them at hand a round reads no
     /// Secret while the certificate is not due.
     pub server_tls: Option<ServerTlsMeta>,
+    /// Instances this round leaves alone (the other side of a blue/green
+    /// upgrade, `major_upgrade::blue_green_exec::hide`): not in `pods` or
+    /// `pvcs`, but their ordinals are taken — a new instance never gets
+    /// the name of a volume that still exists.
+    pub hidden: SmallSet<String>,
 }
 
 /// `pgfleet.io/tls-not-after`, `-fingerprint` and `-reloaded` of
@@ -150,7 +155,7 @@ pub fn plan_instances(
     let mut create = vec![];
     let mut next = 1;
     while keep.len() + create.len() < size as usize {
-        while existing.contains(&next) {
+        while existing.contains(&next) || obs.hidden.contains(&format!("{cluster}-{next}")) {
             next += 1;
         }
         let init = if fresh && Some(next) == primary {

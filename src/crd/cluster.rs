@@ -271,6 +271,13 @@ pub struct PostgresqlSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(max = 512)))]
     pub pg_hba: Vec<String>,
+    /// Rules pgfleet itself adds for a round in front of the TLS-only
+    /// line (a blue/green upgrade's role from green's address, when green
+    /// has no SSL). In memory only: never read from or written to the
+    /// object, so no tenant can set it.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub plain_text_hba: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]

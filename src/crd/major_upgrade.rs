@@ -15,6 +15,13 @@ pub struct MajorUpgradeSpec {
     /// replicas are cloned again from it (downtime: the whole upgrade).
     #[serde(default)]
     pub method: MajorUpgradeMethod,
+    /// `blueGreen` only: how long the old instances (blue) are kept,
+    /// fenced, after the switch to the new ones (default 1440 = 24 h; 0
+    /// removes them at once). The annotation `pgfleet.io/blue-green:
+    /// finish` removes them earlier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 10080))]
+    pub keep_blue_minutes: Option<u32>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, JsonSchema)]
@@ -22,6 +29,11 @@ pub struct MajorUpgradeSpec {
 pub enum MajorUpgradeMethod {
     #[default]
     InPlace,
+    /// A second instance set on the new version (green), seeded and kept
+    /// in sync by logical replication, switched to through the pooler with
+    /// a write stall of about a second; the old set (blue) is kept fenced
+    /// for `keepBlueMinutes` (docs/major-upgrades.md, "Blue/green").
+    BlueGreen,
 }
 
 /// Progress of an in-place major upgrade (one step per round; the step is
@@ -54,6 +66,35 @@ pub struct MajorUpgradeStatus {
     /// to the new version (a PostgresBackup in the same namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<String>,
+    /// A blue/green upgrade's own progress (absent for `inPlace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blue_green: Option<BlueGreenStatus>,
+}
+
+/// What a blue/green upgrade keeps besides the step
+/// (controller::major_upgrade::blue_green).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BlueGreenStatus {
+    /// The instances when the upgrade began (kept until removed).
+    #[serde(default)]
+    pub blue: Vec<String>,
+    /// The new version's instances; the first is green's primary.
+    #[serde(default)]
+    pub green: Vec<String>,
+    /// When the current switch attempt paused the pooler (ms since epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_started_at_ms: Option<i64>,
+    /// Blue's WAL position once it stopped taking writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_lsn: Option<String>,
+    #[serde(default)]
+    pub switch_attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switched_at_ms: Option<i64>,
+    /// Milliseconds the pooler held writes during the switch that took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_ms: Option<i64>,
 }
 
 /// The result of a pre-flight asked for without upgrading (the annotation

@@ -224,8 +224,10 @@ fn shorten(s: &str) -> String {
     crate::postgres::shown(s)
 }
 
-/// pg_hba.conf: plain-text TCP refused first (no spec line can let it in:
-/// TLS is not optional), then the spec's lines, then pgfleet's own, which
+/// pg_hba.conf: pgfleet's own plain-text exceptions (`plain`: a blue/green
+/// upgrade's role from green's address, for the upgrade only), then
+/// plain-text TCP refused (no spec line can let it in: TLS is not
+/// optional), then the spec's lines, then pgfleet's own, which
 /// accept TCP only over TLS. The local socket lives in the Pod's own
 /// `/tmp` (an emptyDir); only `pgfleet-instance` through exec reaches it.
 /// A line that is not a single rule is replaced by a comment (validation
@@ -233,11 +235,15 @@ fn shorten(s: &str) -> String {
 /// rule a line). An instance without a mounted certificate (a Pod made
 /// before TLS) turns the `hostssl` rules into `host` itself
 /// (`instance.sh`, `configure`) until it is replaced.
-pub fn render_pg_hba(extra: &[String]) -> String {
+pub fn render_pg_hba(plain: &[String], extra: &[String]) -> String {
     let mut out = String::from(
-        "# Rendered by pgfleet; spec.postgresql.pgHba lines come after the TLS rule.\n\
-         hostnossl all all all reject\n",
+        "# Rendered by pgfleet; spec.postgresql.pgHba lines come after the TLS rule.\n",
     );
+    for l in plain.iter().filter(|l| refusal(l).is_none()) {
+        out.push_str(l);
+        out.push('\n');
+    }
+    out.push_str("hostnossl all all all reject\n");
     for (i, l) in extra.iter().enumerate() {
         if refusal(l).is_none() {
             out.push_str(l);
@@ -298,7 +304,7 @@ mod tests {
 
     #[test]
     fn refused_lines_become_comments() {
-        let hba = render_pg_hba(&["include x".into(), "host all all all md5".into()]);
+        let hba = render_pg_hba(&[], &["include x".into(), "host all all all md5".into()]);
         assert!(hba.contains("# spec.postgresql.pgHba[0] refused\nhost all all all md5\n"));
         // Plain text is refused before any spec line; pgfleet's rules are TLS only.
         let first = hba.lines().find(|l| !l.starts_with('#')).unwrap();

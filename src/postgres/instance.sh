@@ -1203,6 +1203,48 @@ cmd_analyze() {
   echo "{\"contract\":$CONTRACT,\"ok\":true,\"analyzed\":true}"
 }
 
+# --- Blue/green major upgrade (controller::major_upgrade::blue_green_exec).
+# The manager relays what blue dumps into green through exec stdin: green's
+# PostgreSQL may have no SSL, and the superuser never logs in over the pod
+# network.
+
+# `json [--db NAME]`: one read-only query on stdin; its single value (JSON,
+# by the manager's query) printed on one line.
+cmd_json() {
+  shift
+  db=postgres
+  if [ "${1:-}" = --db ]; then db=${2:?--db needs a name}; shift 2; fi
+  one_line "$db" || { log "json: the database name has a line break"; exit 64; }
+  if ! out=$(PGOPTIONS="${PGOPTIONS:-} -c default_transaction_read_only=on" psql_db "$db" -v VERBOSITY=terse -f - 2>/tmp/pgfleet.json.err); then
+    log "json: $(head -c 2000 /tmp/pgfleet.json.err)"; exit 1
+  fi
+  oneline "$out"
+}
+
+# `bg-dump roles` | `bg-dump schema DB`: what green is seeded with, on
+# stdout (roles with their SCRAM verifiers; one database's schema, no data,
+# no publications or subscriptions).
+cmd_bg_dump() {
+  case "${2:-}" in
+    roles) "$(bin pg_dumpall)" -h "$SOCKDIR" -U postgres --roles-only ;;
+    schema)
+      db=${3:?bg-dump schema needs a database}
+      one_line "$db" || { log "bg-dump: the database name has a line break"; exit 64; }
+      "$(bin pg_dump)" -h "$SOCKDIR" -U postgres -d "dbname=$(conninfo_q "$db")" --schema-only \
+        --no-publications --no-subscriptions ;;
+    *) log "usage: bg-dump roles|schema DB"; exit 64 ;;
+  esac
+}
+
+# `bg-passfile`: the upgrade role's password on stdin, written where green's
+# subscriptions read it (next to PGDATA, on the volume); prints the path.
+cmd_bg_passfile() {
+  f="$(dirname "${PGDATA:?}")/pgfleet-bluegreen.pass"
+  pw=$(head -c 512)
+  ( umask 077; printf '*:*:*:pgfleet_bluegreen:%s\n' "$(pgpass_field "$pw")" > "$f.tmp" ) && mv "$f.tmp" "$f"
+  echo "{\"contract\":$CONTRACT,\"passfile\":\"$(json_str "$f")\"}"
+}
+
 case "${1:-}" in
   run) cmd_run ;;
   catalog) cmd_catalog "$@" ;;
@@ -1228,6 +1270,9 @@ case "${1:-}" in
   upgrade-check) cmd_upgrade_check "$@" ;;
   upgrade) cmd_upgrade "$@" ;;
   analyze) cmd_analyze ;;
+  json) cmd_json "$@" ;;
+  bg-dump) cmd_bg_dump "$@" ;;
+  bg-passfile) cmd_bg_passfile ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|promote-after LSN|demote|fence|unfence|reload|reload-tls SHA256|checkpoint|slots NAME...|usage|version|archive-push PATH [pgbackrest]|backup-init|backup-upgrade|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|status|promote|promote-after LSN|demote|fence|unfence|reload|reload-tls SHA256|checkpoint|slots NAME...|usage|version|archive-push PATH [pgbackrest]|backup-init|backup-upgrade|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze|json [--db NAME] < SQL|bg-dump roles|schema DB|bg-passfile < PASSWORD" >&2; exit 64 ;;
 esac

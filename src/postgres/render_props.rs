@@ -118,7 +118,7 @@ proptest! {
 
     #[test]
     fn pg_hba_lines_are_one_rule_or_refused(lines in prop::collection::vec(nasty(), 0..5)) {
-        let hba_conf = hba::render_pg_hba(&lines);
+        let hba_conf = hba::render_pg_hba(&[], &lines);
         // Header, the TLS rule, one line per spec line (a rule or a
         // comment), three own.
         prop_assert_eq!(hba_conf.lines().count(), 2 + lines.len() + 3);

@@ -105,6 +105,9 @@ pub fn downtime_class(spec: &RolloutSpec, pgc: &Pgc) -> &'static str {
         Some(MajorMethod::InPlace) => {
             "offline: stop → pg_upgrade --link → start (seconds; grows with the catalog, not the data)"
         }
+        Some(MajorMethod::BlueGreen) => {
+            "online: a new instance set kept in sync by logical replication, then a switch through the pooler (writes held about a second)"
+        }
         None => "rolling: one switchover (about a second of refused writes)",
     }
 }

@@ -133,11 +133,11 @@ pub fn next(i: &Input) -> Next {
         None => Next::Refuse {
             from: from_s,
             why: format!(
-                "spec.version: raising {running} to {} crosses a major version; set spec.majorUpgrade.method (inPlace) to upgrade",
+                "spec.version: raising {running} to {} crosses a major version; set spec.majorUpgrade.method (inPlace or blueGreen) to upgrade",
                 i.spec_version
             ),
         },
-        Some(MajorUpgradeMethod::InPlace) => Next::PreFlight {
+        Some(MajorUpgradeMethod::InPlace | MajorUpgradeMethod::BlueGreen) => Next::PreFlight {
             from: from_s,
             to: i.spec_version.to_string(),
         },

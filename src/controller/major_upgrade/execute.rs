@@ -11,7 +11,7 @@ use crate::controller::plan::Observed;
 use crate::controller::reconcile::{Error, event, kerr};
 use crate::controller::record::status_patch;
 use crate::crd::PostgresCluster;
-use crate::crd::major_upgrade::{MajorUpgradeStatus, PreFlightStatus};
+use crate::crd::major_upgrade::{MajorUpgradeMethod, MajorUpgradeStatus, PreFlightStatus};
 use crate::postgres::exec::run_verb;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::DeleteParams;
@@ -33,11 +33,20 @@ pub struct Round {
     pub hold_primary: bool,
     /// The step acted and ends the round.
     pub done: Option<Action>,
-    /// A condition for the status: (type, reason, message).
-    pub notice: Option<(&'static str, &'static str, String)>,
+    /// Conditions for the status: (type, reason, message).
+    pub notices: Vec<(&'static str, &'static str, String)>,
     /// The record as it is now (for the round's status write): Some(None)
     /// when it was removed.
     pub record: Option<Option<MajorUpgradeStatus>>,
+    /// Instances the rest of the round leaves alone (a blue/green
+    /// upgrade's other side).
+    pub hide: Vec<String>,
+    /// Build with `wal_level = logical` (a blue/green upgrade).
+    pub wal_logical: bool,
+    /// pg_hba rules the round adds in front of the spec's.
+    pub hba: Vec<String>,
+    /// Look again within this long.
+    pub within: Option<Duration>,
 }
 
 /// One round of the major upgrade, if any.
@@ -46,9 +55,13 @@ pub async fn round(
     ctx: &Ctx,
     ns: &str,
     obs: &Observed,
+    owner: &crate::controller::build::Owner,
 ) -> Result<Round, Error> {
     let status = pg.status.clone().unwrap_or_default();
     let record = status.major_upgrade.clone();
+    if let Some(m) = record.clone().filter(|m| m.blue_green.is_some()) {
+        return super::blue_green_exec::round(pg, ctx, ns, obs, owner, m).await;
+    }
     let target = record.as_ref().map(|r| r.to_version.as_str());
     let on_target = |p: &&crate::controller::plan::PodInfo| {
         p.ready && !p.deleting && p.version.as_deref() == target
@@ -132,11 +145,13 @@ impl Step<'_> {
                 Ok(round)
             }
             Next::Refuse { why, .. } => {
-                round.notice = Some(("MajorUpgradeBlocked", "Refused", why));
+                round.notices.push(("MajorUpgradeBlocked", "Refused", why));
                 Ok(round)
             }
             Next::Blocked { why, .. } => {
-                round.notice = Some(("MajorUpgradeBlocked", "UpgradeFailed", why));
+                round
+                    .notices
+                    .push(("MajorUpgradeBlocked", "UpgradeFailed", why));
                 Ok(round)
             }
             Next::PreFlight { from, to } => self.pre_flight(&from, &to, round).await,
@@ -170,6 +185,10 @@ impl Step<'_> {
 
     async fn record(&self, r: &MajorUpgradeStatus) -> Result<(), Error> {
         status_patch(self.ctx, self.pg, json!({ "majorUpgrade": r })).await
+    }
+
+    fn pg_name(&self) -> String {
+        kube::ResourceExt::name_any(self.pg)
     }
 
     fn bin_dir(&self, version: &str) -> String {
@@ -222,7 +241,11 @@ impl Step<'_> {
         Ok(soon(round, 1))
     }
 
-    async fn pre_flight(&self, from: &str, to: &str, mut round: Round) -> Result<Round, Error> {
+    fn blue_green(&self) -> bool {
+        self.pg.spec.major_upgrade.as_ref().map(|m| m.method) == Some(MajorUpgradeMethod::BlueGreen)
+    }
+
+    async fn pre_flight(&self, from: &str, to: &str, round: Round) -> Result<Round, Error> {
         let Some(primary) = self.primary.clone() else {
             return Ok(round);
         };
@@ -234,62 +257,68 @@ impl Step<'_> {
             started_at: Some(now()),
             ..MajorUpgradeStatus::default()
         });
+        let blue_green = self.blue_green();
         if self.record.is_none() {
             self.record(&r).await?;
-            let note = format!("major upgrade {from} → {to} (inPlace): pre-flight on {primary}");
-            event(
-                self.ctx,
-                self.pg,
-                EventType::Normal,
-                "MajorUpgradeStarted",
-                note,
-            )
-            .await;
+            let method = if blue_green { "blueGreen" } else { "inPlace" };
+            let note = format!("major upgrade {from} → {to} ({method}): pre-flight on {primary}");
+            let reason = "MajorUpgradeStarted";
+            event(self.ctx, self.pg, EventType::Normal, reason, note).await;
         }
         let new_bin = self.bin_dir(to);
         // `keep`: the checked new cluster is the one `upgrade` links into,
-        // so its initdb happens now, not while the instances are down.
-        let verb = ["upgrade-check", new_bin.as_str(), "256", "keep"];
-        match run_verb(&self.ctx.client, self.ns, &primary, &verb, LONG_VERB).await {
-            Ok(_) => {
-                r.step = decide::STOPPING.into();
-                self.record(&r).await?;
-                let note = format!("pre-flight passed on {primary}; stopping every instance");
-                event(
-                    self.ctx,
-                    self.pg,
-                    EventType::Normal,
-                    "MajorUpgradeStopping",
-                    note,
-                )
-                .await;
-                Ok(at_once(round))
-            }
-            // A run from before a restart is still checking: wait for it.
-            Err(e) if reason(&e).starts_with("upgrade-check: already running") => {
-                Ok(soon(round, 2))
-            }
-            Err(e) => {
-                let why = format!(
-                    "pre-flight for {from} → {to} failed, still on {from}: {}",
-                    reason(&e)
-                );
-                r.step = decide::PRE_FLIGHT_FAILED.into();
-                r.failure = Some(why.clone());
-                self.record(&r).await?;
-                event(
-                    self.ctx,
-                    self.pg,
-                    EventType::Warning,
-                    "MajorUpgradePreFlightFailed",
-                    why.clone(),
-                )
-                .await;
-                round.notice = Some(("MajorUpgradeBlocked", "PreFlightFailed", why));
-                round.record = Some(Some(r));
-                Ok(round)
-            }
+        // so its initdb happens now, not while the instances are down (a
+        // blue/green upgrade links nothing).
+        let mut verb = vec!["upgrade-check", new_bin.as_str(), "256"];
+        if !blue_green {
+            verb.push("keep");
         }
+        let (reason, note) =
+            match run_verb(&self.ctx.client, self.ns, &primary, &verb, LONG_VERB).await {
+                Ok(_) if blue_green => {
+                    r.step = super::blue_green::PREPARING_BLUE.into();
+                    r.blue_green = Some(super::blue_green_exec::start(&self.pg_name(), self.obs));
+                    let note = "blue/green: restarting blue with wal_level = logical";
+                    ("MajorUpgradeBlueGreen", note)
+                }
+                Ok(_) => {
+                    r.step = decide::STOPPING.into();
+                    ("MajorUpgradeStopping", "stopping every instance")
+                }
+                // A run from before a restart is still checking: wait for it.
+                Err(e) if reason(&e).starts_with("upgrade-check: already running") => {
+                    return Ok(soon(round, 2));
+                }
+                Err(e) => return self.pre_flight_failed(r, from, to, &e, round).await,
+            };
+        self.record(&r).await?;
+        let note = format!("pre-flight passed on {primary}; {note}");
+        event(self.ctx, self.pg, EventType::Normal, reason, note).await;
+        Ok(at_once(round))
+    }
+
+    async fn pre_flight_failed(
+        &self,
+        mut r: MajorUpgradeStatus,
+        from: &str,
+        to: &str,
+        e: &crate::postgres::exec::ExecError,
+        mut round: Round,
+    ) -> Result<Round, Error> {
+        let why = format!(
+            "pre-flight for {from} → {to} failed, still on {from}: {}",
+            reason(e)
+        );
+        r.step = decide::PRE_FLIGHT_FAILED.into();
+        r.failure = Some(why.clone());
+        self.record(&r).await?;
+        let reason = "MajorUpgradePreFlightFailed";
+        event(self.ctx, self.pg, EventType::Warning, reason, why.clone()).await;
+        round
+            .notices
+            .push(("MajorUpgradeBlocked", "PreFlightFailed", why));
+        round.record = Some(Some(r));
+        Ok(round)
     }
 
     /// Fences the replicas, then the primary (a clean shutdown).
@@ -416,7 +445,9 @@ impl Step<'_> {
                 }
                 Err(why) => {
                     tracing::warn!(error = %why, "major upgrade: backups not carried over yet");
-                    round.notice = Some(("BackupsUnavailable", "StanzaUpgradeFailed", why));
+                    round
+                        .notices
+                        .push(("BackupsUnavailable", "StanzaUpgradeFailed", why));
                     round.record = Some(Some(r));
                     return Ok(round);
                 }

@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 /// One reconcile of an existing (not deleted) PostgresCluster.
 pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let seen = observe::observe(&pg, &ctx)?;
+    let mut seen = observe::observe(&pg, &ctx)?;
     if let Some(action) = crate::controller::dr::hold(&seen.dr) {
         return Ok(action);
     }
@@ -43,12 +43,20 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
             return status::invalid(&pg, &ctx, &seen, invalid).await;
         }
     };
-    let upgrade =
-        crate::controller::major_upgrade::execute::round(&pg, &ctx, &seen.ns, &seen.obs).await?;
+    let upgrade = crate::controller::major_upgrade::execute::round(
+        &pg,
+        &ctx,
+        &seen.ns,
+        &seen.obs,
+        &seen.owner,
+    )
+    .await?;
     if let Some(action) = upgrade.done {
         return Ok(action);
     }
+    hide(&mut seen.obs, &upgrade.hide);
     let (pg, spec) = builds_for(pg, spec, upgrade.builds_for);
+    let pg = blue_green_shape(pg, upgrade.wal_logical, &upgrade.hba);
     let within = match upgrade.hold_primary {
         true => Some(std::time::Duration::from_secs(2)),
         false => match primary::settle(&pg, &ctx, &seen, &spec).await? {
@@ -58,7 +66,7 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     };
     let inputs = inputs::prepare(&pg, &ctx, &seen, &spec).await?;
     let mut desired = desired::build(&sized(pg.clone(), &seen), &seen, &inputs)?;
-    desired.notices.extend(upgrade.notice);
+    desired.notices.extend(upgrade.notices);
     if let Some(why) = &inputs.tls.problem {
         let n = (
             "TLSCertificateInvalid",
@@ -88,10 +96,17 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         Some(fp) => super::tls::reload(&pg, &ctx, &seen.obs, &seen.owner, fp).await,
         None => None,
     };
-    let within = [within, access, reload, inputs.tls.within, storage.within]
-        .into_iter()
-        .flatten()
-        .min();
+    let within = [
+        within,
+        access,
+        reload,
+        inputs.tls.within,
+        storage.within,
+        upgrade.within,
+    ]
+    .into_iter()
+    .flatten()
+    .min();
     status::finish(&pg, &ctx, &seen, &desired, applied, within).await
 }
 
@@ -150,6 +165,38 @@ fn builds_for(
     spec.run = run;
     let pg = with_image(Arc::new(copy), &spec.run.image);
     (pg, spec)
+}
+
+/// Leaves the other side of a blue/green upgrade out of the round: the
+/// plan, the Services' labels, failover and the status see one side.
+fn hide(obs: &mut crate::controller::plan::Observed, names: &[String]) {
+    for n in names {
+        obs.pods.remove(n);
+        obs.pvcs.remove(n);
+        obs.claims.remove(n);
+        obs.hidden.insert(n.clone());
+    }
+}
+
+/// The cluster as a blue/green upgrade builds it: `wal_level = logical`
+/// (blue publishes; the rolling update restarts it for that) and the
+/// upgrade role's plain-text pg_hba rules. Only this in-memory
+/// copy changes.
+fn blue_green_shape(
+    pg: Arc<PostgresCluster>,
+    logical: bool,
+    hba: &[String],
+) -> Arc<PostgresCluster> {
+    if !logical && hba.is_empty() {
+        return pg;
+    }
+    let mut copy = (*pg).clone();
+    if logical {
+        let p = &mut copy.spec.postgresql.parameters;
+        p.insert("wal_level".into(), "logical".into());
+    }
+    copy.spec.postgresql.plain_text_hba = hba.to_vec();
+    Arc::new(copy)
 }
 
 /// The cluster as the later steps build it: with the image it runs

@@ -93,7 +93,12 @@ pub async fn apply(
 /// counts as taken (`pause::admin`): a pooler whose image cannot run the
 /// command (the virtual runtime's pods run none) must not hold the
 /// cluster's every later ConfigMap change.
-async fn follow(ctx: &Ctx, ns: &str, obs: &Observed, to: &super::Upstream) -> Result<(), Error> {
+pub(crate) async fn follow(
+    ctx: &Ctx,
+    ns: &str,
+    obs: &Observed,
+    to: &super::Upstream,
+) -> Result<(), Error> {
     use crate::postgres::exec::{ExecError, run_command};
     let Some(argv) = super::repoint_command(to) else {
         return Ok(());

@@ -1,0 +1,742 @@
+//! Carrying out a blue/green upgrade (the decisions and why they are safe
+//! are in `blue_green.rs`; the SQL in `blue_green_sql.rs`, sent by
+//! `blue_green_io.rs`). Each step is written to `status.majorUpgrade`
+//! before it acts, and every action is idempotent, so a killed manager
+//! resumes where it was.
+//!
+//! Green is one instance on the new version until the switch (its
+//! replicas are cloned from it afterwards, through `-rw`, by the usual
+//! build): a replica of green can only be cloned from green's primary, and
+//! before the switch no Service leads there. Until the switch the round
+//! sees only blue (green's names are hidden from the plan, the Services
+//! select `pgfleet.io/kind=instance` and green's Pod says `green`); from
+//! the switch on only green (blue's Pods say `retired` and are fenced).
+
+use super::blue_green::{self as machine, Limits, Next, Record};
+use super::blue_green_io::{self as io, On};
+use super::execute::Round;
+use crate::controller::Ctx;
+use crate::controller::build::{self, ANN_CONFIG, LABEL_KIND, LABEL_ROLE, Owner};
+use crate::controller::image_policy::Effective;
+use crate::controller::plan::{Observed, ordinal};
+use crate::controller::pooler;
+use crate::controller::reconcile::{Error, event, kerr, ssa};
+use crate::controller::record::status_patch;
+use crate::crd::major_upgrade::{BlueGreenStatus, MajorUpgradeStatus};
+use crate::crd::{PostgresCluster, Role};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// The annotation asking a blue/green upgrade to `finish` (remove blue
+/// now, after the switch) or to `rollback` (before the switch).
+pub const ANNOTATION: &str = "pgfleet.io/blue-green";
+/// The kind label of green's Pod before the switch, and of blue's after.
+pub const GREEN: &str = "green";
+pub const RETIRED: &str = "retired";
+
+/// Blue's instances and green's names when a blue/green upgrade begins
+/// (after its pre-flight): one green instance, after blue's ordinals.
+pub fn start(cluster: &str, obs: &Observed) -> BlueGreenStatus {
+    let mut blue: Vec<String> = obs.pods.keys().cloned().collect();
+    blue.extend(obs.pvcs.iter().cloned());
+    blue.retain(|n| ordinal(cluster, n).is_some());
+    blue.sort();
+    blue.dedup();
+    let green = machine::green_instances(cluster, &blue, 1);
+    BlueGreenStatus {
+        blue,
+        green,
+        ..BlueGreenStatus::default()
+    }
+}
+
+fn record_of(m: &MajorUpgradeStatus) -> Record {
+    let b = m.blue_green.clone().unwrap_or_default();
+    Record {
+        step: m.step.clone(),
+        from_version: m.from_version.clone(),
+        to_version: m.to_version.clone(),
+        blue: b.blue,
+        green: b.green,
+        switch_started_at_ms: b.switch_started_at_ms,
+        target_lsn: b.target_lsn,
+        switch_attempts: b.switch_attempts,
+        switched_at_ms: b.switched_at_ms,
+        plain_text_rule: false,
+        failure: m.failure.clone(),
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+struct Upgrade<'a> {
+    pg: &'a PostgresCluster,
+    ctx: &'a Ctx,
+    ns: &'a str,
+    obs: &'a Observed,
+    owner: &'a Owner,
+    m: MajorUpgradeStatus,
+    /// Blue's primary (before the switch: the cluster's).
+    blue_primary: String,
+    /// The target version's catalog entry has SSL.
+    green_tls: bool,
+    /// The record as this round last wrote it: the round's status write
+    /// (which starts from the status read at its beginning) must carry it.
+    saved: std::sync::Mutex<Option<MajorUpgradeStatus>>,
+}
+
+/// One round of a recorded blue/green upgrade.
+pub async fn round(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    ns: &str,
+    obs: &Observed,
+    owner: &Owner,
+    m: MajorUpgradeStatus,
+) -> Result<Round, Error> {
+    let status = pg.status.clone().unwrap_or_default();
+    let target = ctx.images.resolve(&m.to_version).map_err(Error::Validate)?;
+    let blue_primary = m
+        .blue_green
+        .as_ref()
+        .and_then(|b| {
+            let current = status.current_primary.clone()?;
+            b.blue.contains(&current).then_some(current)
+        })
+        .unwrap_or_else(|| m.primary.clone());
+    let u = Upgrade {
+        pg,
+        ctx,
+        ns,
+        obs,
+        owner,
+        green_tls: target.tls,
+        blue_primary,
+        m,
+        saved: std::sync::Mutex::new(None),
+    };
+    let record = record_of(&u.m);
+    let limits = Limits {
+        retention_ms: i64::from(
+            pg.spec
+                .major_upgrade
+                .as_ref()
+                .and_then(|s| s.keep_blue_minutes)
+                .unwrap_or(1440),
+        ) * 60_000,
+        ..Limits::default()
+    };
+    let seen = u.see(&record).await;
+    let next = machine::next(&record, &seen, &limits);
+    let mut round = u.shape(&record, &next).await?;
+    u.act(next, &record, &limits, &mut round).await?;
+    if round.record.is_none() {
+        let saved = u.saved.lock().unwrap_or_else(|e| e.into_inner()).take();
+        round.record = saved.map(Some);
+    }
+    Ok(round)
+}
+
+impl Upgrade<'_> {
+    fn bg(&self) -> BlueGreenStatus {
+        self.m.blue_green.clone().unwrap_or_default()
+    }
+
+    fn on<'b>(&'b self, pod: &'b str) -> On<'b> {
+        On {
+            ctx: self.ctx,
+            ns: self.ns,
+            pod,
+        }
+    }
+
+    fn green_primary(&self) -> String {
+        self.bg().green.first().cloned().unwrap_or_default()
+    }
+
+    /// What the decision looks at; SQL only in the steps that need it.
+    async fn see(&self, r: &Record) -> machine::Seen {
+        let bg = self.bg();
+        let present = |n: &String| self.obs.pods.contains_key(n) || self.obs.pvcs.contains(n);
+        let wanted = self.pg.annotations().get(ANNOTATION).map(String::as_str);
+        let mut seen = machine::Seen {
+            now_ms: now_ms(),
+            size: bg.green.len() as u32,
+            green_ready: bg
+                .green
+                .iter()
+                .filter(|n| {
+                    self.obs
+                        .pods
+                        .get(*n)
+                        .is_some_and(|p| p.ready && !p.deleting)
+                })
+                .count() as u32,
+            blue_left: bg.blue.iter().any(present),
+            green_left: bg.green.iter().any(present),
+            finish_requested: wanted == Some("finish"),
+            rollback_requested: wanted == Some("rollback"),
+            ..machine::Seen::default()
+        };
+        let blue = self.on(&self.blue_primary);
+        match r.step.as_str() {
+            machine::PREPARING_BLUE => {
+                seen.blue_logical = io::wal_level(blue).await.is_ok_and(|l| l == "logical");
+            }
+            machine::CATCHING_UP => {
+                let green_primary = self.green_primary();
+                let green = self.on(&green_primary);
+                let progress = match blue.databases().await {
+                    Ok(dbs) => io::progress(blue, green, &dbs).await,
+                    Err(e) => Err(e),
+                };
+                match progress {
+                    Ok(p) => {
+                        seen.tables_syncing = Some(p.syncing);
+                        seen.lag_bytes = Some(p.lag);
+                        seen.oldest_transaction_secs = Some(p.oldest);
+                        seen.without_identity = p.without_identity;
+                    }
+                    Err(e) => tracing::info!(error = %e, "blue/green: progress not readable"),
+                }
+            }
+            machine::SWITCHING => {
+                if let (Some(lsn), Ok(dbs)) = (r.target_lsn.as_deref(), blue.databases().await) {
+                    seen.target_confirmed =
+                        io::confirmed(blue, lsn, dbs.len()).await.unwrap_or(false);
+                }
+            }
+            _ => {}
+        }
+        seen
+    }
+
+    /// What the rest of the round builds: which side it sees, for which
+    /// version, with `wal_level = logical` and (green without SSL) the
+    /// upgrade role's plain-text rule on blue.
+    async fn shape(&self, r: &Record, next: &Next) -> Result<Round, Error> {
+        let green_side = next.serves_green(r);
+        let version = match green_side {
+            true => &r.to_version,
+            false => &r.from_version,
+        };
+        let run = self.ctx.images.resolve(version).map_err(Error::Validate)?;
+        let eff = Effective {
+            image: run.image.clone(),
+            pgbackrest: run.pgbackrest,
+            tls: run.tls,
+            entry: run,
+        };
+        let mut round = Round {
+            builds_for: Some((version.clone(), eff)),
+            hide: match green_side {
+                true => r.blue.clone(),
+                false => r.green.clone(),
+            },
+            // Blue publishes; green, once it serves, keeps its own template.
+            wal_logical: !green_side,
+            ..Round::default()
+        };
+        let replicating = matches!(
+            r.step.as_str(),
+            machine::CREATING_GREEN | machine::SEEDING | machine::CATCHING_UP | machine::SWITCHING
+        );
+        if replicating && !self.green_tls {
+            round.hba = self.plain_text_rules().await;
+        }
+        if matches!(
+            r.step.as_str(),
+            machine::SEEDING | machine::CATCHING_UP | machine::SWITCHING
+        ) {
+            let why = format!(
+                "a blue/green upgrade to {} replicates rows, not schema changes: run no DDL until it has switched",
+                r.to_version
+            );
+            round.notices.push(("DDLFrozen", "BlueGreenUpgrade", why));
+        }
+        Ok(round)
+    }
+
+    /// Blue lets the upgrade's role in from green's address in plain text.
+    async fn plain_text_rules(&self) -> Vec<String> {
+        let api = Api::<Pod>::namespaced(self.ctx.client.clone(), self.ns);
+        let ip = match api.get_opt(&self.green_primary()).await {
+            Ok(Some(p)) => p.status.and_then(|s| s.pod_ip),
+            _ => None,
+        };
+        let ips: Vec<String> = ip.into_iter().collect();
+        super::blue_green_sql::plain_text_rules(&ips).unwrap_or_default()
+    }
+
+    async fn save(&self, m: &MajorUpgradeStatus, extra: Value) -> Result<(), Error> {
+        let mut v = serde_json::to_value(m)
+            .map_err(|e| Error::Validate(format!("blue/green record: {e}")))?;
+        // Absent options are cleared, not left as they were (merge patch).
+        if let Some(o) = v.as_object_mut() {
+            o.entry("failure").or_insert(Value::Null);
+        }
+        if let Some(b) = v.get_mut("blueGreen").and_then(Value::as_object_mut) {
+            for key in ["switchStartedAtMs", "targetLsn", "switchedAtMs", "stallMs"] {
+                b.entry(key).or_insert(Value::Null);
+            }
+        }
+        let mut patch = json!({ "majorUpgrade": v });
+        if let (Some(p), Some(e)) = (patch.as_object_mut(), extra.as_object()) {
+            p.extend(e.clone());
+        }
+        status_patch(self.ctx, self.pg, patch).await?;
+        *self.saved.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.clone());
+        Ok(())
+    }
+
+    async fn step_to(&self, step: &str) -> Result<MajorUpgradeStatus, Error> {
+        let mut m = self.m.clone();
+        if m.step != step {
+            m.step = step.into();
+            self.save(&m, json!({})).await?;
+        }
+        Ok(m)
+    }
+
+    async fn announce(&self, kind: EventType, reason: &str, note: String) {
+        event(self.ctx, self.pg, kind, reason, note).await;
+    }
+
+    async fn act(
+        &self,
+        next: Next,
+        r: &Record,
+        l: &Limits,
+        round: &mut Round,
+    ) -> Result<(), Error> {
+        let soon = |ms| Some(Action::requeue(Duration::from_millis(ms)));
+        match next {
+            Next::PrepareBlue => round.within = Some(Duration::from_secs(2)),
+            Next::CreateGreen => {
+                self.create_green(r).await?;
+                round.within = Some(Duration::from_secs(2));
+            }
+            Next::Seed => {
+                round.done = self.seed_round(round).await?;
+                round.within = Some(Duration::from_secs(5));
+            }
+            Next::Wait(why) => {
+                round
+                    .notices
+                    .push(("MajorUpgradeProgressing", "BlueGreen", why));
+                round.within = Some(Duration::from_secs(1));
+            }
+            Next::Switch => round.done = Some(self.switch(r, l).await?),
+            Next::Cutover => round.done = Some(self.resume_cutover().await?),
+            Next::UndoSwitch(why) => {
+                self.undo_switch(&why).await?;
+                round.done = soon(500);
+            }
+            Next::Retain => {
+                if self.bg().stall_ms.is_none() {
+                    // A manager stopped mid-cutover: finish its parts.
+                    self.after_switch(None).await?;
+                }
+                let left = r
+                    .switched_at_ms
+                    .map(|t| t + l.retention_ms - now_ms())
+                    .unwrap_or(l.retention_ms)
+                    .clamp(1_000, 3_600_000);
+                round.within = Some(Duration::from_millis(left as u64));
+            }
+            Next::RemoveBlue => {
+                self.remove_blue(r).await?;
+                round.within = Some(Duration::from_secs(1));
+            }
+            Next::Done => {
+                status_patch(self.ctx, self.pg, json!({"majorUpgrade": null})).await?;
+                let note = format!(
+                    "blue/green upgrade {} → {} done; blue removed",
+                    r.from_version, r.to_version
+                );
+                self.announce(EventType::Normal, "MajorUpgradeCompleted", note)
+                    .await;
+                round.record = Some(None);
+            }
+            Next::RollBack(why) => round.done = Some(self.roll_back(r, &why).await?),
+            Next::Blocked(why) => {
+                if self.pg.spec.version != r.to_version {
+                    // The tenant went back to the running version.
+                    status_patch(self.ctx, self.pg, json!({"majorUpgrade": null})).await?;
+                    round.record = Some(None);
+                } else {
+                    round
+                        .notices
+                        .push(("MajorUpgradeBlocked", "UpgradeFailed", why));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Seeds green; on success the step is `CatchingUp` and the round
+    /// looks again soon, else the reason is shown and it tries again.
+    async fn seed_round(&self, round: &mut Round) -> Result<Option<Action>, Error> {
+        let mut m = self.step_to(machine::SEEDING).await?;
+        match self.seed().await {
+            Ok(n) => {
+                m.step = machine::CATCHING_UP.into();
+                self.save(&m, json!({})).await?;
+                let note = format!("green subscribed to blue in {n} databases; catching up");
+                self.announce(EventType::Normal, "BlueGreenSeeded", note)
+                    .await;
+                Ok(Some(Action::requeue(Duration::from_millis(200))))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "blue/green: seeding not done yet");
+                let why = format!("seeding green: {e}");
+                round
+                    .notices
+                    .push(("MajorUpgradeProgressing", "Seeding", why));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Blue's Pods and volumes, then the upgrade's role on green.
+    async fn remove_blue(&self, r: &Record) -> Result<(), Error> {
+        self.step_to(machine::REMOVING_BLUE).await?;
+        self.delete_side(&r.blue).await?;
+        let role = format!(
+            "DROP ROLE IF EXISTS {};\n",
+            crate::postgres::sql::ident(super::blue_green_sql::ROLE)
+        );
+        let green = self.green_primary();
+        let _ = self.on(&green).apply("postgres", role).await;
+        Ok(())
+    }
+
+    /// Green's volume and Pod (idempotent): the new version's image,
+    /// initdb, wanted role primary, kind `green` (no Service selects it).
+    async fn create_green(&self, r: &Record) -> Result<(), Error> {
+        if r.step != machine::CREATING_GREEN {
+            self.step_to(machine::CREATING_GREEN).await?;
+            let note = format!(
+                "blue runs wal_level = logical; creating green ({}) on {}",
+                r.green.join(", "),
+                r.to_version
+            );
+            self.announce(EventType::Normal, "BlueGreenCreatingGreen", note)
+                .await;
+        }
+        let version = r.to_version.as_str();
+        let name = self.green_primary();
+        let Some(ord) = ordinal(&self.owner.name, &name) else {
+            return Ok(());
+        };
+        let mut pg = self.pg.clone();
+        let run = self.ctx.images.resolve(version).map_err(Error::Validate)?;
+        pg.spec.version = version.to_string();
+        pg.spec.image = Some(run.image.clone());
+        if !self.obs.pvcs.contains(&name) {
+            let pvc = build::pvc(self.owner, &pg, ord);
+            ssa::<PersistentVolumeClaim>(self.ctx, self.ns, "PersistentVolumeClaim", &pvc).await?;
+        }
+        if self.obs.pods.contains_key(&name) {
+            return Ok(());
+        }
+        let mut pod = build::pod(self.owner, &pg, ord, Role::Primary, "initdb", &[]);
+        if let Some(labels) = pod.metadata.labels.as_mut() {
+            labels.insert(LABEL_KIND.into(), GREEN.into());
+        }
+        if let Some(h) = &self.obs.config_hash {
+            crate::platform::objects::annotate(&mut pod.metadata, ANN_CONFIG, h);
+        }
+        match Api::<Pod>::namespaced(self.ctx.client.clone(), self.ns)
+            .create(&Default::default(), &pod)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(e) => Err(kerr("create", "Pod", &name)(e)),
+        }
+    }
+
+    async fn seed(&self) -> Result<usize, Error> {
+        let green = self.green_primary();
+        let host = format!("{}-rw", self.owner.name);
+        io::seed(
+            self.on(&self.blue_primary),
+            self.on(&green),
+            &host,
+            !self.green_tls,
+        )
+        .await
+    }
+
+    async fn pause(&self) -> Result<pooler::pause::Paused, Error> {
+        pooler::pause::Paused::pause(&self.ctx.client, self.ns, pooler::live_pods(self.obs)).await
+    }
+
+    /// PAUSE, blue read-only, its last position recorded; green confirms
+    /// it within what is left of the timeout, then the cutover — all in
+    /// this round, while clients wait. Whatever fails before the point of
+    /// no return leaves blue writable before the poolers go on.
+    async fn switch(&self, r: &Record, l: &Limits) -> Result<Action, Error> {
+        let mut m = self.m.clone();
+        m.step = machine::SWITCHING.into();
+        let started = r.switch_started_at_ms.unwrap_or_else(now_ms);
+        if let Some(b) = m.blue_green.as_mut() {
+            b.switch_started_at_ms = Some(started);
+        }
+        self.save(&m, json!({})).await?;
+        let t0 = Instant::now();
+        let paused = self.pause().await?;
+        let blue = self.on(&self.blue_primary);
+        let frozen = async {
+            let lsn = io::freeze(blue).await?;
+            if let Some(b) = m.blue_green.as_mut() {
+                b.target_lsn = Some(lsn.clone());
+            }
+            self.save(&m, json!({})).await?;
+            let dbs = blue.databases().await?;
+            while !io::confirmed(blue, &lsn, dbs.len()).await? {
+                if now_ms() - started >= l.switch_timeout_ms {
+                    return Ok(None);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            io::copy_sequences(blue, self.on(&self.green_primary()), &dbs).await?;
+            Ok::<_, Error>(Some(dbs))
+        };
+        match frozen.await {
+            Ok(Some(dbs)) => self.cut_over(paused, t0, dbs).await,
+            // Timed out: blue writable, clients on; the next round undoes
+            // the record (or rolls back after the last attempt).
+            Ok(None) => {
+                io::thaw(blue).await?;
+                paused.resume().await;
+                Ok(Action::requeue(Duration::from_millis(50)))
+            }
+            Err(e) => {
+                let thawed = io::thaw(blue).await;
+                paused.resume().await;
+                thawed?;
+                Err(e)
+            }
+        }
+    }
+
+    /// A switch found confirmed after a restart (the poolers may still be
+    /// paused): sequences again (idempotent), then the cutover.
+    async fn resume_cutover(&self) -> Result<Action, Error> {
+        let paused = self.pause().await?;
+        let t0 = Instant::now();
+        let blue = self.on(&self.blue_primary);
+        let copied = async {
+            let dbs = blue.databases().await?;
+            io::copy_sequences(blue, self.on(&self.green_primary()), &dbs).await?;
+            Ok::<_, Error>(dbs)
+        };
+        match copied.await {
+            Ok(dbs) => self.cut_over(paused, t0, dbs).await,
+            Err(e) => {
+                let thawed = io::thaw(blue).await;
+                paused.resume().await;
+                thawed?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Green has all of blue, sequences too: the point of no return is
+    /// written, then the Services and the poolers move to green.
+    async fn cut_over(
+        &self,
+        paused: pooler::pause::Paused,
+        t0: Instant,
+        dbs: Vec<String>,
+    ) -> Result<Action, Error> {
+        let green = self.green_primary();
+        let mut m = self.m.clone();
+        m.step = machine::SWITCHED.into();
+        if let Some(b) = m.blue_green.as_mut() {
+            b.switched_at_ms = Some(now_ms());
+        }
+        let primary = json!({"currentPrimary": green, "targetPrimary": green});
+        self.save(&m, primary).await?;
+        self.relabel().await?;
+        self.follow().await?;
+        paused.resume().await;
+        let stall = t0.elapsed().as_millis() as i64;
+        tracing::info!(cluster = %self.owner.name, stall_ms = stall, "blue/green: switched to green");
+        self.finish_switch(&mut m, Some(dbs), stall).await?;
+        let note = format!(
+            "switched to {green} on {}; writes paused {stall} ms; blue ({}) kept fenced",
+            m.to_version,
+            self.bg().blue.join(", ")
+        );
+        self.announce(EventType::Normal, "MajorUpgradeSwitched", note)
+            .await;
+        Ok(Action::requeue(Duration::from_millis(200)))
+    }
+
+    /// The parts of a cutover after the point of no return, repeated by a
+    /// manager that finds `Switched` without a measured stall.
+    async fn after_switch(&self, dbs: Option<Vec<String>>) -> Result<(), Error> {
+        self.relabel().await?;
+        self.follow().await?;
+        let pods = pooler::live_pods(self.obs);
+        pooler::pause::admin(&self.ctx.client, self.ns, &pods, "RESUME").await;
+        let mut m = self.m.clone();
+        self.finish_switch(&mut m, dbs, -1).await
+    }
+
+    async fn finish_switch(
+        &self,
+        m: &mut MajorUpgradeStatus,
+        dbs: Option<Vec<String>>,
+        stall: i64,
+    ) -> Result<(), Error> {
+        let bg = self.bg();
+        for pod in &bg.blue {
+            let _ = crate::postgres::exec::run_verb(
+                &self.ctx.client,
+                self.ns,
+                pod,
+                &["fence"],
+                Duration::from_secs(60),
+            )
+            .await;
+        }
+        let green = self.green_primary();
+        let dbs = match dbs {
+            Some(d) => d,
+            None => self.on(&green).databases().await?,
+        };
+        io::detach(self.on(&green), &dbs).await?;
+        if let Some(b) = m.blue_green.as_mut() {
+            b.stall_ms = Some(stall);
+        }
+        self.save(m, json!({})).await
+    }
+
+    /// Green's Pod into the Services (kind `instance`, primary), blue's out.
+    async fn relabel(&self) -> Result<(), Error> {
+        let api = Api::<Pod>::namespaced(self.ctx.client.clone(), self.ns);
+        let set = |kind: &str, role: Role| json!({"metadata": {"labels": {LABEL_KIND: kind, LABEL_ROLE: role}}});
+        let mut patches = vec![(self.green_primary(), set("instance", Role::Primary))];
+        for pod in self.bg().blue {
+            patches.push((pod, set(RETIRED, Role::Fenced)));
+        }
+        for (pod, patch) in patches {
+            match api
+                .patch(&pod, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(kerr("relabel", "Pod", &pod)(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The running poolers talk to green the way green's image can.
+    async fn follow(&self) -> Result<(), Error> {
+        let to = match self.green_tls {
+            true => pooler::Upstream::own(self.owner),
+            false => pooler::Upstream::own_plain(self.owner),
+        };
+        pooler::apply::follow(self.ctx, self.ns, self.obs, &to).await
+    }
+
+    /// Timed out: blue takes writes again, the poolers go on, and the
+    /// switch is tried again from `CatchingUp`.
+    async fn undo_switch(&self, why: &str) -> Result<(), Error> {
+        io::thaw(self.on(&self.blue_primary)).await?;
+        let pods = pooler::live_pods(self.obs);
+        pooler::pause::admin(&self.ctx.client, self.ns, &pods, "RESUME").await;
+        let mut m = self.m.clone();
+        m.step = machine::CATCHING_UP.into();
+        if let Some(b) = m.blue_green.as_mut() {
+            b.switch_attempts += 1;
+            b.switch_started_at_ms = None;
+            b.target_lsn = None;
+        }
+        self.save(&m, json!({})).await?;
+        let note = format!("switch undone, blue takes writes again: {why}");
+        self.announce(EventType::Warning, "BlueGreenSwitchUndone", note)
+            .await;
+        Ok(())
+    }
+
+    /// Before the switch only: blue as it was, green and what the upgrade
+    /// made on blue gone; the reason stays.
+    async fn roll_back(&self, r: &Record, why: &str) -> Result<Action, Error> {
+        let mut m = self.m.clone();
+        if m.step != machine::ROLLING_BACK {
+            m.step = machine::ROLLING_BACK.into();
+            m.failure = Some(format!(
+                "blue/green upgrade rolled back, still on {}: {why}",
+                r.from_version
+            ));
+            self.save(&m, json!({})).await?;
+            self.announce(
+                EventType::Warning,
+                "MajorUpgradeRolledBack",
+                why.to_string(),
+            )
+            .await;
+        }
+        let blue = self.on(&self.blue_primary);
+        if r.switch_started_at_ms.is_some() || r.step == machine::SWITCHING {
+            io::thaw(blue).await?;
+            let pods = pooler::live_pods(self.obs);
+            pooler::pause::admin(&self.ctx.client, self.ns, &pods, "RESUME").await;
+        }
+        let dbs = blue.databases().await?;
+        let green = self.green_primary();
+        if self.obs.pods.get(&green).is_some_and(|p| p.ready) {
+            for db in &dbs {
+                let drop = super::blue_green_sql::drop_subscription(db);
+                let _ = self.on(&green).apply(db, drop).await;
+            }
+        }
+        io::clean_blue(blue, &dbs).await?;
+        self.delete_side(&r.green).await?;
+        if !r
+            .green
+            .iter()
+            .any(|n| self.obs.pods.contains_key(n) || self.obs.pvcs.contains(n))
+        {
+            m.step = machine::ROLLED_BACK.into();
+            self.save(&m, json!({})).await?;
+        }
+        Ok(Action::requeue(Duration::from_secs(1)))
+    }
+
+    async fn delete_side(&self, names: &[String]) -> Result<(), Error> {
+        let pods = Api::<Pod>::namespaced(self.ctx.client.clone(), self.ns);
+        let pvcs = Api::<PersistentVolumeClaim>::namespaced(self.ctx.client.clone(), self.ns);
+        for n in names {
+            gone(pods.delete(n, &DeleteParams::default()).await, "Pod", n)?;
+            gone(
+                pvcs.delete(n, &DeleteParams::default()).await,
+                "PersistentVolumeClaim",
+                n,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn gone<T>(r: Result<T, kube::Error>, kind: &'static str, name: &str) -> Result<(), Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(kerr("delete", kind, name)(e)),
+    }
+}

@@ -112,3 +112,88 @@ async fn blue_green_through_the_pooler_fails_no_transaction() {
         );
     }
 }
+
+/// A table without a replica identity cannot be replicated row by row:
+/// the guardrail rolls the upgrade back before anything switches, naming
+/// the table, and blue runs on as before — writable, schema changes
+/// allowed again, green gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_table_without_a_primary_key_rolls_back_with_no_change() {
+    common::init_tracing();
+    let e = Env::start("bg-rb").await;
+    e.create(
+        "rb",
+        serde_json::json!({"clusterSize": 2, "version": "15", "enableSuperuserAccess": true,
+            "majorUpgrade": {"method": "blueGreen"}}),
+    )
+    .await;
+    let primary = e.wait_healthy("rb", 2).await;
+    let (rw, pw) = e.setup_table("rb").await;
+    let c = connect(&rw, 5432, &pw).await.unwrap();
+    c.batch_execute(
+        "CREATE TABLE events (at timestamptz, what text); INSERT INTO events VALUES (now(), 'one')",
+    )
+    .await
+    .unwrap();
+    drop(c);
+    set_version(&e, "rb", "18").await;
+    let seen = std::sync::Mutex::new((vec![], None));
+    e.wait("the upgrade rolled back", UPGRADE, || async {
+        let st = e.status("rb").await;
+        note_step(&st, &mut seen.lock().unwrap());
+        let blocked = st
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "MajorUpgradeBlocked");
+        st.major_upgrade
+            .as_ref()
+            .is_some_and(|m| m.step == "RolledBack")
+            && blocked
+    })
+    .await;
+    let st = e.status("rb").await;
+    let m = st.major_upgrade.clone().unwrap();
+    let why = m.failure.clone().unwrap_or_default();
+    assert!(
+        why.contains("events") && why.contains("replica identity"),
+        "{why}"
+    );
+    assert_eq!(st.current_version.as_deref(), Some("15"));
+    let cond = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "MajorUpgradeBlocked")
+        .map(|c| c.message.clone());
+    assert!(
+        cond.is_some_and(|m| m.contains("events")),
+        "{:?}",
+        st.conditions
+    );
+    // Green is gone; blue answers writes and schema changes, on 15.
+    let green = &m.blue_green.unwrap().green[0];
+    e.wait("green removed", Duration::from_secs(120), || async {
+        e.pods().get_opt(green).await.unwrap().is_none()
+    })
+    .await;
+    let c = connect(&rw, 5432, &pw).await.unwrap();
+    c.batch_execute("INSERT INTO marks VALUES (1); ALTER TABLE events ADD PRIMARY KEY (at)")
+        .await
+        .unwrap();
+    let version: String = c
+        .query_one("SHOW server_version", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(version.starts_with("15"), "{version}");
+    let slots: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'pgfleet_bg_%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0, "the upgrade's slots were left on blue");
+    assert!(e.status("rb").await.current_primary.is_some());
+    eprintln!("rolled back: {why} (primary was {primary})");
+}

@@ -6,7 +6,9 @@
 //! initialised beforehand; `major_upgrade_floor.sh`). Figures and their
 //! ratio are printed, with the timeline of the upgrade's steps
 //! (`status.majorUpgrade.step`) against the writer's window, so the time
-//! inside the window can be placed; nothing is asserted.
+//! inside the window can be placed; nothing is asserted. Then blue/green
+//! upgrades through the pooler against a PAUSE/RESUME floor
+//! (`major_upgrade_bg.rs`).
 
 use crate::testkit::pg;
 use crate::testkit::process::{ProcessEnv, ProcessOptions};
@@ -30,61 +32,87 @@ pub struct Args {
     /// Upgrades to measure (one PostgresCluster each, each with its floor).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
+    /// Blue/green upgrades to measure (through the pooler, each next to a
+    /// PAUSE/RESUME floor on the same pooler); 0 skips them.
+    #[arg(long, default_value_t = 5)]
+    pub blue_green_runs: usize,
     /// Where the embedded cluster keeps its state (a temp dir by default).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
 }
 
-const NS: &str = "bench";
+pub(super) const NS: &str = "bench";
 const FLOOR_PORT: &str = "55433";
 const FLOOR: &str = include_str!("major_upgrade_floor.sh");
-const LIMIT: Duration = Duration::from_secs(1200);
+pub(super) const LIMIT: Duration = Duration::from_secs(1200);
 
 /// Writes one row per transaction, reconnecting after errors, and keeps the
 /// time of every acknowledged write.
-struct Writer {
+pub(super) struct Writer {
     acked: Arc<Mutex<Vec<Instant>>>,
+    /// Writes sent on an open session that did not succeed (a refused
+    /// connection is downtime, not a failed transaction).
+    pub(super) failed: Arc<std::sync::atomic::AtomicU64>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Writer {
     fn start(host: String, port: u16, pw: String) -> Writer {
+        Writer::start_as(host, port, "postgres", pw)
+    }
+
+    /// As `user` (through a pooler: the application's role).
+    pub(super) fn start_as(host: String, port: u16, user: &str, pw: String) -> Writer {
         let acked = Arc::new(Mutex::new(Vec::new()));
+        let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (a, s) = (acked.clone(), stop.clone());
+        let (a, f, s, user) = (acked.clone(), failed.clone(), stop.clone(), user.to_owned());
         let task = tokio::spawn(async move {
             let mut conn: Option<tokio_postgres::Client> = None;
             while !s.load(std::sync::atomic::Ordering::Relaxed) {
                 if conn.as_ref().is_none_or(|c| c.is_closed()) {
                     let timeout = Duration::from_millis(500);
-                    conn = pg::connect(&host, port, &pw, timeout).await.ok();
+                    conn = pg::connect_as(&host, port, &user, &pw, timeout).await.ok();
                 }
                 let Some(c) = conn.as_ref() else {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 };
                 let write = c.batch_execute("INSERT INTO probe VALUES (now())");
-                match tokio::time::timeout(Duration::from_secs(1), write).await {
+                match tokio::time::timeout(Duration::from_secs(10), write).await {
                     Ok(Ok(())) => a
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .push(Instant::now()),
-                    _ => conn = None,
+                    _ => {
+                        f.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        conn = None
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });
-        Writer { acked, stop, task }
+        Writer {
+            acked,
+            failed,
+            stop,
+            task,
+        }
     }
 
-    fn count(&self) -> usize {
+    /// When each acknowledged write returned, so far.
+    pub(super) fn acked_times(&self) -> Vec<Instant> {
+        self.acked.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
+    pub(super) fn count(&self) -> usize {
         self.acked.lock().map(|a| a.len()).unwrap_or_default()
     }
 
     /// Stops; the longest gap between acknowledged writes after `from`, as
     /// (last ok before, first ok after).
-    async fn stop(self, from: Instant) -> Option<(Instant, Instant)> {
+    pub(super) async fn stop(self, from: Instant) -> Option<(Instant, Instant)> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self.task.await;
         let acked = self.acked.lock().map(|a| a.clone()).unwrap_or_default();
@@ -98,8 +126,8 @@ impl Writer {
 
 pub async fn run(args: Args) -> Result<()> {
     ensure!(
-        args.instances >= 1 && args.runs >= 1,
-        "--instances and --runs must be at least 1"
+        args.instances >= 1 && args.runs + args.blue_green_runs >= 1,
+        "--instances must be at least 1, and something must run"
     );
     let catalog = crate::config::catalog::builtin();
     let bin = |v: &str| -> Result<String> {
@@ -118,7 +146,13 @@ pub async fn run(args: Args) -> Result<()> {
         extra_toml: String::new(),
     })
     .await?;
-    let result = measure(&b, &args, [&old, &new]).await;
+    let mut result = Ok(());
+    if args.runs > 0 {
+        result = measure(&b, &args, [&old, &new]).await;
+    }
+    if result.is_ok() && args.blue_green_runs > 0 {
+        result = super::major_upgrade_bg::measure(&b, args.blue_green_runs).await;
+    }
     drop(b);
     if owned {
         // The instances stop with the manager; their files go after.
@@ -178,7 +212,7 @@ async fn measure(b: &ProcessEnv, args: &Args, bins: [&str; 2]) -> Result<()> {
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     match v.len() {
         0 => f64::NAN,
@@ -288,7 +322,7 @@ async fn in_place(
     Ok((z.duration_since(a).as_secs_f64() * 1000.0, timeline))
 }
 
-async fn wait_for(ok: impl Fn() -> bool, what: &str) -> Result<()> {
+pub(super) async fn wait_for(ok: impl Fn() -> bool, what: &str) -> Result<()> {
     let t = Instant::now();
     while !ok() {
         ensure!(t.elapsed() < LIMIT, "{what}: nothing within {LIMIT:?}");

@@ -10,6 +10,7 @@ pub mod failover;
 mod failover_node;
 pub mod fleet;
 pub mod major_upgrade;
+mod major_upgrade_bg;
 pub mod rollout;
 mod switchover;
 

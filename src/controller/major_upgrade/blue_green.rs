@@ -232,9 +232,12 @@ fn failure(r: &Record) -> String {
 /// and UPDATE/DELETE on it fail on blue while it is published.
 fn catch_up(s: &Seen, l: &Limits) -> Next {
     if let Some(t) = s.without_identity.first() {
-        let more = s.without_identity.len() - 1;
+        let more = match s.without_identity.len() - 1 {
+            0 => String::new(),
+            n => format!(" (and {n} more)"),
+        };
         return Next::RollBack(format!(
-            "table {t} (and {more} more) has no replica identity (no primary key): add one, or use method inPlace"
+            "table {t}{more} has no replica identity (no primary key): add one, or use method inPlace"
         ));
     }
     match (s.tables_syncing, s.lag_bytes, s.oldest_transaction_secs) {

@@ -367,6 +367,10 @@ impl Upgrade<'_> {
             }
             Next::RollBack(why) => round.done = Some(self.roll_back(r, &why).await?),
             Next::Blocked(why) => {
+                if r.step == machine::ROLLING_BACK {
+                    // Green is gone: the rollback is complete.
+                    self.step_to(machine::ROLLED_BACK).await?;
+                }
                 if self.pg.spec.version != r.to_version {
                     // The tenant went back to the running version.
                     status_patch(self.ctx, self.pg, json!({"majorUpgrade": null})).await?;
@@ -706,15 +710,8 @@ impl Upgrade<'_> {
             }
         }
         io::clean_blue(blue, &dbs).await?;
+        // The next round finds green gone and records `RolledBack`.
         self.delete_side(&r.green).await?;
-        if !r
-            .green
-            .iter()
-            .any(|n| self.obs.pods.contains_key(n) || self.obs.pvcs.contains(n))
-        {
-            m.step = machine::ROLLED_BACK.into();
-            self.save(&m, json!({})).await?;
-        }
         Ok(Action::requeue(Duration::from_secs(1)))
     }
 

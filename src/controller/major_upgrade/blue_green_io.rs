@@ -48,9 +48,11 @@ impl On<'_> {
         })
     }
 
-    /// Statements in `db`, each in its own transaction (psql `-f`).
+    /// Statements in `db`, each in its own transaction (psql `-f`); the
+    /// session may change schemas while blue's DDL is frozen.
     pub async fn apply(&self, db: &str, sql: String) -> Result<(), Error> {
         let verb = ["apply-sql", "--db", db];
+        let sql = format!("SET {ALLOW_DDL} = 'on';\n{sql}");
         run_verb_stdin(&self.ctx.client, self.ns, self.pod, &verb, sql, LONG).await?;
         Ok(())
     }
@@ -74,6 +76,38 @@ impl On<'_> {
 pub async fn wal_level(on: On<'_>) -> Result<String, Error> {
     on.json("postgres", "SELECT to_json(current_setting('wal_level'))")
         .await
+}
+
+/// The setting a session of the upgrade itself carries past the freeze.
+const ALLOW_DDL: &str = "pgfleet.bluegreen_ddl";
+/// Where blue's freeze lives, per database (never copied to green: it is
+/// made after the database's schema was).
+const FREEZE_SCHEMA: &str = "pgfleet_bluegreen";
+
+/// Schema changes on blue refused while green replicates it: logical
+/// replication carries rows, not DDL, so a table changed on blue alone
+/// would stop the subscription (or lose the change at the switch). An
+/// event trigger, so the error names the reason; the upgrade's own
+/// sessions set [`ALLOW_DDL`]. Idempotent.
+fn freeze_ddl() -> String {
+    let (s, allow) = (ident(FREEZE_SCHEMA), literal(ALLOW_DDL));
+    format!(
+        "CREATE SCHEMA IF NOT EXISTS {s};\n\
+CREATE OR REPLACE FUNCTION {s}.ddl_frozen() RETURNS event_trigger LANGUAGE plpgsql AS $pgfleet$ BEGIN \
+IF coalesce(current_setting({allow}, true), '') <> 'on' THEN RAISE EXCEPTION \
+'schema changes are frozen during a blue/green major upgrade (condition DDLFrozen): run them after the switch'; \
+END IF; END $pgfleet$;\n\
+DO $pgfleet$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'pgfleet_bluegreen_ddl') THEN \
+CREATE EVENT TRIGGER pgfleet_bluegreen_ddl ON ddl_command_start EXECUTE FUNCTION {s}.ddl_frozen(); END IF; END $pgfleet$;\n"
+    )
+}
+
+/// Undoes [`freeze_ddl`] (a rollback).
+fn thaw_ddl() -> String {
+    format!(
+        "DROP EVENT TRIGGER IF EXISTS pgfleet_bluegreen_ddl;\nDROP SCHEMA IF EXISTS {} CASCADE;\n",
+        ident(FREEZE_SCHEMA)
+    )
 }
 
 /// Marks a database of green as seeded, in the transaction that applied
@@ -161,6 +195,10 @@ ALTER ROLE {r} WITH LOGIN REPLICATION PASSWORD {v};\nGRANT pg_read_all_data TO {
                 .apply(db, bg::create_subscription(&source, transport))
                 .await?;
         }
+    }
+    // Last, once every schema is on green: a dump never carries it.
+    for db in &databases {
+        blue.apply(db, freeze_ddl()).await?;
     }
     Ok(databases.len())
 }
@@ -263,8 +301,8 @@ pub async fn detach(green: On<'_>, dbs: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
-/// A rollback's cleanup of blue: the subscriptions' slots, publications
-/// and the upgrade's role.
+/// A rollback's cleanup of blue: the subscriptions' slots, publications,
+/// the DDL freeze and the upgrade's role.
 pub async fn clean_blue(blue: On<'_>, dbs: &[String]) -> Result<(), Error> {
     let drop_slots = format!(
         "SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots \
@@ -274,6 +312,7 @@ WHERE starts_with(slot_name, {}) AND NOT active;\n",
     blue.apply("postgres", drop_slots).await?;
     for db in dbs {
         blue.apply(db, bg::drop_publication()).await?;
+        blue.apply(db, thaw_ddl()).await?;
     }
     let role = format!("DROP ROLE IF EXISTS {};\n", ident(bg::ROLE));
     blue.apply("postgres", role).await

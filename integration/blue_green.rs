@@ -100,6 +100,11 @@ async fn blue_green_through_the_pooler_fails_no_transaction() {
         .get(0);
     assert!(id > 500, "new id {id} collides with blue's");
 
+    // Backups carried over: the repository's stanza upgraded on green and
+    // a full backup of 18 taken (green's primary archives into it).
+    let full = crate::major_upgrade_backups::completed(&e, "bg-major-18", "bg-3").await;
+    eprintln!("full backup after the switch: {full:?}");
+
     // Blue is gone (keepBlueMinutes 0) and green has its replica again.
     e.wait_healthy("bg", 2).await;
     let st = e.status("bg").await;

@@ -20,7 +20,11 @@ use std::time::Duration;
 
 /// Waits for a backup to complete; a failed one panics with the log of the
 /// instance that ran it (pgBackRest's and PostgreSQL's own words).
-async fn completed(e: &Env, name: &str, pod: &str) -> pgfleet::crd::backup::PostgresBackupStatus {
+pub(crate) async fn completed(
+    e: &Env,
+    name: &str,
+    pod: &str,
+) -> pgfleet::crd::backup::PostgresBackupStatus {
     let start = std::time::Instant::now();
     loop {
         let st = backup_status(e, name).await;

@@ -26,6 +26,9 @@ prepare)
   rm -f "$f/old/standby.signal" "$f/old/recovery.signal"
   : > "$f/old/postgresql.auto.conf"
   [ ! -e "$f/old/pgfleet.conf" ] || : > "$f/old/pgfleet.conf"
+  # Without pgfleet's settings the copy has no TLS: its TLS-only rules
+  # read as plain-text ones (as instance.sh does for an image without SSL).
+  sed -i -e 's/^hostssl /host /' -e '/^hostnossl all all all reject$/d' "$f/old/pg_hba.conf"
   "$old/pg_ctl" -D "$f/old" -w -l "$f/old.log" -o "$opts" start >/dev/null
   set -- $("$old/psql" -h "$sock" -p "$port" -U postgres -XAtq -F ' ' -c \
     "SELECT pg_encoding_to_char(encoding), datcollate, datctype FROM pg_database WHERE datname = 'template1'")

@@ -66,6 +66,10 @@ pub struct MajorUpgradeStatus {
     /// to the new version (a PostgresBackup in the same namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<String>,
+    /// The W3C trace context of the upgrade's root span: every round's
+    /// step joins that one trace, across manager restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     /// A blue/green upgrade's own progress (absent for `inPlace`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blue_green: Option<BlueGreenStatus>,

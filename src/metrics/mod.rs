@@ -52,6 +52,21 @@ pub struct ErrorLabel {
     pub category: String,
 }
 
+/// A member cluster, a major upgrade's method and how it ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpgradeLabel {
+    pub cluster: String,
+    pub method: String,
+    pub outcome: String,
+}
+
+/// A member cluster and a major upgrade's method.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabel {
+    pub cluster: String,
+    pub method: String,
+}
+
 /// A member cluster and one of its connection states.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
@@ -73,6 +88,8 @@ pub struct Metrics {
     pub failover_duration: HistogramFamily<ClusterLabel>,
     pub switchovers: Family<ClusterLabel, Counter>,
     pub switchover_duration: HistogramFamily<ClusterLabel>,
+    pub major_upgrades: Family<UpgradeLabel, Counter>,
+    pub major_upgrade_stall: HistogramFamily<MethodLabel>,
     pub rollout_pgcs: Family<RolloutStageLabel, Gauge>,
     pub rollout_state: Family<RolloutStateLabel, Gauge>,
     pub pgcs: std::sync::Arc<pgc::Store>,
@@ -92,6 +109,11 @@ fn operation_buckets() -> Histogram {
     Histogram::new(exponential_buckets(0.25, 2.0, 12))
 }
 
+/// Write stalls and downtimes of major upgrades: 50 ms … ~7 min.
+fn stall_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.05, 2.0, 14))
+}
+
 impl Metrics {
     fn new() -> Self {
         let mut registry = Registry::default();
@@ -105,6 +127,8 @@ impl Metrics {
             failover_duration: Family::new_with_constructor(operation_buckets),
             switchovers: Family::default(),
             switchover_duration: Family::new_with_constructor(operation_buckets),
+            major_upgrades: Family::default(),
+            major_upgrade_stall: Family::new_with_constructor(stall_buckets),
             rollout_pgcs: Family::default(),
             rollout_state: Family::default(),
             pgcs: std::sync::Arc::default(),
@@ -159,6 +183,16 @@ impl Metrics {
             "pgfleet_switchover_duration_seconds",
             "Switchover requested to completed",
             m.switchover_duration.clone(),
+        );
+        r.register(
+            "pgfleet_major_upgrades",
+            "Major upgrades that ended, by method (inPlace, blueGreen) and outcome (completed, rolled_back, failed)",
+            m.major_upgrades.clone(),
+        );
+        r.register(
+            "pgfleet_major_upgrade_stall_seconds",
+            "Writes held by a completed major upgrade: inPlace stop to new primary serving, blueGreen the cutover's pause",
+            m.major_upgrade_stall.clone(),
         );
         r.register(
             "pgfleet_rollout_postgresclusters",

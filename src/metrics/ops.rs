@@ -1,9 +1,9 @@
-//! Failovers and switchovers: counted and timed where they complete
+//! Failovers, switchovers and major upgrades: counted and timed where they complete
 //! (`controller/failover/execute.rs`, `controller/switchover/execute.rs`), per member cluster
 //! (per-PostgresCluster history is in its status: `lastFailover`,
 //! `lastSwitchover`).
 
-use super::{ClusterLabel, get};
+use super::{ClusterLabel, MethodLabel, UpgradeLabel, get};
 
 /// A failover completed in `cluster`; `duration_ms` is detection → rewired.
 pub fn failover_completed(cluster: &str, duration_ms: Option<i64>) {
@@ -28,6 +28,29 @@ pub fn switchover_completed(cluster: &str, requested_at: Option<&str>) {
         .map(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_milliseconds());
     if let Some(ms) = took.filter(|ms| *ms >= 0) {
         m.switchover_duration
+            .get_or_create(&l)
+            .observe(ms as f64 / 1000.0);
+    }
+}
+
+/// A major upgrade of `method` ended in `cluster` with `outcome`
+/// (`completed`, `rolled_back`, `failed`); `stall_ms` is how long writes
+/// were held (in place: the downtime; blue/green: the cutover's pause).
+pub fn major_upgrade_ended(cluster: &str, method: &str, outcome: &str, stall_ms: Option<i64>) {
+    let m = get();
+    m.major_upgrades
+        .get_or_create(&UpgradeLabel {
+            cluster: cluster.to_string(),
+            method: method.to_string(),
+            outcome: outcome.to_string(),
+        })
+        .inc();
+    if let Some(ms) = stall_ms.filter(|ms| *ms >= 0) {
+        let l = MethodLabel {
+            cluster: cluster.to_string(),
+            method: method.to_string(),
+        };
+        m.major_upgrade_stall
             .get_or_create(&l)
             .observe(ms as f64 / 1000.0);
     }

@@ -14,13 +14,13 @@
 
 use super::blue_green::{self as machine, Limits, Next, Record};
 use super::blue_green_io::{self as io, On};
-use super::execute::Round;
+use super::execute::{GreenInstance, Round};
 use crate::controller::Ctx;
-use crate::controller::build::{self, ANN_CONFIG, LABEL_KIND, LABEL_ROLE, Owner};
+use crate::controller::build::{LABEL_KIND, LABEL_ROLE, Owner};
 use crate::controller::image_policy::Effective;
 use crate::controller::plan::{Observed, ordinal};
 use crate::controller::pooler;
-use crate::controller::reconcile::{Error, event, kerr, ssa};
+use crate::controller::reconcile::{Error, event, kerr};
 use crate::controller::record::status_patch;
 use crate::crd::major_upgrade::{BlueGreenStatus, MajorUpgradeStatus};
 use crate::crd::{PostgresCluster, Role};
@@ -147,6 +147,14 @@ pub async fn round(
 impl Upgrade<'_> {
     fn bg(&self) -> BlueGreenStatus {
         self.m.blue_green.clone().unwrap_or_default()
+    }
+
+    /// The record as this round last wrote it, else as it began: every
+    /// change starts from it, so a later write never puts back an earlier
+    /// step.
+    fn latest(&self) -> MajorUpgradeStatus {
+        let saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+        saved.clone().unwrap_or_else(|| self.m.clone())
     }
 
     fn on<'b>(&'b self, pod: &'b str) -> On<'b> {
@@ -297,7 +305,7 @@ impl Upgrade<'_> {
     }
 
     async fn step_to(&self, step: &str) -> Result<MajorUpgradeStatus, Error> {
-        let mut m = self.m.clone();
+        let mut m = self.latest();
         if m.step != step {
             m.step = step.into();
             self.save(&m, json!({})).await?;
@@ -317,10 +325,16 @@ impl Upgrade<'_> {
         round: &mut Round,
     ) -> Result<(), Error> {
         let soon = |ms| Some(Action::requeue(Duration::from_millis(ms)));
+        let switched = matches!(r.step.as_str(), machine::SWITCHED | machine::REMOVING_BLUE);
+        if switched && self.bg().stall_ms.is_none() {
+            // A manager stopped mid-cutover (the poolers may still be
+            // paused): finish its parts first, whatever comes next.
+            self.after_switch(None).await?;
+        }
         match next {
             Next::PrepareBlue => round.within = Some(Duration::from_secs(2)),
             Next::CreateGreen => {
-                self.create_green(r).await?;
+                self.create_green(r, round).await?;
                 round.within = Some(Duration::from_secs(2));
             }
             Next::Seed => {
@@ -339,37 +353,20 @@ impl Upgrade<'_> {
                 self.undo_switch(&why).await?;
                 round.done = soon(500);
             }
-            Next::Retain => {
-                if self.bg().stall_ms.is_none() {
-                    // A manager stopped mid-cutover: finish its parts.
-                    self.after_switch(None).await?;
-                }
-                let left = r
-                    .switched_at_ms
-                    .map(|t| t + l.retention_ms - now_ms())
-                    .unwrap_or(l.retention_ms)
-                    .clamp(1_000, 3_600_000);
-                round.within = Some(Duration::from_millis(left as u64));
-            }
+            Next::Retain => self.retain(r, l, round).await?,
             Next::RemoveBlue => {
                 self.remove_blue(r).await?;
+                self.backups_or_notice(r, round).await;
                 round.within = Some(Duration::from_secs(1));
             }
-            Next::Done => {
-                status_patch(self.ctx, self.pg, json!({"majorUpgrade": null})).await?;
-                let note = format!(
-                    "blue/green upgrade {} → {} done; blue removed",
-                    r.from_version, r.to_version
-                );
-                self.announce(EventType::Normal, "MajorUpgradeCompleted", note)
-                    .await;
-                round.record = Some(None);
-            }
+            Next::Done => self.done(r, round).await?,
             Next::RollBack(why) => round.done = Some(self.roll_back(r, &why).await?),
             Next::Blocked(why) => {
                 if r.step == machine::ROLLING_BACK {
                     // Green is gone: the rollback is complete.
                     self.step_to(machine::ROLLED_BACK).await?;
+                    let m = &self.ctx.member;
+                    crate::metrics::ops::major_upgrade_ended(m, "blueGreen", "rolled_back", None);
                 }
                 if self.pg.spec.version != r.to_version {
                     // The tenant went back to the running version.
@@ -409,6 +406,70 @@ impl Upgrade<'_> {
         }
     }
 
+    /// `Switched`, kept: backups carried over, and the round looks again
+    /// when the retention ends.
+    async fn retain(&self, r: &Record, l: &Limits, round: &mut Round) -> Result<(), Error> {
+        self.backups_or_notice(r, round).await;
+        let left = r
+            .switched_at_ms
+            .map(|t| t + l.retention_ms - now_ms())
+            .unwrap_or(l.retention_ms)
+            .clamp(1_000, 3_600_000);
+        round.within = Some(Duration::from_millis(left as u64));
+        Ok(())
+    }
+
+    /// Blue is gone: the record goes — once the backups are carried over
+    /// (the record keeps the backup's name until it was asked for).
+    async fn done(&self, r: &Record, round: &mut Round) -> Result<(), Error> {
+        if !self.backups_or_notice(r, round).await {
+            round.within = Some(Duration::from_secs(10));
+            return Ok(());
+        }
+        status_patch(self.ctx, self.pg, json!({"majorUpgrade": null})).await?;
+        let note = format!(
+            "blue/green upgrade {} → {} done; blue removed",
+            r.from_version, r.to_version
+        );
+        self.announce(EventType::Normal, "MajorUpgradeCompleted", note)
+            .await;
+        let stall = self.bg().stall_ms;
+        let member = &self.ctx.member;
+        crate::metrics::ops::major_upgrade_ended(member, "blueGreen", "completed", stall);
+        round.record = Some(None);
+        Ok(())
+    }
+
+    /// [`Self::carry_backups`], its failure shown as `BackupsUnavailable`;
+    /// whether they are carried over.
+    async fn backups_or_notice(&self, r: &Record, round: &mut Round) -> bool {
+        match self.carry_backups(r).await {
+            Ok(()) => true,
+            Err(why) => {
+                tracing::warn!(error = %why, "blue/green: backups not carried over yet");
+                round
+                    .notices
+                    .push(("BackupsUnavailable", "StanzaUpgradeFailed", why));
+                false
+            }
+        }
+    }
+
+    /// As after an in-place upgrade (`backups.rs`): the repository's stanza
+    /// upgraded on green's primary, then a full backup of the new version
+    /// asked for; once, recorded in `status.majorUpgrade.backup`.
+    async fn carry_backups(&self, r: &Record) -> Result<(), String> {
+        if self.latest().backup.is_some() || !super::backups::applies(self.ctx, &r.to_version) {
+            return Ok(());
+        }
+        let mut m = self.latest();
+        m.primary = self.green_primary();
+        let name = super::backups::carry_over(self.ctx, self.pg, self.ns, &m).await?;
+        m.backup = Some(name);
+        m.primary = self.latest().primary;
+        self.save(&m, json!({})).await.map_err(|e| e.to_string())
+    }
+
     /// Blue's Pods and volumes, then the upgrade's role on green.
     async fn remove_blue(&self, r: &Record) -> Result<(), Error> {
         self.step_to(machine::REMOVING_BLUE).await?;
@@ -424,7 +485,9 @@ impl Upgrade<'_> {
 
     /// Green's volume and Pod (idempotent): the new version's image,
     /// initdb, wanted role primary, kind `green` (no Service selects it).
-    async fn create_green(&self, r: &Record) -> Result<(), Error> {
+    /// Green's instance for the round's build, while its Pod is missing
+    /// (the build creates volume and Pod like any new instance's).
+    async fn create_green(&self, r: &Record, round: &mut Round) -> Result<(), Error> {
         if r.step != machine::CREATING_GREEN {
             self.step_to(machine::CREATING_GREEN).await?;
             let note = format!(
@@ -437,35 +500,22 @@ impl Upgrade<'_> {
         }
         let version = r.to_version.as_str();
         let name = self.green_primary();
-        let Some(ord) = ordinal(&self.owner.name, &name) else {
+        let Some(ordinal) = ordinal(&self.owner.name, &name) else {
             return Ok(());
         };
+        if self.obs.pods.contains_key(&name) {
+            return Ok(());
+        }
         let mut pg = self.pg.clone();
         let run = self.ctx.images.resolve(version).map_err(Error::Validate)?;
         pg.spec.version = version.to_string();
         pg.spec.image = Some(run.image.clone());
-        if !self.obs.pvcs.contains(&name) {
-            let pvc = build::pvc(self.owner, &pg, ord);
-            ssa::<PersistentVolumeClaim>(self.ctx, self.ns, "PersistentVolumeClaim", &pvc).await?;
-        }
-        if self.obs.pods.contains_key(&name) {
-            return Ok(());
-        }
-        let mut pod = build::pod(self.owner, &pg, ord, Role::Primary, "initdb", &[]);
-        if let Some(labels) = pod.metadata.labels.as_mut() {
-            labels.insert(LABEL_KIND.into(), GREEN.into());
-        }
-        if let Some(h) = &self.obs.config_hash {
-            crate::platform::objects::annotate(&mut pod.metadata, ANN_CONFIG, h);
-        }
-        match Api::<Pod>::namespaced(self.ctx.client.clone(), self.ns)
-            .create(&Default::default(), &pod)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-            Err(e) => Err(kerr("create", "Pod", &name)(e)),
-        }
+        round.green = Some(Box::new(GreenInstance {
+            pg,
+            ordinal,
+            repository: super::backups::applies(self.ctx, version),
+        }));
+        Ok(())
     }
 
     async fn seed(&self) -> Result<usize, Error> {
@@ -489,7 +539,7 @@ impl Upgrade<'_> {
     /// this round, while clients wait. Whatever fails before the point of
     /// no return leaves blue writable before the poolers go on.
     async fn switch(&self, r: &Record, l: &Limits) -> Result<Action, Error> {
-        let mut m = self.m.clone();
+        let mut m = self.latest();
         m.step = machine::SWITCHING.into();
         let started = r.switch_started_at_ms.unwrap_or_else(now_ms);
         if let Some(b) = m.blue_green.as_mut() {
@@ -564,7 +614,7 @@ impl Upgrade<'_> {
         dbs: Vec<String>,
     ) -> Result<Action, Error> {
         let green = self.green_primary();
-        let mut m = self.m.clone();
+        let mut m = self.latest();
         m.step = machine::SWITCHED.into();
         if let Some(b) = m.blue_green.as_mut() {
             b.switched_at_ms = Some(now_ms());
@@ -594,7 +644,7 @@ impl Upgrade<'_> {
         self.follow().await?;
         let pods = pooler::live_pods(self.obs);
         pooler::pause::admin(&self.ctx.client, self.ns, &pods, "RESUME").await;
-        let mut m = self.m.clone();
+        let mut m = self.latest();
         self.finish_switch(&mut m, dbs, -1).await
     }
 
@@ -663,7 +713,7 @@ impl Upgrade<'_> {
         io::thaw(self.on(&self.blue_primary)).await?;
         let pods = pooler::live_pods(self.obs);
         pooler::pause::admin(&self.ctx.client, self.ns, &pods, "RESUME").await;
-        let mut m = self.m.clone();
+        let mut m = self.latest();
         m.step = machine::CATCHING_UP.into();
         if let Some(b) = m.blue_green.as_mut() {
             b.switch_attempts += 1;
@@ -680,7 +730,7 @@ impl Upgrade<'_> {
     /// Before the switch only: blue as it was, green and what the upgrade
     /// made on blue gone; the reason stays.
     async fn roll_back(&self, r: &Record, why: &str) -> Result<Action, Error> {
-        let mut m = self.m.clone();
+        let mut m = self.latest();
         if m.step != machine::ROLLING_BACK {
             m.step = machine::ROLLING_BACK.into();
             m.failure = Some(format!(

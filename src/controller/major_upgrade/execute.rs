@@ -47,10 +47,56 @@ pub struct Round {
     pub hba: Vec<String>,
     /// Look again within this long.
     pub within: Option<Duration>,
+    /// A blue/green upgrade's green instance to create with the round's
+    /// other new instances (its repository, configuration and TLS mounts).
+    pub green: Option<Box<GreenInstance>>,
 }
 
-/// One round of the major upgrade, if any.
+/// Green's first instance: built from `pg` (the new version's image), at
+/// `ordinal`, initdb, labelled `pgfleet.io/kind=green`.
+pub struct GreenInstance {
+    pub pg: PostgresCluster,
+    pub ordinal: u32,
+    /// Whether it gets the backup repository (the new version's image has
+    /// a pgBackRest for it).
+    pub repository: bool,
+}
+
+/// One round of the major upgrade, if any; a recorded upgrade's round is a
+/// span of the upgrade's own trace (`status.majorUpgrade.traceparent`).
 pub async fn round(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    ns: &str,
+    obs: &Observed,
+    owner: &crate::controller::build::Owner,
+) -> Result<Round, Error> {
+    use tracing::Instrument;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let record = pg.status.as_ref().and_then(|s| s.major_upgrade.as_ref());
+    let Some((step, cx)) = record.and_then(|r| {
+        let cx = crate::rollout::trace::extract(r.traceparent.as_deref()?)?;
+        Some((r.step.clone(), cx))
+    }) else {
+        return steps(pg, ctx, ns, obs, owner).await;
+    };
+    let span = tracing::info_span!("major_upgrade.step", %step, cluster = %ctx.member);
+    let _ = span.set_parent(cx);
+    steps(pg, ctx, ns, obs, owner).instrument(span).await
+}
+
+/// The root span of a new upgrade's trace, as a `traceparent` (None
+/// while traces are not exported).
+fn new_trace(name: &str, from: &str, to: &str, method: &str) -> Option<String> {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if !crate::telemetry::tracing_enabled() {
+        return None;
+    }
+    let span = tracing::info_span!(parent: None, "major_upgrade", postgrescluster = %name, %from, %to, %method);
+    crate::rollout::trace::inject(&span.context())
+}
+
+async fn steps(
     pg: &PostgresCluster,
     ctx: &Ctx,
     ns: &str,
@@ -255,6 +301,16 @@ impl Step<'_> {
             step: decide::PRE_FLIGHT.into(),
             primary: primary.clone(),
             started_at: Some(now()),
+            traceparent: new_trace(
+                &self.pg_name(),
+                from,
+                to,
+                if self.blue_green() {
+                    "blueGreen"
+                } else {
+                    "inPlace"
+                },
+            ),
             ..MajorUpgradeStatus::default()
         });
         let blue_green = self.blue_green();
@@ -394,6 +450,8 @@ impl Step<'_> {
                     why,
                 )
                 .await;
+                let m = &self.ctx.member;
+                crate::metrics::ops::major_upgrade_ended(m, "inPlace", "failed", None);
             }
         }
         Ok(soon(round, 1))
@@ -489,6 +547,8 @@ impl Step<'_> {
                 note,
             )
             .await;
+            let m = &self.ctx.member;
+            crate::metrics::ops::major_upgrade_ended(m, "inPlace", "completed", r.downtime_ms);
         }
         round.record = Some(None);
         Ok(round)

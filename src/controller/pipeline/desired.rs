@@ -166,6 +166,39 @@ fn instances(
     Ok(out)
 }
 
+/// A blue/green upgrade's green instance (`major_upgrade::blue_green_exec`):
+/// the new version, initdb, kind `green` (no Service selects it), with
+/// what every new Pod gets.
+pub fn green(
+    g: &crate::controller::major_upgrade::execute::GreenInstance,
+    seen: &Seen,
+    inputs: &Inputs,
+    config_hash: &str,
+) -> NewInstance {
+    let owner = &seen.owner;
+    let env = match g.repository {
+        true => inputs.repo_env.clone(),
+        false => vec![],
+    };
+    let mut pod = build::pod(owner, &g.pg, g.ordinal, Role::Primary, "initdb", &env);
+    if let Some(labels) = pod.metadata.labels.as_mut() {
+        let kind = crate::controller::major_upgrade::blue_green_exec::GREEN;
+        labels.insert(build::LABEL_KIND.into(), kind.into());
+    }
+    let name = owner.instance_name(g.ordinal);
+    NewInstance {
+        note: format!(
+            "green instance {name} (primary, initdb, {})",
+            g.pg.spec.version
+        ),
+        pvc: Some(build::pvc(owner, &g.pg, g.ordinal)),
+        pod: finish(pod, seen, inputs, config_hash),
+        name,
+        role: Role::Primary,
+        reason: "CreatedInstance",
+    }
+}
+
 /// What every new Pod gets besides its spec: the configuration it starts
 /// with, the repository volume, the pgBackRest TLS pair.
 fn finish(mut pod: Pod, seen: &Seen, inputs: &Inputs, config_hash: &str) -> Pod {

@@ -66,14 +66,14 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     };
     let inputs = inputs::prepare(&pg, &ctx, &seen, &spec).await?;
     let mut desired = desired::build(&sized(pg.clone(), &seen), &seen, &inputs)?;
+    if let Some(g) = upgrade.green {
+        let green = desired::green(&g, &seen, &inputs, &desired.config.hash);
+        desired.instances.push(green);
+    }
     desired.notices.extend(upgrade.notices);
     if let Some(why) = &inputs.tls.problem {
-        let n = (
-            "TLSCertificateInvalid",
-            "ProvidedCertificateRejected",
-            why.clone(),
-        );
-        desired.notices.push(n);
+        let n = ("TLSCertificateInvalid", "ProvidedCertificateRejected", why);
+        desired.notices.push((n.0, n.1, why.clone()));
     }
     desired.major_upgrade = upgrade.record;
     if let Some(why) = ctx.dr.notice(&ctx.member, &seen.ns, &seen.name) {

@@ -12,36 +12,16 @@
 use crate::common;
 use common::manager_process::ManagerProcess;
 use common::process::{NS, Writer, connect, rows};
+use common::upgrade_kills::{Killer, one_writable_and_streaming};
 
 use common::eventually_within;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use pgfleet::crd::PostgresCluster;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The whole upgrade, restarts included, on a shared machine.
 const UPGRADE: Duration = Duration::from_secs(900);
-
-/// (pod, server_version_num) of every instance that accepts writes now.
-async fn writable(pods: &Api<Pod>, pw: &str) -> Vec<(String, String)> {
-    let mut out = vec![];
-    for p in pods.list(&Default::default()).await.unwrap().items {
-        let name = p.metadata.name.clone().unwrap_or_default();
-        let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
-            continue;
-        };
-        let Ok(c) = connect(&ip, 5432, pw).await else {
-            continue;
-        };
-        let q = "SELECT pg_is_in_recovery(), current_setting('server_version_num')";
-        if let Ok(r) = c.query_one(q, &[]).await
-            && !r.get::<_, bool>(0)
-        {
-            out.push((name, r.get::<_, String>(1)));
-        }
-    }
-    out
-}
 
 async fn setup(client: &kube::Client) {
     let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
@@ -65,8 +45,7 @@ async fn setup(client: &kube::Client) {
 async fn a_manager_killed_at_every_step_of_an_in_place_upgrade_resumes_with_every_row() {
     let dir = common::temp_dir("mu-resume");
     let (sim, kc, client) = common::manager_process::process_member(&dir).await;
-    let mut restarts = 0;
-    let mut mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m0"));
+    let mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m0"));
     let pgc: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);
     eventually_within(Duration::from_secs(60), "CRDs", || async {
         pgc.list(&Default::default()).await.is_ok()
@@ -104,75 +83,35 @@ async fn a_manager_killed_at_every_step_of_an_in_place_upgrade_resumes_with_ever
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let mut killed_at: Vec<String> = vec![];
-    let start = Instant::now();
-    loop {
-        let s = status().await;
-        let step = s.major_upgrade.as_ref().map(|m| m.step.clone());
-        if let Some(step) = step.filter(|st| killed_at.last() != Some(st)) {
-            assert!(
-                !["Failed", "PreFlightFailed"].contains(&step.as_str()),
-                "{s:?}"
-            );
-            mgr.kill();
-            let w = writable(&pods, &pw).await;
-            assert!(
-                w.len() <= 1,
-                "two writable instances after a kill at {step}: {w:?}"
-            );
-            println!("killed at {step}; writable: {w:?}");
-            killed_at.push(step);
-            restarts += 1;
-            mgr = ManagerProcess::start(&kc, "pg-a", &dir.join(format!("m{restarts}")));
-        }
-        let done = s.current_version.as_deref() == Some("18")
-            && s.major_upgrade.is_none()
-            && s.ready_instances == 2;
-        if done {
-            break;
-        }
-        assert!(
-            start.elapsed() < UPGRADE,
-            "not upgraded: {s:?}; killed at {killed_at:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    println!("killed at {killed_at:?}");
-    for step in ["PreFlight", "Stopping", "Upgrading", "Starting"] {
-        assert!(
-            killed_at.iter().any(|s| s == step),
-            "never killed at {step}: {killed_at:?}"
-        );
-    }
+    let mut killer = Killer {
+        kubeconfig: &kc,
+        dir: &dir,
+        restarts: 0,
+        killed_at: vec![],
+    };
+    let mgr = killer
+        .run(
+            mgr,
+            &pgc,
+            ("mu", "18", 2),
+            (&pods, &pw),
+            &["Failed", "PreFlightFailed"],
+            UPGRADE,
+        )
+        .await;
+    println!("killed at {:?}", killer.killed_at);
+    killer.assert_killed_at(&["PreFlight", "Stopping", "Upgrading", "Starting"]);
     // One writable instance on 18, the replica streaming from it.
-    eventually_within(
-        Duration::from_secs(120),
-        "one writable 18 and a streaming replica",
-        || async {
-            let w = writable(&pods, &pw).await;
-            let Ok(c) = connect(&rw, 5432, &pw).await else {
-                return false;
-            };
-            let streaming = c
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'",
-                    &[],
-                )
-                .await
-                .map(|r| r.get::<_, i64>(0))
-                .unwrap_or(0);
-            w.len() == 1 && w[0].1.starts_with("18") && streaming == 1
-        },
-    )
-    .await;
+    one_writable_and_streaming(&pods, &rw, &pw, "18").await;
     let (acked, failed) = writer.stop().await;
     let present = rows(&rw, &pw).await;
     let lost: Vec<&i64> = acked.iter().filter(|id| !present.contains(id)).collect();
     assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
     assert_eq!(present.iter().filter(|id| **id < 0).count(), 1000);
     println!(
-        "{} acknowledged writes kept, {failed} refused while stopped, {restarts} manager restarts",
-        acked.len()
+        "{} acknowledged writes kept, {failed} refused while stopped, {} manager restarts",
+        acked.len(),
+        killer.restarts
     );
     mgr.kill();
     drop(sim);

@@ -20,6 +20,7 @@ pub mod otlp;
 pub mod process;
 pub mod s3;
 pub mod spans;
+pub mod upgrade_kills;
 
 use pgfleet::sim::{self, RuntimeKind, Sim, SimOptions};
 use serde_json::{Value, json};

@@ -53,7 +53,7 @@
 //! `RolledBack` with the reason. After `Switched` the upgrade only goes
 //! forward: green took writes blue does not have.
 
-use serde::{Deserialize, Serialize};
+use crate::crd::major_upgrade::BlueGreenStatus;
 
 pub const PREPARING_BLUE: &str = "PreparingBlue";
 pub const CREATING_GREEN: &str = "CreatingGreen";
@@ -65,34 +65,28 @@ pub const REMOVING_BLUE: &str = "RemovingBlue";
 pub const ROLLING_BACK: &str = "RollingBack";
 pub const ROLLED_BACK: &str = "RolledBack";
 
-/// What the blue/green upgrade keeps in `status.majorUpgrade` (with the
-/// fields the in-place record has: versions, step, failure).
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
-#[serde(rename_all = "camelCase")]
+/// The blue/green upgrade's record as the decision reads it: the step,
+/// versions and failure of `status.majorUpgrade` with its `blueGreen` part
+/// (blue's and green's names, the switch attempt).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Record {
     pub step: String,
     pub from_version: String,
     pub to_version: String,
-    /// Blue's instances when the upgrade began (kept until removed).
-    pub blue: Vec<String>,
-    /// Green's instances; the first is green's primary.
-    pub green: Vec<String>,
-    /// When the current switch attempt paused the pooler.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub switch_started_at_ms: Option<i64>,
-    /// Blue's WAL position once it was read-only: green must confirm it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_lsn: Option<String>,
-    #[serde(default)]
-    pub switch_attempts: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub switched_at_ms: Option<i64>,
-    /// A non-TLS rule for the upgrade's role was added on blue (green's
-    /// image has no SSL): it must go with the upgrade.
-    #[serde(default)]
-    pub plain_text_rule: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bg: BlueGreenStatus,
     pub failure: Option<String>,
+}
+
+impl Record {
+    pub fn of(m: &crate::crd::major_upgrade::MajorUpgradeStatus) -> Record {
+        Record {
+            step: m.step.clone(),
+            from_version: m.from_version.clone(),
+            to_version: m.to_version.clone(),
+            bg: m.blue_green.clone().unwrap_or_default(),
+            failure: m.failure.clone(),
+        }
+    }
 }
 
 /// Bounds a platform team sets (defaults as RDS's blue/green guardrails).
@@ -210,7 +204,7 @@ pub fn next(r: &Record, s: &Seen, l: &Limits) -> Next {
         CATCHING_UP => catch_up(s, l),
         SWITCHING => switching(r, s, l),
         SWITCHED if s.finish_requested => Next::RemoveBlue,
-        SWITCHED => match r.switched_at_ms {
+        SWITCHED => match r.bg.switched_at_ms {
             Some(t) if s.now_ms - t >= l.retention_ms => Next::RemoveBlue,
             _ => Next::Retain,
         },
@@ -263,8 +257,8 @@ fn catch_up(s: &Seen, l: &Limits) -> Next {
 /// be paused and blue read-only; both are idempotent to repeat). The
 /// timeout counts from the recorded PAUSE, across restarts.
 fn switching(r: &Record, s: &Seen, l: &Limits) -> Next {
-    let started = r.switch_started_at_ms.unwrap_or(s.now_ms);
-    if r.target_lsn.is_some() && s.target_confirmed {
+    let started = r.bg.switch_started_at_ms.unwrap_or(s.now_ms);
+    if r.bg.target_lsn.is_some() && s.target_confirmed {
         return Next::Cutover;
     }
     if s.now_ms - started >= l.switch_timeout_ms {
@@ -272,10 +266,10 @@ fn switching(r: &Record, s: &Seen, l: &Limits) -> Next {
             "green did not confirm blue's final position within {} ms",
             l.switch_timeout_ms
         );
-        if r.switch_attempts + 1 >= l.max_switch_attempts {
+        if r.bg.switch_attempts + 1 >= l.max_switch_attempts {
             return Next::RollBack(format!(
                 "{why} ({} attempts): switch undone",
-                r.switch_attempts + 1
+                r.bg.switch_attempts + 1
             ));
         }
         return Next::UndoSwitch(why);

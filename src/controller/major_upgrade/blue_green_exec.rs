@@ -55,23 +55,6 @@ pub fn start(cluster: &str, obs: &Observed) -> BlueGreenStatus {
     }
 }
 
-fn record_of(m: &MajorUpgradeStatus) -> Record {
-    let b = m.blue_green.clone().unwrap_or_default();
-    Record {
-        step: m.step.clone(),
-        from_version: m.from_version.clone(),
-        to_version: m.to_version.clone(),
-        blue: b.blue,
-        green: b.green,
-        switch_started_at_ms: b.switch_started_at_ms,
-        target_lsn: b.target_lsn,
-        switch_attempts: b.switch_attempts,
-        switched_at_ms: b.switched_at_ms,
-        plain_text_rule: false,
-        failure: m.failure.clone(),
-    }
-}
-
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
@@ -122,7 +105,7 @@ pub async fn round(
         m,
         saved: std::sync::Mutex::new(None),
     };
-    let record = record_of(&u.m);
+    let record = Record::of(&u.m);
     let limits = Limits {
         retention_ms: i64::from(
             pg.spec
@@ -216,7 +199,7 @@ impl Upgrade<'_> {
                 }
             }
             machine::SWITCHING => {
-                if let (Some(lsn), Ok(dbs)) = (r.target_lsn.as_deref(), blue.databases().await) {
+                if let (Some(lsn), Ok(dbs)) = (r.bg.target_lsn.as_deref(), blue.databases().await) {
                     seen.target_confirmed =
                         io::confirmed(blue, lsn, dbs.len()).await.unwrap_or(false);
                 }
@@ -245,8 +228,8 @@ impl Upgrade<'_> {
         let mut round = Round {
             builds_for: Some((version.clone(), eff)),
             hide: match green_side {
-                true => r.blue.clone(),
-                false => r.green.clone(),
+                true => r.bg.blue.clone(),
+                false => r.bg.green.clone(),
             },
             // Blue publishes; green, once it serves, keeps its own template.
             wal_logical: !green_side,
@@ -410,11 +393,11 @@ impl Upgrade<'_> {
     /// when the retention ends.
     async fn retain(&self, r: &Record, l: &Limits, round: &mut Round) -> Result<(), Error> {
         self.backups_or_notice(r, round).await;
-        let left = r
-            .switched_at_ms
-            .map(|t| t + l.retention_ms - now_ms())
-            .unwrap_or(l.retention_ms)
-            .clamp(1_000, 3_600_000);
+        let left =
+            r.bg.switched_at_ms
+                .map(|t| t + l.retention_ms - now_ms())
+                .unwrap_or(l.retention_ms)
+                .clamp(1_000, 3_600_000);
         round.within = Some(Duration::from_millis(left as u64));
         Ok(())
     }
@@ -473,7 +456,7 @@ impl Upgrade<'_> {
     /// Blue's Pods and volumes, then the upgrade's role on green.
     async fn remove_blue(&self, r: &Record) -> Result<(), Error> {
         self.step_to(machine::REMOVING_BLUE).await?;
-        self.delete_side(&r.blue).await?;
+        self.delete_side(&r.bg.blue).await?;
         let role = format!(
             "DROP ROLE IF EXISTS {};\n",
             crate::postgres::sql::ident(super::blue_green_sql::ROLE)
@@ -492,7 +475,7 @@ impl Upgrade<'_> {
             self.step_to(machine::CREATING_GREEN).await?;
             let note = format!(
                 "blue runs wal_level = logical; creating green ({}) on {}",
-                r.green.join(", "),
+                r.bg.green.join(", "),
                 r.to_version
             );
             self.announce(EventType::Normal, "BlueGreenCreatingGreen", note)
@@ -541,7 +524,7 @@ impl Upgrade<'_> {
     async fn switch(&self, r: &Record, l: &Limits) -> Result<Action, Error> {
         let mut m = self.latest();
         m.step = machine::SWITCHING.into();
-        let started = r.switch_started_at_ms.unwrap_or_else(now_ms);
+        let started = r.bg.switch_started_at_ms.unwrap_or_else(now_ms);
         if let Some(b) = m.blue_green.as_mut() {
             b.switch_started_at_ms = Some(started);
         }
@@ -746,7 +729,7 @@ impl Upgrade<'_> {
             .await;
         }
         let blue = self.on(&self.blue_primary);
-        if r.switch_started_at_ms.is_some() || r.step == machine::SWITCHING {
+        if r.bg.switch_started_at_ms.is_some() || r.step == machine::SWITCHING {
             io::thaw(blue).await?;
             let pods = pooler::live_pods(self.obs);
             pooler::pause::admin(&self.ctx.client, self.ns, &pods, "RESUME").await;
@@ -761,7 +744,7 @@ impl Upgrade<'_> {
         }
         io::clean_blue(blue, &dbs).await?;
         // The next round finds green gone and records `RolledBack`.
-        self.delete_side(&r.green).await?;
+        self.delete_side(&r.bg.green).await?;
         Ok(Action::requeue(Duration::from_secs(1)))
     }
 

@@ -5,8 +5,11 @@ fn record(step: &str) -> Record {
         step: step.into(),
         from_version: "15.18".into(),
         to_version: "18".into(),
-        blue: vec!["pg-1".into(), "pg-2".into()],
-        green: vec!["pg-3".into(), "pg-4".into()],
+        bg: crate::crd::major_upgrade::BlueGreenStatus {
+            blue: vec!["pg-1".into(), "pg-2".into()],
+            green: vec!["pg-3".into(), "pg-4".into()],
+            ..Default::default()
+        },
         ..Record::default()
     }
 }
@@ -85,12 +88,12 @@ fn a_table_without_replica_identity_rolls_back_before_anything_switches() {
 fn the_cutover_needs_the_recorded_lsn_confirmed() {
     let l = Limits::default();
     let mut r = record(SWITCHING);
-    r.switch_started_at_ms = Some(999_000);
+    r.bg.switch_started_at_ms = Some(999_000);
     let mut s = ready();
     // PAUSE recorded, the LSN not yet read (killed in between): again.
     s.target_confirmed = true;
     assert_eq!(next(&r, &s, &l), Next::Switch);
-    r.target_lsn = Some("0/3000060".into());
+    r.bg.target_lsn = Some("0/3000060".into());
     s.target_confirmed = false;
     assert_eq!(next(&r, &s, &l), Next::Switch);
     assert!(Next::Switch.holds_clients());
@@ -103,11 +106,11 @@ fn the_cutover_needs_the_recorded_lsn_confirmed() {
 fn a_switch_past_its_timeout_is_undone_then_rolled_back_after_the_last_attempt() {
     let l = Limits::default();
     let mut r = record(SWITCHING);
-    r.switch_started_at_ms = Some(0);
-    r.target_lsn = Some("0/3000060".into());
+    r.bg.switch_started_at_ms = Some(0);
+    r.bg.target_lsn = Some("0/3000060".into());
     let s = ready();
     assert!(matches!(next(&r, &s, &l), Next::UndoSwitch(w) if w.contains("30000 ms")));
-    r.switch_attempts = l.max_switch_attempts - 1;
+    r.bg.switch_attempts = l.max_switch_attempts - 1;
     assert!(matches!(next(&r, &s, &l), Next::RollBack(w) if w.contains("attempts")));
 }
 
@@ -125,7 +128,7 @@ fn a_killed_manager_resumes_every_step_before_the_switch_and_continues_after() {
     ];
     for (step, want) in cases {
         let mut r = record(step);
-        r.switched_at_ms = Some(s.now_ms - 1000);
+        r.bg.switched_at_ms = Some(s.now_ms - 1000);
         assert_eq!(next(&r, &s, &l), want, "{step}");
     }
     // After the switch, Services stay on green whatever happens next.
@@ -150,7 +153,7 @@ fn a_rollback_request_is_honoured_only_before_the_switch() {
     // Mid-switch the switch finishes or times out first; after it, green
     // took writes blue does not have: forward only.
     let mut r = record(SWITCHING);
-    r.switch_started_at_ms = Some(s.now_ms);
+    r.bg.switch_started_at_ms = Some(s.now_ms);
     assert_eq!(next(&r, &s, &l), Next::Switch);
     assert_eq!(next(&record(SWITCHED), &s, &l), Next::Retain);
 }
@@ -160,11 +163,11 @@ fn blue_goes_after_the_retention_or_an_explicit_finish() {
     let l = Limits::default();
     let mut s = ready();
     let mut r = record(SWITCHED);
-    r.switched_at_ms = Some(s.now_ms - l.retention_ms + 1);
+    r.bg.switched_at_ms = Some(s.now_ms - l.retention_ms + 1);
     assert_eq!(next(&r, &s, &l), Next::Retain);
-    r.switched_at_ms = Some(s.now_ms - l.retention_ms);
+    r.bg.switched_at_ms = Some(s.now_ms - l.retention_ms);
     assert_eq!(next(&r, &s, &l), Next::RemoveBlue);
-    r.switched_at_ms = Some(s.now_ms);
+    r.bg.switched_at_ms = Some(s.now_ms);
     s.finish_requested = true;
     assert_eq!(next(&r, &s, &l), Next::RemoveBlue);
 }
@@ -185,14 +188,16 @@ fn a_rollback_deletes_green_then_stays_blocked_with_its_reason() {
 }
 
 #[test]
-fn the_record_round_trips_in_camel_case() {
-    let mut r = record(SWITCHING);
-    r.target_lsn = Some("0/3000060".into());
-    let v = serde_json::to_value(&r).unwrap_or_default();
-    assert_eq!(v["targetLsn"], "0/3000060");
-    assert_eq!(v["plainTextRule"], false);
-    let back: Record = serde_json::from_value(v).unwrap_or_default();
-    assert_eq!(back, r);
+fn the_record_is_read_from_the_status_in_camel_case() {
+    let m: crate::crd::major_upgrade::MajorUpgradeStatus = serde_json::from_value(serde_json::json!({
+        "fromVersion": "15", "toVersion": "18", "step": SWITCHING, "primary": "pg-1",
+        "blueGreen": {"blue": ["pg-1"], "green": ["pg-2"], "targetLsn": "0/3000060", "switchAttempts": 1}}))
+    .unwrap_or_default();
+    let r = Record::of(&m);
+    assert_eq!(r.step, SWITCHING);
+    assert_eq!(r.bg.target_lsn.as_deref(), Some("0/3000060"));
+    assert_eq!(r.bg.switch_attempts, 1);
+    assert_eq!(r.bg.green, vec!["pg-2".to_string()]);
 }
 
 #[test]

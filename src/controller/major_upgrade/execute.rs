@@ -490,6 +490,9 @@ impl Step<'_> {
             return Ok(round);
         };
         self.advance(decide::ANALYZING, decide::STARTING).await?;
+        // What `advance` wrote: the round's status write must not put the
+        // earlier step back.
+        r.step = decide::ANALYZING.into();
         if r.downtime_ms.is_none() {
             r.downtime_ms = since_ms(r.stopped_at.as_deref());
         }

@@ -1223,7 +1223,9 @@ cmd_json() {
 
 # `bg-dump roles` | `bg-dump schema DB`: what green is seeded with, on
 # stdout (roles with their SCRAM verifiers; one database's schema, no data,
-# no publications or subscriptions).
+# no publications or subscriptions), ending with a line that says it is
+# complete (the manager's exec keeps a bounded output: a cut dump must not
+# be applied).
 cmd_bg_dump() {
   case "${2:-}" in
     roles) "$(bin pg_dumpall)" -h "$SOCKDIR" -U postgres --roles-only ;;
@@ -1234,6 +1236,7 @@ cmd_bg_dump() {
         --no-publications --no-subscriptions ;;
     *) log "usage: bg-dump roles|schema DB"; exit 64 ;;
   esac
+  echo "-- pgfleet bg-dump complete"
 }
 
 # `bg-passfile`: the upgrade role's password on stdin, written where green's

@@ -16,17 +16,13 @@ use crate::fleet::Member;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::TraceContextExt;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use serde_json::json;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-const KEY: &str = "traceparent";
+use crate::telemetry::propagation::KEY;
 const FIELD_MANAGER: &str = "pgfleet-rollout-trace";
 
 /// A rollout's trace: its root context once known.
@@ -36,19 +32,7 @@ pub struct RolloutTrace {
     root: Mutex<Option<opentelemetry::Context>>,
 }
 
-/// The context a `traceparent` value names (`None` when it is not one).
-pub fn extract(traceparent: &str) -> Option<opentelemetry::Context> {
-    let carrier = HashMap::from([(KEY.to_string(), traceparent.to_string())]);
-    let cx = TraceContextPropagator::new().extract(&carrier);
-    cx.span().span_context().is_valid().then_some(cx)
-}
-
-/// The `traceparent` of a context (`None` when it holds no valid span).
-pub fn inject(cx: &opentelemetry::Context) -> Option<String> {
-    let mut carrier: HashMap<String, String> = HashMap::new();
-    TraceContextPropagator::new().inject_context(cx, &mut carrier);
-    carrier.remove(KEY)
-}
+pub use crate::telemetry::propagation::{extract, inject};
 
 impl RolloutTrace {
     pub fn new(rollout: &str, target_version: &str) -> Self {

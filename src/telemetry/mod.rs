@@ -15,6 +15,7 @@
 
 pub mod export;
 pub mod format;
+pub mod propagation;
 pub mod spans;
 
 use crate::config::Telemetry;

@@ -57,11 +57,22 @@ impl On<'_> {
         Ok(())
     }
 
-    /// The instance verb `bg-dump` (`roles`, or `schema DB`).
+    /// The instance verb `bg-dump` (`roles`, or `schema DB`): refused
+    /// unless it ends with the verb's last line — the exec keeps at most
+    /// `STDOUT_CAP` of output, and a cut dump must never be applied.
     async fn dump(&self, what: &[&str]) -> Result<String, Error> {
         let mut verb = vec!["bg-dump"];
         verb.extend_from_slice(what);
-        Ok(run_verb(&self.ctx.client, self.ns, self.pod, &verb, LONG).await?)
+        let out = run_verb(&self.ctx.client, self.ns, self.pod, &verb, LONG).await?;
+        match complete(&out) {
+            true => Ok(out),
+            false => Err(Error::Validate(format!(
+                "blue/green: the dump of {} from {} is larger than the {} MiB an exec returns (or was cut short); use method inPlace",
+                what.join(" "),
+                self.pod,
+                crate::postgres::exec::STDOUT_CAP >> 20
+            ))),
+        }
     }
 
     /// The databases clients can connect to.
@@ -70,6 +81,13 @@ impl On<'_> {
                  WHERE datallowconn AND NOT datistemplate";
         self.json("postgres", q).await
     }
+}
+
+/// The last line `bg-dump` prints once the dump is whole.
+const DUMP_END: &str = "-- pgfleet bg-dump complete";
+
+fn complete(dump: &str) -> bool {
+    dump.trim_end().ends_with(DUMP_END)
 }
 
 /// `wal_level` as the instance runs it.
@@ -332,6 +350,15 @@ mod tests {
         assert!(lines[0].starts_with("DO $pgfleet$ BEGIN CREATE ROLE postgres; EXCEPTION"));
         assert_eq!(lines[1], "ALTER ROLE postgres WITH SUPERUSER;");
         assert!(lines[2].contains("CREATE ROLE \"we;ird\"; EXCEPTION"));
+    }
+
+    #[test]
+    fn only_a_whole_dump_is_applied() {
+        assert!(complete(
+            "CREATE TABLE t ();\n-- pgfleet bg-dump complete\n"
+        ));
+        assert!(!complete("CREATE TABLE t ();\nCREATE TAB"));
+        assert!(!complete(""));
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub async fn round(
     use tracing_opentelemetry::OpenTelemetrySpanExt;
     let record = pg.status.as_ref().and_then(|s| s.major_upgrade.as_ref());
     let Some((step, cx)) = record.and_then(|r| {
-        let cx = crate::rollout::trace::extract(r.traceparent.as_deref()?)?;
+        let cx = crate::telemetry::propagation::extract(r.traceparent.as_deref()?)?;
         Some((r.step.clone(), cx))
     }) else {
         return steps(pg, ctx, ns, obs, owner).await;
@@ -93,7 +93,7 @@ fn new_trace(name: &str, from: &str, to: &str, method: &str) -> Option<String> {
         return None;
     }
     let span = tracing::info_span!(parent: None, "major_upgrade", postgrescluster = %name, %from, %to, %method);
-    crate::rollout::trace::inject(&span.context())
+    crate::telemetry::propagation::inject(&span.context())
 }
 
 async fn steps(

@@ -287,6 +287,8 @@ async fn in_place(
 ) -> Result<(f64, Vec<(String, f64)>)> {
     let w = Writer::start(rw.to_owned(), 5432, pw.to_owned());
     wait_for(|| w.count() > 20, "the writer").await?;
+    let primary = b.status(name).await?.current_primary.unwrap_or_default();
+    let mut pod = PodSeen::default();
     let t0 = Instant::now();
     let patch = serde_json::json!({"spec": {"version": "18"}});
     b.pgc()
@@ -305,6 +307,9 @@ async fn in_place(
             );
             timeline.push((s, since(Instant::now())));
         }
+        for what in pod.look(b, &primary).await {
+            timeline.push((what, since(Instant::now())));
+        }
         if st.current_version.as_deref() == Some("18") && st.major_upgrade.is_none() {
             timeline.push(("done (record removed)".into(), since(Instant::now())));
             break;
@@ -320,6 +325,65 @@ async fn in_place(
     timeline.push(("writer: first ok write".into(), since(z)));
     timeline.sort_by(|x, y| x.1.total_cmp(&y.1));
     Ok((z.duration_since(a).as_secs_f64() * 1000.0, timeline))
+}
+
+/// The primary's Pod as the bench last saw it, to place the Pod's own
+/// moments (gone, created again, running, ready) in the timeline.
+#[derive(Default)]
+struct PodSeen {
+    uid: Option<String>,
+    deleting: bool,
+    gone: bool,
+    running: bool,
+    ready: bool,
+}
+
+impl PodSeen {
+    async fn look(&mut self, b: &ProcessEnv, name: &str) -> Vec<String> {
+        let mut seen = vec![];
+        let Ok(p) = b.pods().get_opt(name).await else {
+            return seen;
+        };
+        let uid = p.as_ref().and_then(|p| p.metadata.uid.clone());
+        if self.uid.is_none() {
+            self.uid = uid;
+            return seen;
+        }
+        let deleting = p
+            .as_ref()
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+        if deleting && !self.deleting && uid == self.uid {
+            self.deleting = true;
+            seen.push(format!("pod {name}: deletion asked"));
+        }
+        if uid != self.uid {
+            if !self.gone {
+                seen.push(format!("pod {name}: old one gone"));
+                self.gone = true;
+            }
+            if uid.is_some() {
+                seen.push(format!("pod {name}: created again"));
+                (self.uid, self.running, self.ready) = (uid, false, false);
+            }
+        }
+        let Some(st) = p.and_then(|p| p.status).filter(|_| self.gone) else {
+            return seen;
+        };
+        if !self.running && st.phase.as_deref() == Some("Running") {
+            self.running = true;
+            seen.push(format!("pod {name}: running"));
+        }
+        let ready = st
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        if !self.ready && ready {
+            self.ready = true;
+            seen.push(format!("pod {name}: ready"));
+        }
+        seen
+    }
 }
 
 pub(super) async fn wait_for(ok: impl Fn() -> bool, what: &str) -> Result<()> {

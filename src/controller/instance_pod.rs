@@ -130,8 +130,9 @@ fn instance_env(o: &Owner, init: &str) -> Vec<EnvVar> {
 
 fn container(pg: &PostgresCluster, env: Vec<EnvVar>) -> Container {
     let script = format!("{CONFIG_MOUNT}/pgfleet-instance");
-    // Not ready while a restore's temporary server runs (it stops again).
-    let ready = "test ! -e /tmp/pgfleet.initializing && pg_isready -q -h /tmp -p 5432";
+    // Not ready while a restore's temporary server runs (it stops again);
+    // a server starting is waited for a little (`ready` in instance.sh).
+    let ready = format!("exec /bin/sh {script} ready");
     // A restore or clone copies data for as long as it takes, with no server
     // up: the instance is alive while it says it is initializing. So is one
     // kept stopped by a fence, or rewinding (which waits up to 120 s for its
@@ -145,7 +146,7 @@ fn container(pg: &PostgresCluster, env: Vec<EnvVar>) -> Container {
         command: Some(vec!["/bin/sh".into(), script, "run".into()]),
         env: Some(env),
         ports: Some(vec![container_port("postgresql", 5432)]),
-        readiness_probe: Some(probe(ready, 2, 3)),
+        readiness_probe: Some(probe(&ready, 2, 3)),
         liveness_probe: Some(probe(alive, 10, 6)),
         resources: Some(resources(pg)),
         volume_mounts: Some(vec![

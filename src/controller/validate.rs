@@ -24,6 +24,9 @@ pub struct Valid {
     pub failover_delay: Duration,
 }
 
+/// `spec.majorUpgrade.keepBlueMinutes` at most (the CRD's bound).
+pub const MAX_KEEP_BLUE_MINUTES: u32 = 10080;
+
 pub fn validate(spec: &PostgresClusterSpec) -> Result<Valid, Vec<String>> {
     let mut errs = vec![];
     if !(1..=16).contains(&spec.cluster_size) {
@@ -77,6 +80,18 @@ pub fn validate(spec: &PostgresClusterSpec) -> Result<Valid, Vec<String>> {
             sync.number,
             sync.number.saturating_add(1),
             spec.cluster_size
+        ));
+    }
+    // The CRD bounds it too; a copy of the CRD without the schema (or an
+    // edited one) must not keep blue for years.
+    if let Some(m) = spec
+        .major_upgrade
+        .as_ref()
+        .and_then(|m| m.keep_blue_minutes)
+        && m > MAX_KEEP_BLUE_MINUTES
+    {
+        errs.push(format!(
+            "spec.majorUpgrade.keepBlueMinutes: {m} is over {MAX_KEEP_BLUE_MINUTES} (7 days)"
         ));
     }
     parameters(spec, &mut errs);
@@ -164,8 +179,17 @@ mod tests {
         s.failover_delay = "soon".into();
         s.synchronous = Some(serde_json::from_value(serde_json::json!({"number": 2})).unwrap());
         s.postgresql.parameters.insert("port".into(), "5433".into());
+        s.major_upgrade = Some(
+            serde_json::from_value(serde_json::json!({"method": "blueGreen",
+                "keepBlueMinutes": MAX_KEEP_BLUE_MINUTES + 1}))
+            .unwrap(),
+        );
         let errs = validate(&s).unwrap_err();
-        assert_eq!(errs.len(), 5, "{errs:#?}");
+        assert_eq!(errs.len(), 6, "{errs:#?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.majorUpgrade.keepBlueMinutes: 10081 is over 10080"))
+        );
         assert!(errs.iter().any(|e| e.starts_with("spec.version")));
         assert!(errs.iter().any(|e| e.starts_with("spec.backupSchedule")));
         assert!(errs.iter().any(|e| e.starts_with("spec.failoverDelay")));

@@ -48,6 +48,9 @@ INITIALIZING="${SOCKDIR}/pgfleet.initializing"
 # instance: reported by `status`, so the manager does not fail over a
 # primary side's demoted instance that is only slow to rewind.
 REWINDING="${SOCKDIR}/pgfleet.rewinding"
+# In the pod's /tmp: touched when the container starts and each time the
+# run loop launches postgres; `ready` waits for a server launched recently.
+STARTING="${SOCKDIR}/pgfleet.starting"
 
 # BEGIN quoting helpers (src/postgres/shell_tests.rs runs this block alone).
 # Nothing from a spec or a Secret is pasted into shell, SQL or a config
@@ -549,6 +552,7 @@ wait_stanza() {
 # fence stops PostgreSQL without ending the container: the loop starts it
 # again in the role the pod's labels ask for (or waits while fenced).
 cmd_run() {
+  touch "$STARTING"
   mkdir -p "$PGDATA" && chmod 700 "$PGDATA"
   rm -f "$REWINDING"
   write_passfile
@@ -575,6 +579,7 @@ cmd_run() {
     fi
     configure start
     clear_stale_pidfile
+    touch "$STARTING"
     "$(bin postgres)" -D "$PGDATA" -c listen_addresses="${POD_IP:-*}" -c unix_socket_directories="$SOCKDIR" &
     pid=$!
     if [ "$(wanted_role)" = replica ]; then ensure_slot </dev/null >/dev/null & else ensure_stanza </dev/null & fi
@@ -711,11 +716,33 @@ cmd_demote() {
   echo "{\"contract\":$CONTRACT,\"demoted\":true,\"lsn\":\"$lsn\"}"
 }
 
+# `ready`: the readiness probe. Ready is accepting connections and not
+# initialising (a restore's temporary server is not the instance). A
+# server the run loop launched less than 10 s ago (not fenced, not
+# rewinding) is waited for, up to 3 s, every 50 ms: with the probe's 2 s
+# period, a server up just after a failed attempt would otherwise stay out
+# of its Services for most of a period — downtime for a major upgrade's new
+# primary or a restarted one. Anything else fails at once.
+cmd_ready() {
+  [ ! -e "$INITIALIZING" ] || exit 1
+  ! isready || exit 0
+  { [ ! -e "$FENCE" ] && [ ! -e "$REWINDING" ] && [ "$(age_of "$STARTING")" -lt 10 ]; } || exit 1
+  n=0
+  while [ "$n" -lt 60 ]; do
+    sleep 0.05
+    [ ! -e "$INITIALIZING" ] || exit 1
+    ! isready || exit 0
+    n=$((n + 1))
+  done
+  exit 1
+}
+isready() { "$(bin pg_isready)" -q -h "$SOCKDIR" -p 5432; }
+
 # Fencing stops the instance and keeps it stopped (run waits while the fence
 # file exists), so a lost primary can never take writes again on its own.
 cmd_fence() {
   touch "$FENCE"
-  "$(bin pg_ctl)" -D "$PGDATA" -w -m fast stop >&2 || true
+  stop_fast
   echo "{\"contract\":$CONTRACT,\"fenced\":true}"
 }
 
@@ -1276,6 +1303,7 @@ case "${1:-}" in
   json) cmd_json "$@" ;;
   bg-dump) cmd_bg_dump "$@" ;;
   bg-passfile) cmd_bg_passfile ;;
+  ready) cmd_ready ;;
   version) echo "{\"contract\":$CONTRACT}" ;;
-  *) echo "usage: pgfleet-instance run|status|promote|promote-after LSN|demote|fence|unfence|reload|reload-tls SHA256|checkpoint|slots NAME...|usage|version|archive-push PATH [pgbackrest]|backup-init|backup-upgrade|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze|json [--db NAME] < SQL|bg-dump roles|schema DB|bg-passfile < PASSWORD" >&2; exit 64 ;;
+  *) echo "usage: pgfleet-instance run|ready|status|promote|promote-after LSN|demote|fence|unfence|reload|reload-tls SHA256|checkpoint|slots NAME...|usage|version|archive-push PATH [pgbackrest]|backup-init|backup-upgrade|backup full|diff|incr [--standby]|backup-info|expire [--retention-full N|--retention-full-days D]|query [--db NAME] SQL|catalog [DB...]|apply-sql [--db NAME] < SQL|upgrade-check NEW_BIN [MIN_FREE_MB]|upgrade OLD_BIN NEW_BIN|analyze|json [--db NAME] < SQL|bg-dump roles|schema DB|bg-passfile < PASSWORD" >&2; exit 64 ;;
 esac

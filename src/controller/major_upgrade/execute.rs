@@ -202,8 +202,15 @@ impl Step<'_> {
             }
             Next::PreFlight { from, to } => self.pre_flight(&from, &to, round).await,
             Next::Stop => self.stop(round).await,
-            Next::Upgrade => self.upgrade(round).await,
-            Next::Replace => self.replace(round).await,
+            Next::Upgrade | Next::Replace => {
+                let Some(r) = self.record.clone() else {
+                    return Ok(round);
+                };
+                match next {
+                    Next::Upgrade => self.upgrade(r, round).await,
+                    _ => self.replace(&r, round).await,
+                }
+            }
             Next::Start => {
                 self.advance(decide::STARTING, decide::REPLACING).await?;
                 let mut r = self.record.clone();
@@ -397,13 +404,12 @@ impl Step<'_> {
             ..r
         };
         self.record(&r).await?;
-        Ok(at_once(round))
+        // Recorded: go on in this round — every round between the fence
+        // and the new primary's start is downtime.
+        self.upgrade(r, round).await
     }
 
-    async fn upgrade(&self, round: Round) -> Result<Round, Error> {
-        let Some(mut r) = self.record.clone() else {
-            return Ok(round);
-        };
+    async fn upgrade(&self, mut r: MajorUpgradeStatus, round: Round) -> Result<Round, Error> {
         let (old, new) = (self.bin_dir(&r.from_version), self.bin_dir(&r.to_version));
         let verb = ["upgrade", old.as_str(), new.as_str()];
         match run_verb(&self.ctx.client, self.ns, &r.primary, &verb, LONG_VERB).await {
@@ -422,7 +428,7 @@ impl Step<'_> {
                     note,
                 )
                 .await;
-                return Ok(at_once(round));
+                return self.replace(&r, round).await;
             }
             // A run of the verb from before a restart still works on the
             // volume: wait for it, never roll back under it.
@@ -458,21 +464,20 @@ impl Step<'_> {
     }
 
     /// Deletes every Pod built for the old version and the replicas'
-    /// volumes (they are cloned again from the new primary); the round's
-    /// build waits until they are gone.
-    async fn replace(&self, round: Round) -> Result<Round, Error> {
-        let Some(r) = self.record.as_ref() else {
-            return Ok(round);
-        };
-        let api = |k| kube::Api::<Pod>::namespaced(self.ctx.client.clone(), k);
+    /// volumes (they are cloned again from the new primary), and waits a
+    /// little for the Pods to go: the next round builds the new primary
+    /// once they are gone, and every moment until then is downtime.
+    async fn replace(&self, r: &MajorUpgradeStatus, round: Round) -> Result<Round, Error> {
+        let pods = kube::Api::<Pod>::namespaced(self.ctx.client.clone(), self.ns);
         let pvcs = kube::Api::<PersistentVolumeClaim>::namespaced(self.ctx.client.clone(), self.ns);
-        for (name, p) in &self.obs.pods {
-            if p.version.as_deref() != Some(r.to_version.as_str()) && !p.deleting {
-                ignore_missing(
-                    api(self.ns).delete(name, &DeleteParams::default()).await,
-                    "Pod",
-                    name,
-                )?;
+        let old: Vec<&String> = (self.obs.pods.iter())
+            .filter(|(_, p)| p.version.as_deref() != Some(r.to_version.as_str()))
+            .map(|(name, _)| name)
+            .collect();
+        for name in &old {
+            if !self.obs.pods.get(*name).is_some_and(|p| p.deleting) {
+                let deleted = pods.delete(name, &DeleteParams::default()).await;
+                ignore_missing(deleted, "Pod", name)?;
             }
         }
         for name in replica_volumes(self.obs, r) {
@@ -482,7 +487,20 @@ impl Step<'_> {
                 name,
             )?;
         }
-        Ok(soon_ms(round, 250))
+        // Fenced, their containers stop within a fraction of a second.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        for name in old {
+            while (pods.get_opt(name).await)
+                .map_err(kerr("read", "Pod", name))?
+                .is_some()
+            {
+                if tokio::time::Instant::now() > deadline {
+                    return Ok(soon_ms(round, 250));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(at_once(round))
     }
 
     async fn analyze(&self, mut round: Round) -> Result<Round, Error> {

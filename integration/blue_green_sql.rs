@@ -281,7 +281,7 @@ fn scenario(dir: &Path, blue: &Pg, green: &Pg) {
         .unwrap_err();
     assert!(refused.contains("read-only transaction"), "{refused}");
     eventually("green to confirm blue's last position", || {
-        blue.one("postgres", &bg::confirmed(&lsn, 1)) == "t"
+        blue.one("postgres", &bg::confirmed(bg::SLOT_PREFIX, &lsn, 1)) == "true"
     });
     // Sequences: green goes on past blue's values.
     let seqs = bg::parse_sequences(&blue.one("postgres", bg::SEQUENCES)).unwrap();

@@ -27,6 +27,8 @@ mod backup;
 mod backup_schedule;
 #[path = "blue_green.rs"]
 mod blue_green;
+#[path = "blue_green_back.rs"]
+mod blue_green_back;
 #[path = "blue_green_resume.rs"]
 mod blue_green_resume;
 #[path = "blue_green_sql.rs"]

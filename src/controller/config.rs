@@ -67,6 +67,7 @@ pub fn desired(
     if dr.is_some() {
         super::dr::parameters(&mut params);
     }
+    params.extend(pg.spec.postgresql.config_only.clone());
     // A restore drill's throwaway copy archives nothing: it is deleted
     // minutes later and must not leave a stanza behind.
     let backrest = match (backup, repo) {

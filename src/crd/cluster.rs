@@ -278,6 +278,14 @@ pub struct PostgresqlSpec {
     #[serde(skip)]
     #[schemars(skip)]
     pub plain_text_hba: Vec<String>,
+    /// Parameters pgfleet adds for a round to the configuration only,
+    /// outside the Pod template hash, so no instance restarts for them (a
+    /// blue/green upgrade's green keeps `wal_level = logical`, which it
+    /// started with, while blue follows it). In memory only, like
+    /// `plain_text_hba`.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub config_only: BTreeMap<String, String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]

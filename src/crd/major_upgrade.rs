@@ -45,8 +45,11 @@ pub struct MajorUpgradeStatus {
     pub from_version: String,
     /// `spec.version` the upgrade goes to.
     pub to_version: String,
-    /// `PreFlight`, `Stopping`, `Upgrading`, `Starting`, `Analyzing`,
-    /// `RebuildingReplicas`, `PreFlightFailed` or `Failed`.
+    /// In place: `PreFlight`, `Stopping`, `Upgrading`, `Replacing`,
+    /// `Starting`, `Analyzing`, `RebuildingReplicas`, `PreFlightFailed` or
+    /// `Failed`. Blue/green: `PreparingBlue`, `CreatingGreen`, `Seeding`,
+    /// `CatchingUp`, `Switching`, `Switched`, `SwitchingBack`,
+    /// `RemovingBlue`, `RollingBack` or `RolledBack`.
     pub step: String,
     /// The instance whose volume is upgraded (the primary when it began).
     pub primary: String,
@@ -99,6 +102,21 @@ pub struct BlueGreenStatus {
     /// Milliseconds the pooler held writes during the switch that took.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_ms: Option<i64>,
+    /// After the switch: whether blue follows green by logical
+    /// replication (the path of a switch back, `pgfleet.io/blue-green:
+    /// rollback`); `false` once that path was given up (blue kept fenced,
+    /// a cold copy as of the switch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverse: Option<bool>,
+    /// When the current switch back paused the pooler (ms since epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub back_started_at_ms: Option<i64>,
+    /// Green's WAL position once it stopped taking writes for a switch
+    /// back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub back_lsn: Option<String>,
+    #[serde(default)]
+    pub back_attempts: u32,
 }
 
 /// The result of a pre-flight asked for without upgrading (the annotation

@@ -1,8 +1,7 @@
 //! The blue/green major upgrade (`method: blueGreen`) as a pure state
-//! machine (issue 17; docs/major-upgrades.md, "Blue/green"). Not wired into
-//! the reconcile yet: this is the decision the executor will follow, with
-//! the record it keeps, so that its crash-safety can be reviewed and tested
-//! on its own first.
+//! machine (issue 17; docs/major-upgrades.md, "Blue/green"): the decision
+//! the executor (`blue_green_exec.rs`) follows, with the record it keeps,
+//! pure so that its crash-safety is reviewed and tested on its own.
 //!
 //! Shape (like RDS blue/green and CloudNativePG's import + logical
 //! replication): the running instances are *blue*; *green* is a second
@@ -50,8 +49,14 @@
 //! no change for clients: subscriptions dropped on green (which drops
 //! their slots on blue), the publications and the non-TLS rule on blue
 //! removed, green's Pods and volumes deleted (`RollingBack`), ending in
-//! `RolledBack` with the reason. After `Switched` the upgrade only goes
-//! forward: green took writes blue does not have.
+//! `RolledBack` with the reason. After `Switched`, blue follows green by
+//! logical replication (green publishes; blue, still read-only for
+//! clients, subscribes with the slots made on green under the switch's
+//! PAUSE, so no write of green is missed) for as long as blue is kept: a
+//! rollback then is a switch back (`SwitchingBack`, the switch mirrored,
+//! ending in `RollingBack`). Without that path (a manager stopped between
+//! the point of no return and RESUME, or blue too far behind) blue is a
+//! fenced copy as of the switch and a rollback is a restore.
 
 use crate::crd::major_upgrade::BlueGreenStatus;
 
@@ -61,6 +66,7 @@ pub const SEEDING: &str = "Seeding";
 pub const CATCHING_UP: &str = "CatchingUp";
 pub const SWITCHING: &str = "Switching";
 pub const SWITCHED: &str = "Switched";
+pub const SWITCHING_BACK: &str = "SwitchingBack";
 pub const REMOVING_BLUE: &str = "RemovingBlue";
 pub const ROLLING_BACK: &str = "RollingBack";
 pub const ROLLED_BACK: &str = "RolledBack";
@@ -104,6 +110,10 @@ pub struct Limits {
     pub max_switch_attempts: u32,
     /// How long blue is kept after the switch.
     pub retention_ms: i64,
+    /// WAL green keeps for blue's reverse replication, at most: beyond it
+    /// (a schema change on green stops blue's apply, for example) the
+    /// rollback path is given up rather than green's disk filled.
+    pub max_reverse_lag_bytes: u64,
 }
 
 impl Default for Limits {
@@ -114,6 +124,7 @@ impl Default for Limits {
             max_transaction_secs: 10,
             max_switch_attempts: 3,
             retention_ms: 24 * 3600 * 1000,
+            max_reverse_lag_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -146,6 +157,10 @@ pub struct Seen {
     /// The annotation asking to finish (remove blue now) or to roll back.
     pub finish_requested: bool,
     pub rollback_requested: bool,
+    /// Blue confirmed `backLsn` (every reverse slot on green).
+    pub back_confirmed: bool,
+    /// WAL green keeps for blue's reverse replication (the largest slot).
+    pub reverse_lag_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -177,6 +192,21 @@ pub enum Next {
     Retain,
     RemoveBlue,
     Done,
+    /// After the switch, on request, while blue follows green: PAUSE,
+    /// green read-only, its LSN recorded, blue confirms it — the switch
+    /// mirrored. Idempotent.
+    SwitchBack,
+    /// Blue confirmed green's last position: sequences copied back, then
+    /// `RollingBack` with blue's primary as the cluster's (the point of no
+    /// return of the switch back), the Services and poolers on blue,
+    /// RESUME; green goes as in a rollback.
+    CutBack,
+    /// The switch back timed out: green writable again, RESUME, back to
+    /// `Switched` (blue still follows).
+    UndoSwitchBack(String),
+    /// Blue no longer follows green (reverse lag over the bound): its
+    /// subscriptions and green's slots go, blue is fenced as a cold copy.
+    GiveUpReverse(String),
     /// Undo a switch first if one may be under way (blue writable,
     /// RESUME: both idempotent), then drop what green and the upgrade
     /// made; the reason is recorded.
@@ -204,6 +234,19 @@ pub fn next(r: &Record, s: &Seen, l: &Limits) -> Next {
         CATCHING_UP => catch_up(s, l),
         SWITCHING => switching(r, s, l),
         SWITCHED if s.finish_requested => Next::RemoveBlue,
+        SWITCHED if s.rollback_requested && can_switch_back(r, l) => Next::SwitchBack,
+        SWITCHED
+            if r.bg.reverse == Some(true)
+                && s.reverse_lag_bytes
+                    .is_some_and(|b| b > l.max_reverse_lag_bytes) =>
+        {
+            Next::GiveUpReverse(format!(
+                "blue is {} bytes behind green (bound {}): a schema change on green, or blue stopped",
+                s.reverse_lag_bytes.unwrap_or_default(),
+                l.max_reverse_lag_bytes
+            ))
+        }
+        SWITCHING_BACK => switching_back(r, s, l),
         SWITCHED => match r.bg.switched_at_ms {
             Some(t) if s.now_ms - t >= l.retention_ms => Next::RemoveBlue,
             _ => Next::Retain,
@@ -277,6 +320,27 @@ fn switching(r: &Record, s: &Seen, l: &Limits) -> Next {
     Next::Switch
 }
 
+/// A switch back is possible while blue follows green, a few times.
+pub fn can_switch_back(r: &Record, l: &Limits) -> bool {
+    r.bg.reverse == Some(true) && r.bg.back_attempts < l.max_switch_attempts
+}
+
+/// A switch back in progress: [`switching`] mirrored; a timeout goes back
+/// to `Switched` (green keeps serving) — never a rollback of green.
+fn switching_back(r: &Record, s: &Seen, l: &Limits) -> Next {
+    let started = r.bg.back_started_at_ms.unwrap_or(s.now_ms);
+    if r.bg.back_lsn.is_some() && s.back_confirmed {
+        return Next::CutBack;
+    }
+    if s.now_ms - started >= l.switch_timeout_ms {
+        return Next::UndoSwitchBack(format!(
+            "blue did not confirm green's final position within {} ms",
+            l.switch_timeout_ms
+        ));
+    }
+    Next::SwitchBack
+}
+
 /// Green's instance names: `size` ordinals after the highest blue uses
 /// (by Pod or volume), so no name of blue is ever reused — a volume of
 /// the old version can never be mistaken for green's.
@@ -295,12 +359,15 @@ impl Next {
     /// Clients are held (the pooler paused) while this is acted on: the
     /// executor must finish it, or undo it, within the round.
     pub fn holds_clients(&self) -> bool {
-        matches!(self, Next::Switch | Next::Cutover)
+        matches!(
+            self,
+            Next::Switch | Next::Cutover | Next::SwitchBack | Next::CutBack
+        )
     }
 
     /// Which side the `-rw`/`-ro` Services and the pooler select.
     pub fn serves_green(&self, r: &Record) -> bool {
-        matches!(r.step.as_str(), SWITCHED | REMOVING_BLUE)
+        matches!(r.step.as_str(), SWITCHED | SWITCHING_BACK | REMOVING_BLUE)
             || matches!(self, Next::Retain | Next::RemoveBlue | Next::Done)
     }
 }

@@ -10,13 +10,19 @@
 //! before the switch no Service leads there. Until the switch the round
 //! sees only blue (green's names are hidden from the plan, the Services
 //! select `pgfleet.io/kind=instance` and green's Pod says `green`); from
-//! the switch on only green (blue's Pods say `retired` and are fenced).
+//! the switch on only green (blue's Pods say `retired`: its replicas are
+//! fenced, its primary follows green until blue is removed, the path of a
+//! switch back — `blue_green_back.rs`).
 
 #[path = "blue_green_switch.rs"]
 mod switch;
 
+#[path = "blue_green_back.rs"]
+mod back;
+
 use super::blue_green::{self as machine, Limits, Next, Record};
 use super::blue_green_io::{self as io, On};
+use super::blue_green_sql as bg_sql;
 use super::execute::{GreenInstance, Round};
 use crate::controller::Ctx;
 use crate::controller::build::Owner;
@@ -203,8 +209,20 @@ impl Upgrade<'_> {
             }
             machine::SWITCHING => {
                 if let (Some(lsn), Ok(dbs)) = (r.bg.target_lsn.as_deref(), blue.databases().await) {
-                    seen.target_confirmed =
-                        io::confirmed(blue, lsn, dbs.len()).await.unwrap_or(false);
+                    let slots = io::confirmed(blue, bg_sql::SLOT_PREFIX, lsn, dbs.len());
+                    seen.target_confirmed = slots.await.unwrap_or(false);
+                }
+            }
+            machine::SWITCHED if r.bg.reverse == Some(true) => {
+                let green_primary = self.green_primary();
+                seen.reverse_lag_bytes = io::back_lag(self.on(&green_primary)).await.ok();
+            }
+            machine::SWITCHING_BACK => {
+                let green_primary = self.green_primary();
+                let green = self.on(&green_primary);
+                if let (Some(lsn), Ok(dbs)) = (r.bg.back_lsn.as_deref(), blue.databases().await) {
+                    let slots = io::confirmed(green, bg_sql::BACK_PREFIX, lsn, dbs.len());
+                    seen.back_confirmed = slots.await.unwrap_or(false);
                 }
             }
             _ => {}
@@ -234,14 +252,20 @@ impl Upgrade<'_> {
                 true => r.bg.blue.clone(),
                 false => r.bg.green.clone(),
             },
-            // Blue publishes; green, once it serves, keeps its own template.
+            // Blue publishes (restarted for it), then green while blue
+            // follows it (it started with it; its template stays).
             wal_logical: !green_side,
+            wal_logical_config_only: green_side && reverse(r),
             ..Round::default()
         };
-        let replicating = matches!(
-            r.step.as_str(),
-            machine::CREATING_GREEN | machine::SEEDING | machine::CATCHING_UP | machine::SWITCHING
-        );
+        let replicating = reverse(r)
+            || matches!(
+                r.step.as_str(),
+                machine::CREATING_GREEN
+                    | machine::SEEDING
+                    | machine::CATCHING_UP
+                    | machine::SWITCHING
+            );
         if replicating && !self.green_tls {
             round.hba = self.plain_text_rules().await;
         }
@@ -258,15 +282,20 @@ impl Upgrade<'_> {
         Ok(round)
     }
 
-    /// Blue lets the upgrade's role in from green's address in plain text.
+    /// The upgrade's role let in, in plain text, from green's primary (to
+    /// blue) and from blue's (to green, once blue follows it): one
+    /// configuration serves both sides.
     async fn plain_text_rules(&self) -> Vec<String> {
         let api = Api::<Pod>::namespaced(self.ctx.client.clone(), self.ns);
-        let ip = match api.get_opt(&self.green_primary()).await {
-            Ok(Some(p)) => p.status.and_then(|s| s.pod_ip),
-            _ => None,
-        };
-        let ips: Vec<String> = ip.into_iter().collect();
-        super::blue_green_sql::plain_text_rules(&ips).unwrap_or_default()
+        let mut ips = vec![];
+        for pod in [self.green_primary(), self.blue_primary.clone()] {
+            if let Ok(Some(p)) = api.get_opt(&pod).await
+                && let Some(ip) = p.status.and_then(|s| s.pod_ip)
+            {
+                ips.push(ip);
+            }
+        }
+        bg_sql::plain_text_rules(&ips).unwrap_or_default()
     }
 
     async fn save(&self, m: &MajorUpgradeStatus, extra: Value) -> Result<(), Error> {
@@ -340,13 +369,26 @@ impl Upgrade<'_> {
                 round.done = soon(500);
             }
             Next::Retain => self.retain(r, l, round).await?,
+            Next::SwitchBack => round.done = Some(self.switch_back(r, l).await?),
+            Next::CutBack => round.done = Some(self.resume_cut_back().await?),
+            Next::UndoSwitchBack(why) => {
+                self.undo_switch_back(&why).await?;
+                round.done = soon(500);
+            }
+            Next::GiveUpReverse(why) => self.give_up_reverse(&why).await?,
             Next::RemoveBlue => {
                 self.remove_blue(r).await?;
                 self.backups_or_notice(r, round).await;
                 round.within = Some(Duration::from_secs(1));
             }
             Next::Done => self.done(r, round).await?,
-            Next::RollBack(why) => round.done = Some(self.roll_back(r, &why).await?),
+            Next::RollBack(why) => {
+                if r.bg.back_lsn.is_some() {
+                    // Switched back: blue serves again before green goes.
+                    self.after_cut_back().await?;
+                }
+                round.done = Some(self.roll_back(r, &why).await?)
+            }
             Next::Blocked(why) => {
                 if r.step == machine::ROLLING_BACK {
                     // Green is gone: the rollback is complete.
@@ -393,8 +435,18 @@ impl Upgrade<'_> {
     }
 
     /// `Switched`, kept: backups carried over, and the round looks again
-    /// when the retention ends.
+    /// when the retention ends. A rollback asked for that cannot switch
+    /// back says why.
     async fn retain(&self, r: &Record, l: &Limits, round: &mut Round) -> Result<(), Error> {
+        if self.pg.annotations().get(ANNOTATION).map(String::as_str) == Some("rollback") {
+            let why = "blue no longer follows green (or the switch back failed too often): a rollback after the switch is a restore to a time before it";
+            let n = (
+                "MajorUpgradeBlocked",
+                "RollbackUnavailable",
+                why.to_string(),
+            );
+            round.notices.push(n);
+        }
         self.backups_or_notice(r, round).await;
         let left =
             r.bg.switched_at_ms
@@ -567,6 +619,12 @@ impl Upgrade<'_> {
         }
         Ok(())
     }
+}
+
+/// Blue follows green (or may: the switch's last part not done yet).
+fn reverse(r: &Record) -> bool {
+    matches!(r.step.as_str(), machine::SWITCHED | machine::SWITCHING_BACK)
+        && r.bg.reverse != Some(false)
 }
 
 fn gone<T>(r: Result<T, kube::Error>, kind: &'static str, name: &str) -> Result<(), Error> {

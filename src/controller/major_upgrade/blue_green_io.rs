@@ -153,19 +153,7 @@ fn repeatable_roles(dump: &str) -> String {
 /// idempotent. Returns how many databases are subscribed.
 pub async fn seed(blue: On<'_>, green: On<'_>, host: &str, plain: bool) -> Result<usize, Error> {
     let password = crate::postgres::sql::random_password();
-    let out = run_verb_stdin(
-        &green.ctx.client,
-        green.ns,
-        green.pod,
-        &["bg-passfile"],
-        password.clone(),
-        SHORT,
-    )
-    .await?;
-    let passfile = serde_json::from_str::<serde_json::Value>(out.trim())
-        .ok()
-        .and_then(|v| v["passfile"].as_str().map(str::to_string))
-        .ok_or_else(|| Error::Validate("bg-passfile printed no path".into()))?;
+    let passfile = passfile(green, &password).await?;
     let role = format!(
         "DO $pgfleet$ BEGIN CREATE ROLE {r}; EXCEPTION WHEN duplicate_object THEN NULL; END $pgfleet$;\n\
 ALTER ROLE {r} WITH LOGIN REPLICATION PASSWORD {v};\nGRANT pg_read_all_data TO {r};\n",
@@ -281,22 +269,122 @@ pub async fn thaw(blue: On<'_>) -> Result<(), Error> {
     blue.apply("postgres", sql).await
 }
 
-pub async fn confirmed(blue: On<'_>, lsn: &str, slots: usize) -> Result<bool, Error> {
-    blue.json("postgres", &to_json(&bg::confirmed(lsn, slots)))
+/// Whether the publisher `on` saw its `slots` slots of one direction
+/// (`prefix`) confirm `lsn`.
+pub async fn confirmed(on: On<'_>, prefix: &str, lsn: &str, slots: usize) -> Result<bool, Error> {
+    on.json("postgres", &bg::confirmed(prefix, lsn, slots))
         .await
 }
 
-/// Blue's sequences set on green, per database.
-pub async fn copy_sequences(blue: On<'_>, green: On<'_>, dbs: &[String]) -> Result<(), Error> {
+/// The publisher's sequences set on the subscriber, per database (the
+/// subscriber may be read-only for clients: blue, on a switch back).
+pub async fn copy_sequences(from: On<'_>, to: On<'_>, dbs: &[String]) -> Result<(), Error> {
     for db in dbs {
-        let rows: serde_json::Value = blue.json(db, bg::SEQUENCES).await?;
+        let rows: serde_json::Value = from.json(db, bg::SEQUENCES).await?;
         let seqs = bg::parse_sequences(&rows.to_string()).map_err(Error::Validate)?;
         let sql = bg::sync_sequences(&seqs);
         if !sql.is_empty() {
-            green.apply(db, sql).await?;
+            let sql = format!("SET default_transaction_read_only = off;\n{sql}");
+            to.apply(db, sql).await?;
         }
     }
     Ok(())
+}
+
+/// Under the switch's PAUSE, once green has all of blue: green's
+/// publication and the slots of blue's reverse subscriptions, made before
+/// green's first write.
+pub async fn open_back(green: On<'_>, dbs: &[String]) -> Result<(), Error> {
+    for db in dbs {
+        green.apply(db, bg::create_publication()).await?;
+        green.apply(db, bg::create_back_slot(db)).await?;
+    }
+    Ok(())
+}
+
+/// How many reverse slots green has.
+pub async fn back_slots(green: On<'_>) -> Result<usize, Error> {
+    green.json("postgres", bg::BACK_SLOTS).await
+}
+
+/// The WAL green keeps for blue.
+pub async fn back_lag(green: On<'_>) -> Result<u64, Error> {
+    green.json("postgres", bg::BACK_LAG).await
+}
+
+/// After the switch: blue subscribes to green on the slots made under the
+/// PAUSE, as the upgrade's role (a fresh password: its verifier on green,
+/// the passfile on blue); blue's own forward slots go (nothing reads them
+/// any more, and they would keep blue's WAL). Idempotent.
+pub async fn follow_green(
+    blue: On<'_>,
+    green: On<'_>,
+    host: &str,
+    plain: bool,
+    dbs: &[String],
+) -> Result<(), Error> {
+    blue.apply("postgres", bg::drop_slots(bg::SLOT_PREFIX))
+        .await?;
+    let password = crate::postgres::sql::random_password();
+    let passfile = passfile(blue, &password).await?;
+    let role = format!(
+        "ALTER ROLE {} WITH LOGIN REPLICATION PASSWORD {};\n",
+        ident(bg::ROLE),
+        literal(&scram_verifier_random(&password))
+    );
+    green.apply("postgres", role).await?;
+    for db in dbs {
+        if blue
+            .json::<i64>(db, &bg::back_subscription_exists(db))
+            .await?
+            > 0
+        {
+            continue;
+        }
+        let source = bg::Source {
+            host,
+            database: db,
+            passfile: &passfile,
+            ca_file: &format!("{}/ca.crt", crate::controller::tls::MOUNT),
+        };
+        let sql = bg::create_back_subscription(&source, bg::transport(!plain));
+        blue.apply(db, sql).await?;
+    }
+    Ok(())
+}
+
+/// Blue stops following green: its reverse subscriptions go (their slots
+/// stay on green, dropped there by [`drop_back_slots`] or with green).
+pub async fn unfollow(blue: On<'_>, dbs: &[String]) -> Result<(), Error> {
+    for db in dbs {
+        blue.apply(db, bg::detach_back(db)).await?;
+    }
+    Ok(())
+}
+
+/// Green's reverse slots, once blue no longer reads them.
+pub async fn drop_back_slots(green: On<'_>) -> Result<(), Error> {
+    green
+        .apply("postgres", bg::drop_slots(bg::BACK_PREFIX))
+        .await
+}
+
+/// The upgrade role's password in a passfile on `on` (instance verb
+/// `bg-passfile`); its path.
+async fn passfile(on: On<'_>, password: &str) -> Result<String, Error> {
+    let out = run_verb_stdin(
+        &on.ctx.client,
+        on.ns,
+        on.pod,
+        &["bg-passfile"],
+        password.to_string(),
+        SHORT,
+    )
+    .await?;
+    serde_json::from_str::<serde_json::Value>(out.trim())
+        .ok()
+        .and_then(|v| v["passfile"].as_str().map(str::to_string))
+        .ok_or_else(|| Error::Validate("bg-passfile printed no path".into()))
 }
 
 /// Green's subscriptions go without touching blue (its slots stay with
@@ -319,15 +407,13 @@ pub async fn detach(green: On<'_>, dbs: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
-/// A rollback's cleanup of blue: the subscriptions' slots, publications,
+/// A rollback's cleanup of blue: the subscriptions' slots, the reverse
+/// subscriptions (after a switch back), publications,
 /// the DDL freeze and the upgrade's role.
 pub async fn clean_blue(blue: On<'_>, dbs: &[String]) -> Result<(), Error> {
-    let drop_slots = format!(
-        "SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots \
-WHERE starts_with(slot_name, {}) AND NOT active;\n",
-        literal(bg::SLOT_PREFIX)
-    );
-    blue.apply("postgres", drop_slots).await?;
+    blue.apply("postgres", bg::drop_slots(bg::SLOT_PREFIX))
+        .await?;
+    unfollow(blue, dbs).await?;
     for db in dbs {
         blue.apply(db, bg::drop_publication()).await?;
         blue.apply(db, thaw_ddl()).await?;

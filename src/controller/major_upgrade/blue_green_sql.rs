@@ -22,6 +22,10 @@ pub const ROLE: &str = "pgfleet_bluegreen";
 pub const PUBLICATION: &str = "pgfleet_bluegreen";
 /// Prefix of the subscriptions and of their slots on blue.
 pub const SLOT_PREFIX: &str = "pgfleet_bg_";
+/// Prefix of blue's reverse subscriptions after the switch and of their
+/// slots on green. Not a [`SLOT_PREFIX`] name: counting one direction's
+/// slots never counts the other's.
+pub const BACK_PREFIX: &str = "pgfleet_bgr_";
 
 /// How green reaches blue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +48,77 @@ pub fn transport(green_has_ssl: bool) -> Transport {
 pub fn subscription_name(database: &str) -> String {
     let h = crate::platform::hash::fnv1a64(database.as_bytes());
     format!("{SLOT_PREFIX}{h:016x}")
+}
+
+/// Blue's reverse subscription of one database, and its slot on green.
+pub fn back_name(database: &str) -> String {
+    let h = crate::platform::hash::fnv1a64(database.as_bytes());
+    format!("{BACK_PREFIX}{h:016x}")
+}
+
+/// On green, in `database`, after its publication and under the switch's
+/// PAUSE: the slot blue's subscription will use, so that it starts before
+/// green's first write. Idempotent (its own transaction: a slot cannot be
+/// made in one that wrote).
+pub fn create_back_slot(database: &str) -> String {
+    let n = literal(&back_name(database));
+    format!(
+        "SELECT count(pg_create_logical_replication_slot(n, 'pgoutput')) FROM (SELECT {n}::name AS n) s \
+WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = {n});"
+    )
+}
+
+/// On green: how many reverse slots there are, as JSON.
+pub const BACK_SLOTS: &str = "SELECT to_json(count(*)) FROM pg_replication_slots \
+WHERE starts_with(slot_name, 'pgfleet_bgr_')";
+
+/// On green: the WAL its reverse slots keep (the largest), as JSON.
+pub const BACK_LAG: &str = "SELECT to_json(coalesce(max(pg_wal_lsn_diff(pg_current_wal_lsn(), \
+confirmed_flush_lsn)), 0)::bigint) FROM pg_replication_slots WHERE starts_with(slot_name, 'pgfleet_bgr_')";
+
+/// On blue (read-only for clients: its own session allows the write), in
+/// `database`: the subscription to green's publication on the slot made
+/// at the switch, copying nothing (blue has every row up to the switch).
+pub fn create_back_subscription(s: &Source, t: Transport) -> String {
+    let name = back_name(s.database);
+    format!(
+        "SET default_transaction_read_only = off;\nCREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} \
+WITH (copy_data = false, create_slot = false, slot_name = {});",
+        ident(&name),
+        literal(&conninfo(s, t)),
+        ident(PUBLICATION),
+        literal(&name)
+    )
+}
+
+/// On blue: whether `database`'s reverse subscription exists, as JSON.
+pub fn back_subscription_exists(database: &str) -> String {
+    format!(
+        "SELECT to_json(count(*)) FROM pg_subscription WHERE subname = {};",
+        literal(&back_name(database))
+    )
+}
+
+/// On blue: the reverse subscription goes without touching green (its
+/// slot goes with green, or with [`drop_slots`]). Idempotent.
+pub fn detach_back(database: &str) -> String {
+    let n = literal(&back_name(database));
+    let i = ident(&back_name(database));
+    format!(
+        "SET default_transaction_read_only = off;\n\
+DO $pgfleet$ BEGIN IF EXISTS (SELECT 1 FROM pg_subscription WHERE subname = {n}) THEN \
+ALTER SUBSCRIPTION {i} DISABLE; ALTER SUBSCRIPTION {i} SET (slot_name = NONE); END IF; END $pgfleet$;\n\
+DROP SUBSCRIPTION IF EXISTS {i};"
+    )
+}
+
+/// The upgrade's unused slots of one direction (`prefix`), dropped.
+pub fn drop_slots(prefix: &str) -> String {
+    format!(
+        "SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots \
+WHERE starts_with(slot_name, {}) AND NOT active;",
+        literal(prefix)
+    )
 }
 
 /// Idempotent: a repeated `Seeding` step finds the publication there.
@@ -175,13 +250,15 @@ pub const THAW_BLUE: [&str; 2] = [
     "SELECT pg_reload_conf()",
 ];
 
-/// Whether every one of the upgrade's `slots` slots on blue confirmed
-/// `lsn` (checked by [`lsn`] first).
-pub fn confirmed(lsn: &str, slots: usize) -> String {
+/// Whether every one of the upgrade's `slots` slots of one direction
+/// (`prefix`: [`SLOT_PREFIX`] on blue, [`BACK_PREFIX`] on green) confirmed
+/// `lsn` (checked by [`lsn`] first), as JSON.
+pub fn confirmed(prefix: &str, lsn: &str, slots: usize) -> String {
     format!(
-        "SELECT count(*) = {slots} AND coalesce(bool_and(confirmed_flush_lsn >= {}::pg_lsn), false) \
-FROM pg_replication_slots WHERE starts_with(slot_name, 'pgfleet_bg_');",
-        literal(lsn)
+        "SELECT to_json(count(*) = {slots} AND coalesce(bool_and(confirmed_flush_lsn >= {}::pg_lsn), false)) \
+FROM pg_replication_slots WHERE starts_with(slot_name, {})",
+        literal(lsn),
+        literal(prefix)
     )
 }
 

@@ -88,7 +88,7 @@ fn lsns_are_checked_before_they_reach_sql() {
     for bad in ["", "16", "0/", "/0", "0/123456789", "0/1'; DROP", "g/1"] {
         assert_eq!(lsn(bad), None, "{bad:?}");
     }
-    assert!(confirmed("0/3000060", 2).starts_with("SELECT count(*) = 2 AND"));
+    assert!(confirmed(SLOT_PREFIX, "0/3000060", 2).starts_with("SELECT to_json(count(*) = 2 AND"));
 }
 
 #[test]

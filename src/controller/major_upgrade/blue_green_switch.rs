@@ -6,6 +6,7 @@
 
 use super::super::blue_green::{self as machine, Limits, Record};
 use super::super::blue_green_io as io;
+use super::super::blue_green_sql as bg_sql;
 use super::{RETIRED, Upgrade, now_ms};
 use crate::controller::build::{LABEL_KIND, LABEL_ROLE};
 use crate::controller::pooler;
@@ -21,7 +22,7 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 
 impl Upgrade<'_> {
-    async fn pause(&self) -> Result<pooler::pause::Paused, Error> {
+    pub(super) async fn pause(&self) -> Result<pooler::pause::Paused, Error> {
         pooler::pause::Paused::pause(&self.ctx.client, self.ns, pooler::live_pods(self.obs)).await
     }
 
@@ -47,7 +48,7 @@ impl Upgrade<'_> {
             }
             self.save(&m, json!({})).await?;
             let dbs = blue.databases().await?;
-            while !io::confirmed(blue, &lsn, dbs.len()).await? {
+            while !io::confirmed(blue, bg_sql::SLOT_PREFIX, &lsn, dbs.len()).await? {
                 if now_ms() - started >= l.switch_timeout_ms {
                     return Ok(None);
                 }
@@ -107,19 +108,30 @@ impl Upgrade<'_> {
         let green = self.green_primary();
         let mut m = self.latest();
         m.step = machine::SWITCHED.into();
+        // Blue's primary as it stopped: the one that follows green.
+        m.primary = self.blue_primary.clone();
         if let Some(b) = m.blue_green.as_mut() {
             b.switched_at_ms = Some(now_ms());
         }
         let primary = json!({"currentPrimary": green, "targetPrimary": green});
         self.save(&m, primary).await?;
+        // Before green's first write: the slots blue will follow it from
+        // (without them blue stays a fenced copy as of now).
+        if let Err(e) = io::open_back(self.on(&green), &dbs).await {
+            tracing::warn!(error = %e, "blue/green: no reverse replication slots on green");
+        }
         self.relabel().await?;
         self.follow().await?;
         paused.resume().await;
         let stall = t0.elapsed().as_millis() as i64;
         tracing::info!(cluster = %self.owner.name, stall_ms = stall, "blue/green: switched to green");
         self.finish_switch(&mut m, Some(dbs), stall).await?;
+        let kept = match m.blue_green.as_ref().and_then(|b| b.reverse) {
+            Some(true) => "following green (the path of a switch back)",
+            _ => "fenced, as of the switch",
+        };
         let note = format!(
-            "switched to {green} on {}; writes paused {stall} ms; blue ({}) kept fenced",
+            "switched to {green} on {}; writes paused {stall} ms; blue ({}) kept, {kept}",
             m.to_version,
             self.bg().blue.join(", ")
         );
@@ -146,15 +158,8 @@ impl Upgrade<'_> {
         stall: i64,
     ) -> Result<(), Error> {
         let bg = self.bg();
-        for pod in &bg.blue {
-            let _ = crate::postgres::exec::run_verb(
-                &self.ctx.client,
-                self.ns,
-                pod,
-                &["fence"],
-                Duration::from_secs(60),
-            )
-            .await;
+        for pod in bg.blue.iter().filter(|p| **p != self.blue_primary) {
+            self.verb(pod, "fence").await;
         }
         let green = self.green_primary();
         let dbs = match dbs {
@@ -162,21 +167,80 @@ impl Upgrade<'_> {
             None => self.on(&green).databases().await?,
         };
         io::detach(self.on(&green), &dbs).await?;
+        let reverse = self.follow_green(&dbs).await;
+        if !reverse {
+            self.verb(&self.blue_primary, "fence").await;
+        }
         if let Some(b) = m.blue_green.as_mut() {
             b.stall_ms = Some(stall);
+            b.reverse = Some(reverse);
         }
         self.save(m, json!({})).await
     }
 
-    /// Green's Pod into the Services (kind `instance`, primary), blue's out.
-    async fn relabel(&self) -> Result<(), Error> {
-        let api = Api::<Pod>::namespaced(self.ctx.client.clone(), self.ns);
-        let set = |kind: &str, role: Role| json!({"metadata": {"labels": {LABEL_KIND: kind, LABEL_ROLE: role}}});
-        let mut patches = vec![(self.green_primary(), set("instance", Role::Primary))];
-        for pod in self.bg().blue {
-            patches.push((pod, set(RETIRED, Role::Fenced)));
+    /// Blue's primary subscribes to green, when green has every slot made
+    /// under the switch's PAUSE (a manager stopped before they were made
+    /// cannot know what green took since: no reverse path then, and
+    /// green's slots go).
+    async fn follow_green(&self, dbs: &[String]) -> bool {
+        let green_primary = self.green_primary();
+        let green = self.on(&green_primary);
+        let ready = io::back_slots(green).await.is_ok_and(|n| n == dbs.len());
+        let host = format!("{}-rw", self.owner.name);
+        let blue = self.on(&self.blue_primary);
+        let followed = match ready {
+            true => io::follow_green(blue, green, &host, !self.green_tls, dbs).await,
+            false => Err(Error::Validate("green has no slots for blue".into())),
+        };
+        match followed {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "blue/green: blue does not follow green; it stays a copy as of the switch");
+                let _ = io::unfollow(blue, dbs).await;
+                let _ = io::drop_back_slots(green).await;
+                false
+            }
         }
-        for (pod, patch) in patches {
+    }
+
+    /// An instance verb whose failure is only logged (a fence of a Pod
+    /// that is gone, an unfence of one that is not fenced).
+    pub(super) async fn verb(&self, pod: &str, verb: &str) {
+        let ran = crate::postgres::exec::run_verb(
+            &self.ctx.client,
+            self.ns,
+            pod,
+            &[verb],
+            Duration::from_secs(60),
+        )
+        .await;
+        if let Err(e) = ran {
+            tracing::info!(pod = %pod, verb = %verb, error = %e, "blue/green: instance verb failed");
+        }
+    }
+
+    /// Green's Pod into the Services (kind `instance`, primary), blue's out
+    /// (its primary still labelled one: restarted, it must come back as
+    /// the primary it is, never as a replica of `-rw`, which is green).
+    async fn relabel(&self) -> Result<(), Error> {
+        let mut patches = vec![(self.green_primary(), ("instance", Role::Primary))];
+        for pod in self.bg().blue {
+            let role = match pod == self.blue_primary {
+                true => Role::Primary,
+                false => Role::Fenced,
+            };
+            patches.push((pod, (RETIRED, role)));
+        }
+        self.label(patches).await
+    }
+
+    /// Sets the kind and role labels of each Pod (one that is gone is
+    /// skipped).
+    pub(super) async fn label(&self, patches: Vec<(String, (&str, Role))>) -> Result<(), Error> {
+        let api = Api::<Pod>::namespaced(self.ctx.client.clone(), self.ns);
+        let set = |(kind, role): (&str, Role)| json!({"metadata": {"labels": {LABEL_KIND: kind, LABEL_ROLE: role}}});
+        for (pod, labels) in patches {
+            let patch = set(labels);
             match api
                 .patch(&pod, &PatchParams::default(), &Patch::Merge(&patch))
                 .await

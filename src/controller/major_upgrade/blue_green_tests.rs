@@ -151,11 +151,61 @@ fn a_rollback_request_is_honoured_only_before_the_switch() {
         );
     }
     // Mid-switch the switch finishes or times out first; after it, green
-    // took writes blue does not have: forward only.
+    // took writes blue only has while it follows green: without that
+    // path, forward only.
     let mut r = record(SWITCHING);
     r.bg.switch_started_at_ms = Some(s.now_ms);
     assert_eq!(next(&r, &s, &l), Next::Switch);
     assert_eq!(next(&record(SWITCHED), &s, &l), Next::Retain);
+    let mut r = record(SWITCHED);
+    r.bg.reverse = Some(false);
+    assert_eq!(next(&r, &s, &l), Next::Retain);
+    r.bg.reverse = Some(true);
+    assert_eq!(next(&r, &s, &l), Next::SwitchBack);
+    r.bg.back_attempts = l.max_switch_attempts;
+    assert_eq!(next(&r, &s, &l), Next::Retain);
+}
+
+#[test]
+fn a_switch_back_mirrors_the_switch_and_its_timeout_leaves_green_serving() {
+    let l = Limits::default();
+    let mut s = ready();
+    s.rollback_requested = true;
+    let mut r = record(SWITCHING_BACK);
+    r.bg.reverse = Some(true);
+    r.bg.back_started_at_ms = Some(s.now_ms - 100);
+    // Not confirmed yet (or no LSN recorded): the switch back goes on.
+    assert_eq!(next(&r, &s, &l), Next::SwitchBack);
+    s.back_confirmed = true;
+    assert_eq!(next(&r, &s, &l), Next::SwitchBack, "no LSN recorded yet");
+    r.bg.back_lsn = Some("0/3000060".into());
+    assert_eq!(next(&r, &s, &l), Next::CutBack);
+    assert!(Next::CutBack.holds_clients() && Next::SwitchBack.holds_clients());
+    // Clients stay on green until the cut back writes `RollingBack`.
+    assert!(Next::SwitchBack.serves_green(&r));
+    s.back_confirmed = false;
+    r.bg.back_started_at_ms = Some(s.now_ms - l.switch_timeout_ms);
+    assert!(matches!(next(&r, &s, &l), Next::UndoSwitchBack(w) if w.contains("green's final")));
+    // After the cut back: a rollback (green removed), blue serving.
+    let mut r = record(ROLLING_BACK);
+    r.bg.back_lsn = Some("0/3000060".into());
+    assert!(!Next::RollBack(String::new()).serves_green(&r));
+}
+
+#[test]
+fn blue_too_far_behind_green_gives_up_the_reverse_path() {
+    let l = Limits::default();
+    let mut s = ready();
+    let mut r = record(SWITCHED);
+    r.bg.switched_at_ms = Some(s.now_ms);
+    r.bg.reverse = Some(true);
+    s.reverse_lag_bytes = Some(l.max_reverse_lag_bytes);
+    assert_eq!(next(&r, &s, &l), Next::Retain);
+    s.reverse_lag_bytes = Some(l.max_reverse_lag_bytes + 1);
+    assert!(matches!(next(&r, &s, &l), Next::GiveUpReverse(w) if w.contains("bytes behind green")));
+    // Given up once, never again.
+    r.bg.reverse = Some(false);
+    assert_eq!(next(&r, &s, &l), Next::Retain);
 }
 
 #[test]

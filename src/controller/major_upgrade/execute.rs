@@ -41,8 +41,12 @@ pub struct Round {
     /// Instances the rest of the round leaves alone (a blue/green
     /// upgrade's other side).
     pub hide: Vec<String>,
-    /// Build with `wal_level = logical` (a blue/green upgrade).
+    /// Build with `wal_level = logical` (a blue/green upgrade's blue: a
+    /// restart parameter, so the rolling update restarts blue for it).
     pub wal_logical: bool,
+    /// `wal_level = logical` in the configuration only (green while blue
+    /// follows it: green started with it, and must not restart for it).
+    pub wal_logical_config_only: bool,
     /// pg_hba rules the round adds in front of the spec's.
     pub hba: Vec<String>,
     /// Look again within this long.

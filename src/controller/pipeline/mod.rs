@@ -57,6 +57,7 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     hide(&mut seen.obs, &upgrade.hide);
     let (pg, spec) = builds_for(pg, spec, upgrade.builds_for);
     let pg = blue_green_shape(pg, upgrade.wal_logical, &upgrade.hba);
+    let pg = config_only(pg, upgrade.wal_logical_config_only);
     let within = match upgrade.hold_primary {
         true => Some(std::time::Duration::from_secs(2)),
         false => match primary::settle(&pg, &ctx, &seen, &spec).await? {
@@ -196,6 +197,18 @@ fn blue_green_shape(
         p.insert("wal_level".into(), "logical".into());
     }
     copy.spec.postgresql.plain_text_hba = hba.to_vec();
+    Arc::new(copy)
+}
+
+/// `wal_level = logical` in the configuration only (green, which started
+/// with it, while blue follows it: no restart).
+fn config_only(pg: Arc<PostgresCluster>, logical: bool) -> Arc<PostgresCluster> {
+    if !logical {
+        return pg;
+    }
+    let mut copy = (*pg).clone();
+    let p = &mut copy.spec.postgresql.config_only;
+    p.insert("wal_level".into(), "logical".into());
     Arc::new(copy)
 }
 

@@ -7,7 +7,10 @@
 //! the switchover of blue's rolling restart to `wal_level = logical`, two
 //! instances each); the cutover's own stall as recorded in
 //! `status.majorUpgrade.blueGreen.stallMs` is printed next to it. Every
-//! write that failed on an open session is counted. Nothing is asserted.
+//! write that failed on an open session is counted. Blue is kept after the
+//! switch (`keepBlueMinutes: 60`, so the switch makes the reverse
+//! replication slots inside its stall) and finished by annotation at once.
+//! Nothing is asserted.
 
 use super::major_upgrade::{LIMIT, NS, Writer, median, wait_for};
 use crate::controller::pooler;
@@ -37,7 +40,7 @@ pub(super) async fn measure(b: &ProcessEnv, runs: usize) -> Result<()> {
         let name = format!("bg{i}");
         let spec = serde_json::json!({"clusterSize": 2, "version": "15",
             "enableSuperuserAccess": true,
-            "majorUpgrade": {"method": "blueGreen", "keepBlueMinutes": 0},
+            "majorUpgrade": {"method": "blueGreen", "keepBlueMinutes": 60},
             "pooler": {"enabled": true, "instances": 1}});
         b.create(&name, spec).await?;
         let r = one(b, &name).await?;
@@ -147,7 +150,16 @@ async fn one(b: &ProcessEnv, name: &str) -> Result<Run> {
                 "the upgrade of {name} did not go through: {:?}",
                 m.failure
             );
-            recorded = m.blue_green.as_ref().and_then(|g| g.stall_ms).or(recorded);
+            let stall = m.blue_green.as_ref().and_then(|g| g.stall_ms);
+            if recorded.is_none() && stall.is_some() {
+                // Switched, blue following green (its slots were made
+                // inside the stall): blue goes now.
+                let finish = serde_json::json!({"metadata": {"annotations": {"pgfleet.io/blue-green": "finish"}}});
+                b.pgc()
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&finish))
+                    .await?;
+            }
+            recorded = stall.or(recorded);
         }
         if st.current_version.as_deref() == Some("18") && st.major_upgrade.is_none() {
             break;

@@ -20,6 +20,9 @@ mod switch;
 #[path = "blue_green_back.rs"]
 mod back;
 
+#[path = "blue_green_keep.rs"]
+mod keep;
+
 use super::blue_green::{self as machine, Limits, Next, Record};
 use super::blue_green_io::{self as io, On};
 use super::blue_green_sql as bg_sql;
@@ -432,93 +435,6 @@ impl Upgrade<'_> {
                 Ok(None)
             }
         }
-    }
-
-    /// `Switched`, kept: backups carried over, and the round looks again
-    /// when the retention ends. A rollback asked for that cannot switch
-    /// back says why.
-    async fn retain(&self, r: &Record, l: &Limits, round: &mut Round) -> Result<(), Error> {
-        if self.pg.annotations().get(ANNOTATION).map(String::as_str) == Some("rollback") {
-            let why = "blue no longer follows green (or the switch back failed too often): a rollback after the switch is a restore to a time before it";
-            let n = (
-                "MajorUpgradeBlocked",
-                "RollbackUnavailable",
-                why.to_string(),
-            );
-            round.notices.push(n);
-        }
-        self.backups_or_notice(r, round).await;
-        let left =
-            r.bg.switched_at_ms
-                .map(|t| t + l.retention_ms - now_ms())
-                .unwrap_or(l.retention_ms)
-                .clamp(1_000, 3_600_000);
-        round.within = Some(Duration::from_millis(left as u64));
-        Ok(())
-    }
-
-    /// Blue is gone: the record goes — once the backups are carried over
-    /// (the record keeps the backup's name until it was asked for).
-    async fn done(&self, r: &Record, round: &mut Round) -> Result<(), Error> {
-        if !self.backups_or_notice(r, round).await {
-            round.within = Some(Duration::from_secs(10));
-            return Ok(());
-        }
-        status_patch(self.ctx, self.pg, json!({"majorUpgrade": null})).await?;
-        let note = format!(
-            "blue/green upgrade {} → {} done; blue removed",
-            r.from_version, r.to_version
-        );
-        self.announce(EventType::Normal, "MajorUpgradeCompleted", note)
-            .await;
-        let stall = self.bg().stall_ms;
-        let member = &self.ctx.member;
-        crate::metrics::ops::major_upgrade_ended(member, "blueGreen", "completed", stall);
-        round.record = Some(None);
-        Ok(())
-    }
-
-    /// [`Self::carry_backups`], its failure shown as `BackupsUnavailable`;
-    /// whether they are carried over.
-    async fn backups_or_notice(&self, r: &Record, round: &mut Round) -> bool {
-        match self.carry_backups(r).await {
-            Ok(()) => true,
-            Err(why) => {
-                tracing::warn!(error = %why, "blue/green: backups not carried over yet");
-                round
-                    .notices
-                    .push(("BackupsUnavailable", "StanzaUpgradeFailed", why));
-                false
-            }
-        }
-    }
-
-    /// As after an in-place upgrade (`backups.rs`): the repository's stanza
-    /// upgraded on green's primary, then a full backup of the new version
-    /// asked for; once, recorded in `status.majorUpgrade.backup`.
-    async fn carry_backups(&self, r: &Record) -> Result<(), String> {
-        if self.latest().backup.is_some() || !super::backups::applies(self.ctx, &r.to_version) {
-            return Ok(());
-        }
-        let mut m = self.latest();
-        m.primary = self.green_primary();
-        let name = super::backups::carry_over(self.ctx, self.pg, self.ns, &m).await?;
-        m.backup = Some(name);
-        m.primary = self.latest().primary;
-        self.save(&m, json!({})).await.map_err(|e| e.to_string())
-    }
-
-    /// Blue's Pods and volumes, then the upgrade's role on green.
-    async fn remove_blue(&self, r: &Record) -> Result<(), Error> {
-        self.step_to(machine::REMOVING_BLUE).await?;
-        self.delete_side(&r.bg.blue).await?;
-        let role = format!(
-            "DROP ROLE IF EXISTS {};\n",
-            crate::postgres::sql::ident(super::blue_green_sql::ROLE)
-        );
-        let green = self.green_primary();
-        let _ = self.on(&green).apply("postgres", role).await;
-        Ok(())
     }
 
     /// Green's volume and Pod (idempotent): the new version's image,

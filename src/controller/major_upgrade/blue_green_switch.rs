@@ -116,8 +116,10 @@ impl Upgrade<'_> {
         let primary = json!({"currentPrimary": green, "targetPrimary": green});
         self.save(&m, primary).await?;
         // Before green's first write: the slots blue will follow it from
-        // (without them blue stays a fenced copy as of now).
-        if let Err(e) = io::open_back(self.on(&green), &dbs).await {
+        // (without them blue stays a fenced copy as of now). Not when
+        // blue goes at once (`keepBlueMinutes: 0`).
+        if !self.keeps_blue() {
+        } else if let Err(e) = io::open_back(self.on(&green), &dbs).await {
             tracing::warn!(error = %e, "blue/green: no reverse replication slots on green");
         }
         self.relabel().await?;
@@ -167,7 +169,7 @@ impl Upgrade<'_> {
             None => self.on(&green).databases().await?,
         };
         io::detach(self.on(&green), &dbs).await?;
-        let reverse = self.follow_green(&dbs).await;
+        let reverse = self.keeps_blue() && self.follow_green(&dbs).await;
         if !reverse {
             self.verb(&self.blue_primary, "fence").await;
         }
@@ -201,6 +203,12 @@ impl Upgrade<'_> {
                 false
             }
         }
+    }
+
+    /// Blue is kept after the switch (`keepBlueMinutes` is not 0).
+    fn keeps_blue(&self) -> bool {
+        let keep = self.pg.spec.major_upgrade.as_ref();
+        keep.and_then(|m| m.keep_blue_minutes) != Some(0)
     }
 
     /// An instance verb whose failure is only logged (a fence of a Pod

@@ -76,14 +76,17 @@ pub fn observe(member: &str, pg: &PostgresCluster, stage: Option<usize>) -> Pgc 
 }
 
 /// A major upgrade to `spec.version` that stopped on the old version (its
-/// pre-flight or `pg_upgrade` failed): the rollout's failure for the PGC.
+/// pre-flight or `pg_upgrade` failed, a blue/green upgrade rolled back —
+/// a guardrail, its switch timing out, or switched back): the rollout's
+/// failure for the PGC.
 fn major_upgrade_failure(
     spec_version: &str,
     record: Option<&crate::crd::major_upgrade::MajorUpgradeStatus>,
 ) -> Option<String> {
+    use crate::controller::major_upgrade::blue_green::{ROLLED_BACK, ROLLING_BACK};
     use crate::controller::major_upgrade::decide::{FAILED, PRE_FLIGHT_FAILED};
     let r = record.filter(|r| r.to_version == spec_version)?;
-    [PRE_FLIGHT_FAILED, FAILED]
+    [PRE_FLIGHT_FAILED, FAILED, ROLLING_BACK, ROLLED_BACK]
         .contains(&r.step.as_str())
         .then(|| r.failure.clone().unwrap_or_else(|| r.step.clone()))
 }
@@ -153,6 +156,41 @@ mod tests {
         assert_eq!(m.previous_version, "15.18");
         assert_eq!(m.started, t);
         assert!(m.finished.is_none() && m.failed.is_none() && !m.reverted);
+    }
+
+    #[test]
+    fn a_rolled_back_blue_green_upgrade_fails_the_rollout_for_its_cluster() {
+        let record = |step: &str| crate::crd::major_upgrade::MajorUpgradeStatus {
+            from_version: "15".into(),
+            to_version: "18".into(),
+            step: step.into(),
+            failure: Some("table public.log has no replica identity".into()),
+            ..Default::default()
+        };
+        for step in ["RollingBack", "RolledBack", "PreFlightFailed", "Failed"] {
+            let why = major_upgrade_failure("18", Some(&record(step)));
+            assert!(why.is_some_and(|w| w.contains("public.log")), "{step}");
+        }
+        for step in ["Switched", "SwitchingBack", "CatchingUp", "Upgrading"] {
+            assert_eq!(
+                major_upgrade_failure("18", Some(&record(step))),
+                None,
+                "{step}"
+            );
+        }
+        // A record of another target (the tenant went back) is not this one.
+        assert_eq!(
+            major_upgrade_failure("15", Some(&record("RolledBack"))),
+            None
+        );
+        let bg = start_patch(
+            "major",
+            "15",
+            "18",
+            SystemTime::UNIX_EPOCH,
+            Some(MajorMethod::BlueGreen),
+        );
+        assert_eq!(bg["spec"]["majorUpgrade"]["method"], "blueGreen");
     }
 
     #[test]

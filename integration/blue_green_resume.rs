@@ -22,7 +22,7 @@ use std::time::Duration;
 
 const UPGRADE: Duration = Duration::from_secs(900);
 
-async fn setup(client: &kube::Client) {
+async fn setup(client: &kube::Client, name: &str, keep_blue_minutes: u32) {
     let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
     Api::<Namespace>::all(client.clone())
         .patch(NS, &PatchParams::apply("t"), &Patch::Apply(&ns))
@@ -30,9 +30,9 @@ async fn setup(client: &kube::Client) {
         .unwrap();
     let pg: PostgresCluster = serde_json::from_value(serde_json::json!({
         "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
-        "metadata": {"name": "bgr", "namespace": NS},
+        "metadata": {"name": name, "namespace": NS},
         "spec": {"clusterSize": 2, "version": "15", "enableSuperuserAccess": true,
-                 "majorUpgrade": {"method": "blueGreen", "keepBlueMinutes": 0},
+                 "majorUpgrade": {"method": "blueGreen", "keepBlueMinutes": keep_blue_minutes},
                  "pooler": {"enabled": true, "instances": 1}}}))
     .unwrap();
     Api::<PostgresCluster>::namespaced(client.clone(), NS)
@@ -71,7 +71,7 @@ async fn a_manager_killed_at_every_step_of_a_blue_green_upgrade_resumes_with_eve
         pgc.list(&Default::default()).await.is_ok()
     })
     .await;
-    setup(&client).await;
+    setup(&client, "bgr", 0).await;
     let status = || async { pgc.get("bgr").await.unwrap().status.unwrap_or_default() };
     eventually_within(Duration::from_secs(240), "healthy on 15", || async {
         let s = status().await;
@@ -147,6 +147,89 @@ async fn a_manager_killed_at_every_step_of_a_blue_green_upgrade_resumes_with_eve
     );
     println!(
         "{} acknowledged writes kept, {failed} refused (read-only blue at the switch, restarts), {} manager restarts",
+        acked.len(),
+        killer.restarts
+    );
+    mgr.kill();
+    drop(sim);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The switch back (a rollback after the switch, while blue follows
+/// green) with the manager killed at each of its steps: it ends on 15 with
+/// one writable instance clients can reach and a streaming replica, and
+/// every row written on blue and on green is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manager_killed_at_every_step_of_a_switch_back_ends_on_blue_with_every_row() {
+    common::init_tracing();
+    let dir = common::temp_dir("bg-back-resume");
+    let (sim, kc, client) = common::manager_process::process_member(&dir).await;
+    let mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m0"));
+    let pgc: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);
+    eventually_within(Duration::from_secs(60), "CRDs", || async {
+        pgc.list(&Default::default()).await.is_ok()
+    })
+    .await;
+    setup(&client, "bgk", 60).await;
+    let status = || async { pgc.get("bgk").await.unwrap().status.unwrap_or_default() };
+    eventually_within(Duration::from_secs(240), "healthy on 15", || async {
+        let s = status().await;
+        s.phase == Some(pgfleet::crd::Phase::Healthy) && s.ready_instances == 2
+    })
+    .await;
+    let rw = cluster_ip(&client, "bgk-rw").await;
+    let pw = secret(&client, "bgk-superuser").await.unwrap();
+    let c = connect(&rw, 5432, &pw).await.unwrap();
+    c.batch_execute("CREATE TABLE marks (id bigint PRIMARY KEY); INSERT INTO marks SELECT -g FROM generate_series(1, 1000) g").await.unwrap();
+    let writer = Writer::start(rw.clone(), 5432, pw.clone());
+    let patch = serde_json::json!({"spec": {"version": "18"}});
+    pgc.patch("bgk", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually_within(UPGRADE, "switched, blue following green", || async {
+        let bg = status().await.major_upgrade.and_then(|m| m.blue_green);
+        bg.is_some_and(|b| b.stall_ms.is_some() && b.reverse == Some(true))
+    })
+    .await;
+    let on_green = writer.acked_count() + 20;
+    eventually_within(Duration::from_secs(60), "writes on green", || async {
+        writer.acked_count() > on_green
+    })
+    .await;
+
+    let ask =
+        serde_json::json!({"metadata": {"annotations": {"pgfleet.io/blue-green": "rollback"}}});
+    pgc.patch("bgk", &PatchParams::default(), &Patch::Merge(&ask))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut killer = Killer {
+        kubeconfig: &kc,
+        dir: &dir,
+        restarts: 0,
+        killed_at: vec!["Switched".into()],
+    };
+    let done = |s: &pgfleet::crd::PostgresClusterStatus| {
+        s.major_upgrade
+            .as_ref()
+            .is_some_and(|m| m.step == "RolledBack")
+            && s.current_version.as_deref() == Some("15")
+            && s.ready_instances == 2
+    };
+    let refused = ["PreFlightFailed"];
+    let mgr = killer
+        .run_until(mgr, &pgc, "bgk", (&pods, &pw), &refused, UPGRADE, done)
+        .await;
+    println!("killed at {:?}", killer.killed_at);
+    killer.assert_killed_at(&["SwitchingBack", "RollingBack"]);
+    one_writable_and_streaming(&pods, &rw, &pw, "15").await;
+    let (acked, failed) = writer.stop().await;
+    let present = rows(&rw, &pw).await;
+    let lost: Vec<&i64> = acked.iter().filter(|id| !present.contains(id)).collect();
+    assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
+    assert_eq!(present.iter().filter(|id| **id < 0).count(), 1000);
+    println!(
+        "{} acknowledged writes kept, {failed} refused (read-only sides at the switches, restarts), {} manager restarts",
         acked.len(),
         killer.restarts
     );

@@ -9,7 +9,7 @@ use super::manager_process::ManagerProcess;
 use super::process::connect;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use pgfleet::crd::PostgresCluster;
+use pgfleet::crd::{PostgresCluster, PostgresClusterStatus};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -56,12 +56,33 @@ impl Killer<'_> {
     /// `refused` fails the test. Returns the manager running at the end.
     pub async fn run(
         &mut self,
-        mut mgr: ManagerProcess,
+        mgr: ManagerProcess,
         pgc: &Api<PostgresCluster>,
         (name, version, size): (&str, &str, i32),
         (pods, pw): (&Api<Pod>, &str),
         refused: &[&str],
         limit: Duration,
+    ) -> ManagerProcess {
+        let done = |s: &PostgresClusterStatus| {
+            s.current_version.as_deref() == Some(version)
+                && s.major_upgrade.is_none()
+                && s.ready_instances == size
+        };
+        self.run_until(mgr, pgc, name, (pods, pw), refused, limit, done)
+            .await
+    }
+
+    /// As [`Killer::run`], until `done` holds for `name`'s status.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn run_until(
+        &mut self,
+        mut mgr: ManagerProcess,
+        pgc: &Api<PostgresCluster>,
+        name: &str,
+        (pods, pw): (&Api<Pod>, &str),
+        refused: &[&str],
+        limit: Duration,
+        done: impl Fn(&PostgresClusterStatus) -> bool,
     ) -> ManagerProcess {
         let start = Instant::now();
         loop {
@@ -81,10 +102,7 @@ impl Killer<'_> {
                 let dir = self.dir.join(format!("m{}", self.restarts));
                 mgr = ManagerProcess::start(self.kubeconfig, "pg-a", &dir);
             }
-            let done = s.current_version.as_deref() == Some(version)
-                && s.major_upgrade.is_none()
-                && s.ready_instances == size;
-            if done {
+            if done(&s) {
                 return mgr;
             }
             assert!(

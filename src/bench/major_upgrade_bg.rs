@@ -94,12 +94,22 @@ async fn app_access(b: &ProcessEnv, name: &str, rw: &str, su: &str) -> Result<St
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let c = pg::connect(rw, 5432, su, Duration::from_secs(10)).await?;
-    c.batch_execute(
-        "CREATE TABLE IF NOT EXISTS probe (at timestamptz, id bigserial PRIMARY KEY);
-         GRANT ALL ON probe TO app; GRANT ALL ON SEQUENCE probe_id_seq TO app;",
-    )
-    .await?;
-    Ok(pw)
+    // The Secret comes before the role (the access step writes it first).
+    loop {
+        let granted = c
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS probe (at timestamptz, id bigserial PRIMARY KEY);
+                 GRANT ALL ON probe TO app; GRANT ALL ON SEQUENCE probe_id_seq TO app;",
+            )
+            .await;
+        match granted {
+            Ok(()) => return Ok(pw),
+            Err(e) if t.elapsed() < LIMIT && e.to_string().contains("does not exist") => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 async fn pooler_admin(b: &ProcessEnv, name: &str, cmd: &str) -> Result<()> {

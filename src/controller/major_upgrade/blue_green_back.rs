@@ -148,9 +148,14 @@ impl Upgrade<'_> {
         Ok(())
     }
 
-    /// Blue writable, in the Services, the poolers on it.
+    /// Blue writable, in the Services instead of green (green out first:
+    /// `-rw` never selects two primaries), the poolers on it.
     async fn serve_blue(&self) -> Result<(), Error> {
         io::thaw(self.on(&self.blue_primary)).await?;
+        let bg = self.latest().blue_green.unwrap_or_default();
+        let green = (bg.green.iter()).filter(|p| self.obs.pods.contains_key(*p));
+        let out = green.map(|p| (p.clone(), (RETIRED, Role::Fenced)));
+        self.label(out.collect()).await?;
         let mut patches = vec![];
         for pod in self.bg().blue {
             let role = match pod == self.blue_primary {
@@ -169,19 +174,12 @@ impl Upgrade<'_> {
         pooler::apply::follow(self.ctx, self.ns, self.obs, &to).await
     }
 
-    /// Green out of the Services and stopped; blue's replicas unfenced
-    /// (they follow blue's primary through `-rw` again).
+    /// Green (out of the Services already) stopped; blue's replicas
+    /// unfenced (they follow blue's primary through `-rw` again).
     async fn retire_green(&self, m: &crate::crd::major_upgrade::MajorUpgradeStatus) {
         let bg = m.blue_green.clone().unwrap_or_default();
-        let green: Vec<String> = (bg.green.iter())
-            .filter(|p| self.obs.pods.contains_key(*p))
-            .cloned()
-            .collect();
-        let patches = green.iter().map(|p| (p.clone(), (RETIRED, Role::Fenced)));
-        if let Err(e) = self.label(patches.collect()).await {
-            tracing::warn!(error = %e, "blue/green: green's Pods not relabelled");
-        }
-        for pod in &green {
+        let green = (bg.green.iter()).filter(|p| self.obs.pods.contains_key(*p));
+        for pod in green {
             self.verb(pod, "fence").await;
         }
         for pod in bg.blue.iter().filter(|p| **p != self.blue_primary) {

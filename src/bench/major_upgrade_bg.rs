@@ -104,7 +104,11 @@ async fn app_access(b: &ProcessEnv, name: &str, rw: &str, su: &str) -> Result<St
             .await;
         match granted {
             Ok(()) => return Ok(pw),
-            Err(e) if t.elapsed() < LIMIT && e.to_string().contains("does not exist") => {
+            Err(e)
+                if t.elapsed() < LIMIT
+                    && e.as_db_error()
+                        .is_some_and(|d| d.message().contains("does not exist")) =>
+            {
                 tokio::time::sleep(Duration::from_millis(200)).await
             }
             Err(e) => return Err(e.into()),

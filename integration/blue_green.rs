@@ -28,30 +28,43 @@ fn note_step(st: &pgfleet::crd::PostgresClusterStatus, seen: &mut Seen) {
     }
 }
 
+/// A blue/green cluster of two instances with a pooler, healthy on 15,
+/// `orders` holding `rows` rows, and the application writing through the
+/// pooler: (blue's primary, `-rw`, the superuser's password, the writer).
+pub(crate) async fn pooled_cluster(
+    e: &Env,
+    name: &str,
+    keep_blue_minutes: u32,
+    rows: u32,
+) -> (String, String, String, Writer) {
+    e.create(
+        name,
+        serde_json::json!({"clusterSize": 2, "version": "15", "enableSuperuserAccess": true,
+            "majorUpgrade": {"method": "blueGreen", "keepBlueMinutes": keep_blue_minutes},
+            "pooler": {"enabled": true, "instances": 1}}),
+    )
+    .await;
+    let primary = e.wait_healthy(name, 2).await;
+    let (rw, pw) = e.setup_table(name).await;
+    let su = connect(&rw, 5432, &pw).await.unwrap();
+    su.batch_execute(&format!(
+        "CREATE TABLE orders (id bigserial PRIMARY KEY, note text);
+         INSERT INTO orders (note) SELECT 'blue ' || g FROM generate_series(1, {rows}) g;"
+    ))
+    .await
+    .unwrap();
+    drop(su);
+    let (pooler, app_pw) = e.pooled_app(name, &rw, &pw).await;
+    let w = Writer::start_as(pooler, 6432, "app", app_pw);
+    e.wait_acked(&w, 50).await;
+    (primary, rw, pw, w)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn blue_green_through_the_pooler_fails_no_transaction() {
     common::init_tracing();
     let e = Env::start("bg").await;
-    e.create(
-        "bg",
-        serde_json::json!({"clusterSize": 2, "version": "15", "enableSuperuserAccess": true,
-            "majorUpgrade": {"method": "blueGreen", "keepBlueMinutes": 0},
-            "pooler": {"enabled": true, "instances": 1}}),
-    )
-    .await;
-    let old_primary = e.wait_healthy("bg", 2).await;
-    let (rw, pw) = e.setup_table("bg").await;
-    let su = connect(&rw, 5432, &pw).await.unwrap();
-    su.batch_execute(
-        "CREATE TABLE orders (id bigserial PRIMARY KEY, note text);
-         INSERT INTO orders (note) SELECT 'before ' || g FROM generate_series(1, 500) g;",
-    )
-    .await
-    .unwrap();
-    drop(su);
-    let (pooler, app_pw) = e.pooled_app("bg", &rw, &pw).await;
-    let w = Writer::start_as(pooler.clone(), 6432, "app", app_pw.clone());
-    e.wait_acked(&w, 50).await;
+    let (old_primary, rw, pw, w) = pooled_cluster(&e, "bg", 0, 500).await;
 
     set_version(&e, "bg", "18").await;
     let seen = std::sync::Mutex::new((vec![], None));

@@ -10,7 +10,7 @@
 
 use crate::common;
 use crate::major_upgrade::set_version;
-use common::process::{self as env, Writer, connect, rows};
+use common::process::{self as env, connect, rows};
 use env::Env;
 use kube::api::{Patch, PatchParams};
 use std::time::Duration;
@@ -21,26 +21,7 @@ const UPGRADE: Duration = Duration::from_secs(900);
 async fn a_rollback_after_the_switch_switches_back_with_green_s_writes() {
     common::init_tracing();
     let e = Env::start("bg-back").await;
-    e.create(
-        "sb",
-        serde_json::json!({"clusterSize": 2, "version": "15", "enableSuperuserAccess": true,
-            "majorUpgrade": {"method": "blueGreen", "keepBlueMinutes": 60},
-            "pooler": {"enabled": true, "instances": 1}}),
-    )
-    .await;
-    let blue_primary = e.wait_healthy("sb", 2).await;
-    let (rw, pw) = e.setup_table("sb").await;
-    let su = connect(&rw, 5432, &pw).await.unwrap();
-    su.batch_execute(
-        "CREATE TABLE orders (id bigserial PRIMARY KEY, note text);
-         INSERT INTO orders (note) SELECT 'blue ' || g FROM generate_series(1, 100) g;",
-    )
-    .await
-    .unwrap();
-    drop(su);
-    let (pooler, app_pw) = e.pooled_app("sb", &rw, &pw).await;
-    let w = Writer::start_as(pooler.clone(), 6432, "app", app_pw.clone());
-    e.wait_acked(&w, 50).await;
+    let (blue_primary, rw, pw, w) = crate::blue_green::pooled_cluster(&e, "sb", 60, 100).await;
 
     // Up to the switch; blue then follows green.
     set_version(&e, "sb", "18").await;

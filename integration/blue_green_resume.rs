@@ -60,29 +60,70 @@ async fn cluster_ip(client: &kube::Client, name: &str) -> String {
         .unwrap()
 }
 
+/// A member on the process runtime with its manager a process of its own,
+/// one blue/green cluster healthy on 15 with 1,000 rows (negative ids),
+/// and a writer on `-rw`.
+struct World {
+    dir: std::path::PathBuf,
+    sim: pgfleet::sim::Sim,
+    kc: std::path::PathBuf,
+    client: kube::Client,
+    mgr: ManagerProcess,
+    pgc: Api<PostgresCluster>,
+    rw: String,
+    pw: String,
+    writer: Writer,
+}
+
+impl World {
+    async fn start(tag: &str, name: &str, keep_blue_minutes: u32) -> World {
+        common::init_tracing();
+        let dir = common::temp_dir(tag);
+        let (sim, kc, client) = common::manager_process::process_member(&dir).await;
+        let mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m0"));
+        let pgc: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);
+        eventually_within(Duration::from_secs(60), "CRDs", || async {
+            pgc.list(&Default::default()).await.is_ok()
+        })
+        .await;
+        setup(&client, name, keep_blue_minutes).await;
+        eventually_within(Duration::from_secs(240), "healthy on 15", || async {
+            let s = pgc.get(name).await.unwrap().status.unwrap_or_default();
+            s.phase == Some(pgfleet::crd::Phase::Healthy) && s.ready_instances == 2
+        })
+        .await;
+        let rw = cluster_ip(&client, &format!("{name}-rw")).await;
+        let pw = secret(&client, &format!("{name}-superuser")).await.unwrap();
+        let c = connect(&rw, 5432, &pw).await.unwrap();
+        c.batch_execute("CREATE TABLE marks (id bigint PRIMARY KEY); INSERT INTO marks SELECT -g FROM generate_series(1, 1000) g").await.unwrap();
+        let writer = Writer::start(rw.clone(), 5432, pw.clone());
+        World {
+            dir,
+            sim,
+            kc,
+            client,
+            mgr,
+            pgc,
+            rw,
+            pw,
+            writer,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_manager_killed_at_every_step_of_a_blue_green_upgrade_resumes_with_every_row() {
-    common::init_tracing();
-    let dir = common::temp_dir("bg-resume");
-    let (sim, kc, client) = common::manager_process::process_member(&dir).await;
-    let mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m0"));
-    let pgc: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);
-    eventually_within(Duration::from_secs(60), "CRDs", || async {
-        pgc.list(&Default::default()).await.is_ok()
-    })
-    .await;
-    setup(&client, "bgr", 0).await;
-    let status = || async { pgc.get("bgr").await.unwrap().status.unwrap_or_default() };
-    eventually_within(Duration::from_secs(240), "healthy on 15", || async {
-        let s = status().await;
-        s.phase == Some(pgfleet::crd::Phase::Healthy) && s.ready_instances == 2
-    })
-    .await;
-    let rw = cluster_ip(&client, "bgr-rw").await;
-    let pw = secret(&client, "bgr-superuser").await.unwrap();
-    let c = connect(&rw, 5432, &pw).await.unwrap();
-    c.batch_execute("CREATE TABLE marks (id bigint PRIMARY KEY); INSERT INTO marks SELECT -g FROM generate_series(1, 1000) g").await.unwrap();
-    let writer = Writer::start(rw.clone(), 5432, pw.clone());
+    let World {
+        dir,
+        sim,
+        kc,
+        client,
+        mgr,
+        pgc,
+        rw,
+        pw,
+        writer,
+    } = World::start("bg-resume", "bgr", 0).await;
     eventually_within(Duration::from_secs(30), "the writer writing", || async {
         writer.acked_count() > 10
     })
@@ -161,27 +202,18 @@ async fn a_manager_killed_at_every_step_of_a_blue_green_upgrade_resumes_with_eve
 /// every row written on blue and on green is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_manager_killed_at_every_step_of_a_switch_back_ends_on_blue_with_every_row() {
-    common::init_tracing();
-    let dir = common::temp_dir("bg-back-resume");
-    let (sim, kc, client) = common::manager_process::process_member(&dir).await;
-    let mgr = ManagerProcess::start(&kc, "pg-a", &dir.join("m0"));
-    let pgc: Api<PostgresCluster> = Api::namespaced(client.clone(), NS);
-    eventually_within(Duration::from_secs(60), "CRDs", || async {
-        pgc.list(&Default::default()).await.is_ok()
-    })
-    .await;
-    setup(&client, "bgk", 60).await;
+    let World {
+        dir,
+        sim,
+        kc,
+        client,
+        mgr,
+        pgc,
+        rw,
+        pw,
+        writer,
+    } = World::start("bg-back-resume", "bgk", 60).await;
     let status = || async { pgc.get("bgk").await.unwrap().status.unwrap_or_default() };
-    eventually_within(Duration::from_secs(240), "healthy on 15", || async {
-        let s = status().await;
-        s.phase == Some(pgfleet::crd::Phase::Healthy) && s.ready_instances == 2
-    })
-    .await;
-    let rw = cluster_ip(&client, "bgk-rw").await;
-    let pw = secret(&client, "bgk-superuser").await.unwrap();
-    let c = connect(&rw, 5432, &pw).await.unwrap();
-    c.batch_execute("CREATE TABLE marks (id bigint PRIMARY KEY); INSERT INTO marks SELECT -g FROM generate_series(1, 1000) g").await.unwrap();
-    let writer = Writer::start(rw.clone(), 5432, pw.clone());
     let patch = serde_json::json!({"spec": {"version": "18"}});
     pgc.patch("bgk", &PatchParams::default(), &Patch::Merge(&patch))
         .await

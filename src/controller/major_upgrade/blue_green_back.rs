@@ -152,9 +152,10 @@ impl Upgrade<'_> {
     /// `-rw` never selects two primaries), the poolers on it.
     async fn serve_blue(&self) -> Result<(), Error> {
         io::thaw(self.on(&self.blue_primary)).await?;
+        // By name, not from the round's view: a round after the point of
+        // no return sees blue only. A Pod that is gone is skipped.
         let bg = self.latest().blue_green.unwrap_or_default();
-        let green = (bg.green.iter()).filter(|p| self.obs.pods.contains_key(*p));
-        let out = green.map(|p| (p.clone(), (RETIRED, Role::Fenced)));
+        let out = bg.green.iter().map(|p| (p.clone(), (RETIRED, Role::Fenced)));
         self.label(out.collect()).await?;
         let mut patches = vec![];
         for pod in self.bg().blue {
@@ -178,8 +179,7 @@ impl Upgrade<'_> {
     /// unfenced (they follow blue's primary through `-rw` again).
     async fn retire_green(&self, m: &crate::crd::major_upgrade::MajorUpgradeStatus) {
         let bg = m.blue_green.clone().unwrap_or_default();
-        let green = (bg.green.iter()).filter(|p| self.obs.pods.contains_key(*p));
-        for pod in green {
+        for pod in &bg.green {
             self.verb(pod, "fence").await;
         }
         for pod in bg.blue.iter().filter(|p| **p != self.blue_primary) {

@@ -155,7 +155,10 @@ impl Upgrade<'_> {
         // By name, not from the round's view: a round after the point of
         // no return sees blue only. A Pod that is gone is skipped.
         let bg = self.latest().blue_green.unwrap_or_default();
-        let out = bg.green.iter().map(|p| (p.clone(), (RETIRED, Role::Fenced)));
+        let out = bg
+            .green
+            .iter()
+            .map(|p| (p.clone(), (RETIRED, Role::Fenced)));
         self.label(out.collect()).await?;
         let mut patches = vec![];
         for pod in self.bg().blue {

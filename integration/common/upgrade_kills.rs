@@ -7,8 +7,10 @@
 use super::eventually_within;
 use super::manager_process::ManagerProcess;
 use super::process::connect;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
 use pgfleet::crd::{PostgresCluster, PostgresClusterStatus};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -85,8 +87,21 @@ impl Killer<'_> {
         done: impl Fn(&PostgresClusterStatus) -> bool,
     ) -> ManagerProcess {
         let start = Instant::now();
+        // Every status the API server sends, not a poll: a step the
+        // manager writes and leaves within a few milliseconds (one round
+        // goes from `Stopping` to `Replacing`) is still seen.
+        let mut updates = watcher(pgc.clone(), watcher::Config::default())
+            .applied_objects()
+            .boxed();
         loop {
-            let s = pgc.get(name).await.unwrap().status.unwrap_or_default();
+            let next = tokio::time::timeout(Duration::from_millis(500), updates.next()).await;
+            let s = match next {
+                Ok(Some(Ok(pg))) if pg.metadata.name.as_deref() == Some(name) => {
+                    pg.status.unwrap_or_default()
+                }
+                Ok(Some(Ok(_))) => continue,
+                _ => pgc.get(name).await.unwrap().status.unwrap_or_default(),
+            };
             let step = s.major_upgrade.as_ref().map(|m| m.step.clone());
             if let Some(step) = step.filter(|st| self.killed_at.last() != Some(st)) {
                 assert!(!refused.contains(&step.as_str()), "{s:?}");
@@ -110,7 +125,6 @@ impl Killer<'_> {
                 "not upgraded: {s:?}; killed at {:?}",
                 self.killed_at
             );
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 

@@ -41,6 +41,8 @@ mod controller;
 mod controller_blocked;
 #[path = "controller_fleet.rs"]
 mod controller_fleet;
+#[path = "controller_knobs.rs"]
+mod controller_knobs;
 #[path = "dashboard.rs"]
 mod dashboard;
 #[path = "deploy.rs"]
@@ -59,6 +61,8 @@ mod failover_resume;
 mod ha;
 #[path = "kubectl_day.rs"]
 mod kubectl_day;
+#[path = "kubectl_day_pods.rs"]
+mod kubectl_day_pods;
 #[path = "layering.rs"]
 mod layering;
 #[path = "major_rollout.rs"]
@@ -89,6 +93,8 @@ mod process_fs;
 mod process_portforward;
 #[path = "process_runtime.rs"]
 mod process_runtime;
+#[path = "process_runtime_pair.rs"]
+mod process_runtime_pair;
 #[path = "role_sets.rs"]
 mod role_sets;
 #[path = "rolling_update.rs"]

@@ -21,6 +21,7 @@ pub mod history;
 pub mod hostexec;
 pub mod ipam;
 pub mod json_ptr;
+pub mod jsonpath;
 pub mod kinds;
 pub mod lb;
 pub mod limit_range;

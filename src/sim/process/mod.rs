@@ -161,7 +161,7 @@ impl ProcessRuntime {
             Ok(None) => Err("it has no local user and SimOptions::run_as is unset".to_string()),
             Err(e) => Err(e.clone()),
         };
-        let user = match run_as_uid(pod) {
+        let user = match spec::run_as_uid(pod) {
             Some(uid) => match volumes::lookup_uid(uid).map_err(|e| format!("{e:#}"))? {
                 Some(u) => Ok(u),
                 None => fallback().map_err(|e| format!("runAsUser {uid}: {e}")),
@@ -352,23 +352,6 @@ fn free_pod_ip(c: &Cluster, pod: &Value) -> String {
         }
     }
     c.ipam.pod_ip()
-}
-
-/// `runAsUser` of the Pod's security context, else of its first container
-/// that sets one.
-fn run_as_uid(pod: &Value) -> Option<u32> {
-    let uid = |sc: Option<&Value>| {
-        sc.and_then(|s| s.get("runAsUser"))
-            .and_then(Value::as_u64)
-            .and_then(|u| u32::try_from(u).ok())
-    };
-    uid(pod.ptr("/spec/securityContext")).or_else(|| {
-        pod.ptr("/spec/containers")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .find_map(|c| uid(c.get("securityContext")))
-    })
 }
 
 fn placeholder_user() -> RunUser {
@@ -578,27 +561,5 @@ impl Runtime for ProcessRuntime {
             let running = ct.state().pid.is_some();
             Ok(ct.log.reader(req.tail_lines, req.follow, running))
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn the_uid_comes_from_the_pod_then_its_containers() {
-        let pod = json!({"spec": {"securityContext": {"runAsUser": 999},
-            "containers": [{"name": "a", "securityContext": {"runAsUser": 1000}}]}});
-        assert_eq!(run_as_uid(&pod), Some(999));
-        let pod = json!({"spec": {"containers": [{"name": "a"},
-            {"name": "b", "securityContext": {"runAsUser": 1000}}]}});
-        assert_eq!(run_as_uid(&pod), Some(1000));
-        let pod = json!({"spec": {"securityContext": {"runAsUser": -1}, "containers": []}});
-        assert_eq!(run_as_uid(&pod), None);
-        assert_eq!(
-            run_as_uid(&json!({"spec": {"containers": [{"name": "a"}]}})),
-            None
-        );
     }
 }

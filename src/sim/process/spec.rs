@@ -365,3 +365,42 @@ mod tests {
         assert_eq!(expand("plain", &env), "plain");
     }
 }
+
+/// `runAsUser` of the Pod's security context, else of its first container
+/// that sets one.
+pub(super) fn run_as_uid(pod: &Value) -> Option<u32> {
+    let uid = |sc: Option<&Value>| {
+        sc.and_then(|s| s.get("runAsUser"))
+            .and_then(Value::as_u64)
+            .and_then(|u| u32::try_from(u).ok())
+    };
+    uid(pod.ptr("/spec/securityContext")).or_else(|| {
+        pod.ptr("/spec/containers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find_map(|c| uid(c.get("securityContext")))
+    })
+}
+
+#[cfg(test)]
+mod uid_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_uid_comes_from_the_pod_then_its_containers() {
+        let pod = json!({"spec": {"securityContext": {"runAsUser": 999},
+            "containers": [{"name": "a", "securityContext": {"runAsUser": 1000}}]}});
+        assert_eq!(run_as_uid(&pod), Some(999));
+        let pod = json!({"spec": {"containers": [{"name": "a"},
+            {"name": "b", "securityContext": {"runAsUser": 1000}}]}});
+        assert_eq!(run_as_uid(&pod), Some(1000));
+        let pod = json!({"spec": {"securityContext": {"runAsUser": -1}, "containers": []}});
+        assert_eq!(run_as_uid(&pod), None);
+        assert_eq!(
+            run_as_uid(&json!({"spec": {"containers": [{"name": "a"}]}})),
+            None
+        );
+    }
+}

@@ -331,7 +331,7 @@ impl VirtualRuntime {
                     return;
                 };
                 if let Some(obj) = c.store.get(&rt.key(), &ns, &name) {
-                    this.on_event(&c, &pods_key(), EventType::Modified, &obj.value);
+                    this.on_event(&c, &pods_key(), EventType::Modified, &obj.value());
                 }
             });
             return;
@@ -403,16 +403,19 @@ impl Runtime for VirtualRuntime {
                 for (k, o) in existing {
                     if k == pods_key() {
                         // Pods that ran before a restart run again.
-                        self.start_instance(&o.value);
+                        self.start_instance(&o.value());
                     }
-                    self.on_event(&c, &k, EventType::Added, &o.value);
+                    self.on_event(&c, &k, EventType::Added, &o.value());
                 }
             }
             loop {
                 match rx.recv().await {
                     Ok(ev) => {
                         let Some(c) = weak.upgrade() else { return };
-                        self.on_event(&c, &ev.key, ev.kind, &ev.obj.value);
+                        // Only the kinds it acts on are parsed.
+                        if ev.key == pods_key() || ev.key == pvcs_key() {
+                            self.on_event(&c, &ev.key, ev.kind, &ev.obj.value());
+                        }
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                         // Catch up from the current state: pods deleted
@@ -422,19 +425,13 @@ impl Runtime for VirtualRuntime {
                         let (live, _) = c.store.list(&pods_key(), None, None);
                         let live: std::collections::HashSet<String> = live
                             .iter()
-                            .map(|p| {
-                                format!(
-                                    "{}/{}",
-                                    str_at(&p.value, "/metadata/namespace"),
-                                    str_at(&p.value, "/metadata/name")
-                                )
-                            })
+                            .map(|p| format!("{}/{}", p.namespace(), p.name()))
                             .collect();
                         Self::lock(&self.pods).retain(|id, _| live.contains(id));
                         for k in [pvcs_key(), pods_key()] {
                             let (items, _) = c.store.list(&k, None, None);
                             for o in items {
-                                self.on_event(&c, &k, EventType::Modified, &o.value);
+                                self.on_event(&c, &k, EventType::Modified, &o.value());
                             }
                         }
                     }

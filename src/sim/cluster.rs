@@ -141,14 +141,16 @@ impl Cluster {
         };
         match self.store.get(&key, "", ns) {
             None => Err(ApiError::not_found("namespaces", ns)),
-            Some(n) if n.value.ptr("/metadata/deletionTimestamp").is_some() => Err(ApiError::new(
-                403,
-                "Forbidden",
-                format!(
-                    "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                    rt.qualified()
-                ),
-            )),
+            Some(n) if n.value().ptr("/metadata/deletionTimestamp").is_some() => {
+                Err(ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                        rt.qualified()
+                    ),
+                ))
+            }
             Some(_) => Ok(()),
         }
     }
@@ -163,7 +165,7 @@ impl Cluster {
             };
             self.store
                 .get(&key, "", ns)
-                .and_then(|n| PsaLevel::of_namespace(&n.value))
+                .and_then(|n| PsaLevel::of_namespace(&n.value()))
         } else {
             None
         }
@@ -227,14 +229,9 @@ impl Cluster {
                 Ok(Change::Put(v))
             })?;
         self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
-        dry.map(|v| {
-            Arc::new(StoredObject {
-                json: Default::default(),
-                value: v,
-            })
-        })
-        .or(out.map(|o| o.obj))
-        .ok_or_else(|| ApiError::new(500, "InternalError", "create produced nothing"))
+        dry.map(|v| StoredObject::new(&v))
+            .or(out.map(|o| o.obj))
+            .ok_or_else(|| ApiError::new(500, "InternalError", "create produced nothing"))
     }
 
     /// Writes the result of `edit` on the current object (PUT, PATCH, apply).
@@ -258,7 +255,8 @@ impl Cluster {
         let psa = self.pod_security_level(rt, ns);
         let mut dry = None;
         let out = self.store.mutate_viewing(&rt.key(), ns, name, |cur, view| {
-            let old = cur.map(|c| &c.value);
+            let parsed = cur.map(|c| c.value());
+            let old = parsed.as_ref();
             if old.is_none() && !create_missing {
                 return Err(ApiError::not_found(&rt.qualified(), name));
             }
@@ -309,17 +307,15 @@ impl Cluster {
             if v.ptr("/metadata/deletionTimestamp").is_some() && finalizers(&v).is_empty() {
                 return Ok(Change::Delete);
             }
-            Ok(Change::Put(v))
+            match old {
+                Some(o) if super::store::same_content(o, &v) => Ok(Change::Keep),
+                _ => Ok(Change::Changed(v)),
+            }
         })?;
         self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
-        dry.map(|v| {
-            Arc::new(StoredObject {
-                json: Default::default(),
-                value: v,
-            })
-        })
-        .or(out.map(|o| o.obj))
-        .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
+        dry.map(|v| StoredObject::new(&v))
+            .or(out.map(|o| o.obj))
+            .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
     }
 
     /// The semantics kube-apiserver applies to every write: identity fields,
@@ -467,14 +463,14 @@ impl Cluster {
     fn after_write(&self, rt: &ResourceType, out: Option<(&Arc<StoredObject>, Option<EventType>)>) {
         let Some((obj, Some(kind))) = out else { return };
         if rt.namespaced {
-            super::quota::refresh(&self.store, str_at(&obj.value, "/metadata/namespace"));
+            super::quota::refresh(&self.store, str_at(&obj.value(), "/metadata/namespace"));
         }
         if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
             let mut reg = self.registry.write().unwrap_or_else(|e| e.into_inner());
             if kind == EventType::Deleted {
-                reg.remove_crd(str_at(&obj.value, "/metadata/name"));
+                reg.remove_crd(str_at(&obj.value(), "/metadata/name"));
             } else {
-                reg.register_crd(&obj.value);
+                reg.register_crd(&obj.value());
             }
         }
         // Deletions, new dependents, claims and pods: gc's task acts on them.
@@ -502,11 +498,11 @@ impl Cluster {
                 return Err(ApiError::conflict(&rt.qualified(), name));
             }
             if let Some(rv) = &opts.precondition_rv
-                && rv != str_at(&cur.value, "/metadata/resourceVersion")
+                && rv != str_at(&cur.value(), "/metadata/resourceVersion")
             {
                 return Err(ApiError::conflict(&rt.qualified(), name));
             }
-            let mut v = cur.value.clone();
+            let mut v = cur.value();
             let mut fins = finalizers(&v);
             let already = v.ptr("/metadata/deletionTimestamp").is_some();
             match opts.propagation.as_deref() {
@@ -554,14 +550,9 @@ impl Cluster {
             Ok(Change::Put(v))
         })?;
         self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
-        dry.map(|v| {
-            Arc::new(StoredObject {
-                json: Default::default(),
-                value: v,
-            })
-        })
-        .or(out.map(|o| o.obj))
-        .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
+        dry.map(|v| StoredObject::new(&v))
+            .or(out.map(|o| o.obj))
+            .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
     }
 
     /// Removes a finalizer (used by the garbage collector and runtimes).

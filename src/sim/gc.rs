@@ -9,10 +9,14 @@
 //! their informers: every committed write that can matter (a deletion, a
 //! deletion mark, a new object with owners, a claim, a pod) is queued with
 //! the object it wrote, and one pass handles just those objects and what
-//! they point at. A full pass over the store ([`resync`]) runs at start (a
-//! loaded store) and then once a minute, like an informer's resync. Before,
-//! every claim write swept the whole store: at 1,500 objects per cluster and
-//! thousands of claim writes that was most of the emulator's CPU.
+//! they point at. A full pass over the store ([`resync`]) runs only at start
+//! (a loaded store); after that nothing sweeps: every write is offered here
+//! as it commits, so nothing can be missed, and a claim whose file system
+//! did not grow is retried on its own timer. Before, every claim write swept
+//! the whole store (at 1,500 objects per cluster and thousands of claim
+//! writes that was most of the emulator's CPU), and later a sweep still ran
+//! once a minute. The offer and the full pass read the store's small index
+//! (deletion mark, owners, name), not the objects.
 
 use super::cluster::{Cluster, DeleteOpts, Sub, WriteOpts, finalizers};
 use super::resources::{ResKey, ResourceType};
@@ -23,8 +27,6 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How often the whole store is passed over anyway.
-const RESYNC: Duration = Duration::from_secs(60);
 /// When a claim whose file system did not grow is tried again.
 const RETRY: Duration = Duration::from_secs(5);
 
@@ -47,10 +49,9 @@ pub struct Queue {
 impl Queue {
     /// Queues a committed write if it is one the controllers here act on.
     pub fn offer(&self, key: &ResKey, obj: &Arc<StoredObject>, kind: EventType) {
-        let v = &obj.value;
         let relevant = kind == EventType::Deleted
-            || v.ptr("/metadata/deletionTimestamp").is_some()
-            || (kind == EventType::Added && has_owners(v))
+            || obj.is_deleting()
+            || (kind == EventType::Added && obj.has_owners())
             || is_core(key, "persistentvolumeclaims")
             || is_core(key, "pods");
         if !relevant {
@@ -73,18 +74,18 @@ impl Queue {
 }
 
 /// Runs until the cluster is dropped: a full pass first, then the queued
-/// writes as they come, and a full pass every [`RESYNC`].
+/// writes as they come.
 pub async fn run(cluster: std::sync::Weak<Cluster>) {
-    let mut last_resync: Option<Instant> = None;
+    let mut started = false;
     let mut retry: BTreeSet<(String, String)> = BTreeSet::new();
     let mut retry_at = Instant::now();
     loop {
         let Some(c) = cluster.upgrade() else { return };
-        if last_resync.is_none_or(|t| t.elapsed() >= RESYNC) {
+        if !started {
             // What is queued now is seen by the full pass too.
             drop(c.gc.take());
             retry = resync(&c);
-            last_resync = Some(Instant::now());
+            started = true;
         } else {
             let due = !retry.is_empty() && retry_at <= Instant::now();
             let again = if due {
@@ -98,14 +99,16 @@ pub async fn run(cluster: std::sync::Weak<Cluster>) {
             retry_at = Instant::now() + RETRY;
         }
         let wake = c.gc.wake.clone();
-        let mut left = RESYNC.saturating_sub(last_resync.map_or(RESYNC, |t| t.elapsed()));
-        if !retry.is_empty() {
-            left = left.min(retry_at.saturating_duration_since(Instant::now()));
-        }
+        let left = (!retry.is_empty()).then(|| retry_at.saturating_duration_since(Instant::now()));
         drop(c);
-        tokio::select! {
-            _ = wake.notified() => {}
-            _ = tokio::time::sleep(left) => {}
+        match left {
+            Some(left) => {
+                tokio::select! {
+                    _ = wake.notified() => {}
+                    _ = tokio::time::sleep(left) => {}
+                }
+            }
+            None => wake.notified().await,
         }
     }
 }
@@ -114,25 +117,7 @@ fn is_core(k: &ResKey, plural: &str) -> bool {
     k.group.is_empty() && k.plural == plural
 }
 
-fn has_owners(v: &Value) -> bool {
-    v.ptr("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty())
-}
-
-fn terminating(v: &Value) -> bool {
-    v.ptr("/metadata/deletionTimestamp").is_some()
-}
-
 type Name = (ResKey, String, String);
-
-fn name_of(key: &ResKey, v: &Value) -> Name {
-    (
-        key.clone(),
-        str_at(v, "/metadata/namespace").to_string(),
-        str_at(v, "/metadata/name").to_string(),
-    )
-}
 
 /// One pass over the queued writes (and the claims to try again); returns
 /// the claims to try again later.
@@ -148,16 +133,15 @@ fn handle(
     let mut recheck: BTreeSet<Name> = BTreeSet::new();
     let mut kinds_gone = false;
     for t in &batch {
-        let v = &t.obj.value;
-        let ns = str_at(v, "/metadata/namespace");
+        let ns = t.obj.namespace();
         if is_core(&t.key, "pods") {
             claims.extend(
-                super::pvc_protection::claims_of(v)
+                super::pvc_protection::claims_of(&t.obj.value())
                     .into_iter()
                     .map(|cl| (ns.to_string(), cl)),
             );
         } else if is_core(&t.key, "persistentvolumeclaims") {
-            claims.insert((ns.to_string(), str_at(v, "/metadata/name").to_string()));
+            claims.insert((ns.to_string(), t.obj.name().to_string()));
         }
         if t.kind == EventType::Deleted {
             if !deleted_uids.insert(t.obj.uid().to_string()) {
@@ -166,7 +150,7 @@ fn handle(
             for dep in c.store.dependents_of(t.obj.uid()) {
                 delete_if_orphaned(c, &dep);
             }
-            for owner in owner_names(c, ns, v) {
+            for owner in owner_names(c, ns, &t.obj.value()) {
                 recheck.insert(owner);
             }
             if !ns.is_empty() {
@@ -176,14 +160,14 @@ fn handle(
                 && t.key.plural == "customresourcedefinitions";
             continue;
         }
-        let id = name_of(&t.key, v);
+        let id = (t.key.clone(), ns.to_string(), t.obj.name().to_string());
         if !seen.insert(id.clone()) {
             continue;
         }
         let Some(cur) = c.store.get(&id.0, &id.1, &id.2) else {
             continue;
         };
-        if terminating(&cur.value) {
+        if cur.is_deleting() {
             recheck.insert(id);
         } else if t.kind == EventType::Added && cur.uid() == t.obj.uid() {
             // Created after its owners were already gone.
@@ -192,10 +176,10 @@ fn handle(
     }
     for id in &recheck {
         if let Some(cur) = c.store.get(&id.0, &id.1, &id.2)
-            && terminating(&cur.value)
+            && cur.is_deleting()
             && let Some(rt) = c.type_of(&id.0)
         {
-            finalize(c, &rt, &cur.value);
+            finalize(c, &rt, &cur.value());
         }
     }
     if kinds_gone {
@@ -222,8 +206,9 @@ fn claim(c: &Arc<Cluster>, ns: &str, name: &str) -> bool {
         return true;
     };
     let (pods, _) = c.store.list(&core("pods"), Some(ns), None);
-    let done = super::storage::reconcile_claim(c, &rt, &cur.value, &pods);
-    super::pvc_protection::reconcile_claim(c, &rt, &cur.value, &pods);
+    let v = cur.value();
+    let done = super::storage::reconcile_claim(c, &rt, &v, &pods);
+    super::pvc_protection::reconcile_claim(c, &rt, &v, &pods);
     done
 }
 
@@ -261,8 +246,10 @@ fn delete_if_orphaned(c: &Cluster, id: &Name) {
     let Some(cur) = c.store.get(&id.0, &id.1, &id.2) else {
         return;
     };
-    let v = &cur.value;
-    if !has_owners(v) || terminating(v) || !owner_names(c, &id.1, v).is_empty() {
+    if !cur.has_owners() || cur.is_deleting() {
+        return;
+    }
+    if !owner_names(c, &id.1, &cur.value()).is_empty() {
         return;
     }
     if let Some(rt) = c.type_of(&id.0) {
@@ -309,13 +296,8 @@ fn empty_namespace(c: &Cluster, name: &str) {
             && krt.namespaced
         {
             for it in items {
-                if !terminating(&it.value) {
-                    let _ = c.delete(
-                        &krt,
-                        name,
-                        str_at(&it.value, "/metadata/name"),
-                        &DeleteOpts::default(),
-                    );
+                if !it.is_deleting() {
+                    let _ = c.delete(&krt, name, it.name(), &DeleteOpts::default());
                 }
             }
         }
@@ -334,19 +316,15 @@ pub fn resync(c: &Arc<Cluster>) -> BTreeSet<(String, String)> {
     let (_, all) = c.store.dump();
     let mut claims = BTreeSet::new();
     for (key, o) in &all {
-        let v = &o.value;
         if is_core(key, "persistentvolumeclaims") {
-            claims.insert((
-                str_at(v, "/metadata/namespace").to_string(),
-                str_at(v, "/metadata/name").to_string(),
-            ));
+            claims.insert((o.namespace().to_string(), o.name().to_string()));
         }
-        if terminating(v) {
+        if o.is_deleting() {
             if let Some(rt) = c.type_of(key) {
-                finalize(c, &rt, v);
+                finalize(c, &rt, &o.value());
             }
-        } else if has_owners(v) {
-            delete_if_orphaned(c, &name_of(key, v));
+        } else if o.has_owners() {
+            delete_if_orphaned(c, &(key.clone(), o.namespace().into(), o.name().into()));
         }
     }
     drop(all);
@@ -363,11 +341,9 @@ fn purge_unserved_kinds(c: &Cluster) {
         if c.type_of(&k).is_none() {
             let (items, _) = c.store.list(&k, None, None);
             for it in items {
-                let ns = str_at(&it.value, "/metadata/namespace").to_string();
-                let name = str_at(&it.value, "/metadata/name").to_string();
-                let _ = c
-                    .store
-                    .mutate::<()>(&k, &ns, &name, |_| Ok(super::store::Change::Delete));
+                let _ = c.store.mutate::<()>(&k, it.namespace(), it.name(), |_| {
+                    Ok(super::store::Change::Delete)
+                });
             }
         }
     }
@@ -377,7 +353,7 @@ fn delete_all(c: &Cluster, deps: &[Name]) {
     for (dk, dns, dname) in deps {
         if let Some(rt) = c.type_of(dk)
             && let Some(cur) = c.store.get(dk, dns, dname)
-            && !terminating(&cur.value)
+            && !cur.is_deleting()
         {
             let _ = c.delete(&rt, dns, dname, &DeleteOpts::default());
         }

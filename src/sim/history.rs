@@ -8,73 +8,22 @@
 //! version of every object it ever wrote, ~16× its JSON each: 17 GB for 1,000
 //! members × 10 PostgresClusters in a 200 s benchmark. A real API server keeps
 //! a short window in its watch cache and compacts etcd every five minutes.
-//! Here the last [`RECENT`] events stay whole (a resuming watch, which almost
-//! always asks for something recent, gets them as they were); older ones keep
-//! only their serialized JSON (already made once per write, shared, not
-//! copied) and are parsed again in the rare resume that reaches them; events
-//! older than the compaction window, or beyond the cap, are gone
-//! (`410 Gone`, the client relists) — as after etcd's compaction.
+//! Here every event keeps only what the store keeps of an object — its JSON
+//! (made once per write, shared, not copied) and a small index — so an event
+//! costs about its object's JSON; events older than the compaction window,
+//! or beyond the cap, are gone (`410 Gone`, the client relists) — as after
+//! etcd's compaction.
 
-use super::store::{Gone, StoredObject, WatchEvent};
-use bytes::Bytes;
+use super::store::{Gone, WatchEvent};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Events kept whole.
-/// Each whole event keeps the object's previous version alive too; at
-/// 1,024 the versions held this way outweighed the objects themselves
-/// (3.7 GB for 100 members × 30 PostgresClusters). A watcher further
-/// behind than this resumes from the compact part of the history.
-pub const RECENT: usize = 256;
 /// kube-apiserver compacts etcd every five minutes (`--etcd-compaction-interval`).
 pub const COMPACTION_WINDOW: Duration = Duration::from_secs(300);
 
-/// An older event: what a watch needs to see it again, as bytes.
-struct Compact {
-    rv: u64,
-    key: super::resources::ResKey,
-    namespace: String,
-    kind: super::store::EventType,
-    obj: Bytes,
-    prev: Option<Bytes>,
-}
-
-enum Kept {
-    Whole(Arc<WatchEvent>),
-    Compact(Compact),
-}
-
-impl Kept {
-    fn rv(&self) -> u64 {
-        match self {
-            Kept::Whole(e) => e.rv,
-            Kept::Compact(c) => c.rv,
-        }
-    }
-
-    /// The event as watches take it; `None` only if its JSON no longer
-    /// parses, which would be a bug in the serializer.
-    fn event(&self) -> Option<Arc<WatchEvent>> {
-        match self {
-            Kept::Whole(e) => Some(e.clone()),
-            Kept::Compact(c) => Some(Arc::new(WatchEvent {
-                rv: c.rv,
-                key: c.key.clone(),
-                namespace: c.namespace.clone(),
-                kind: c.kind,
-                obj: StoredObject::parse(c.obj.clone())?,
-                prev: match &c.prev {
-                    Some(p) => Some(StoredObject::parse(p.clone())?),
-                    None => None,
-                },
-            })),
-        }
-    }
-}
-
 pub struct History {
-    events: VecDeque<(Instant, Kept)>,
+    events: VecDeque<(Instant, Arc<WatchEvent>)>,
     cap: usize,
     window: Duration,
     /// Events with rv <= this are no longer here.
@@ -100,26 +49,12 @@ impl History {
     }
 
     fn push_at(&mut self, ev: Arc<WatchEvent>, now: Instant) {
-        self.events.push_back((now, Kept::Whole(ev)));
-        if self.events.len() > RECENT {
-            let i = self.events.len() - 1 - RECENT;
-            let slot = &mut self.events[i].1;
-            if let Kept::Whole(e) = slot {
-                *slot = Kept::Compact(Compact {
-                    rv: e.rv,
-                    key: e.key.clone(),
-                    namespace: e.namespace.clone(),
-                    kind: e.kind,
-                    obj: e.obj.json.clone(),
-                    prev: e.prev.as_ref().map(|p| p.json.clone()),
-                });
-            }
-        }
+        self.events.push_back((now, ev));
         while let Some((at, first)) = self.events.front() {
             if self.events.len() <= self.cap && now.duration_since(*at) <= self.window {
                 break;
             }
-            self.compacted_rv = first.rv();
+            self.compacted_rv = first.rv;
             self.events.pop_front();
         }
     }
@@ -131,18 +66,9 @@ impl History {
                 oldest: self.compacted_rv,
             });
         }
-        // Events are in rv order: skip the older ones without parsing them.
-        let start = self.events.partition_point(|(_, k)| k.rv() <= rv);
-        let mut out = Vec::with_capacity(self.events.len() - start);
-        for (_, k) in self.events.range(start..) {
-            match k.event() {
-                Some(e) => out.push(e),
-                None => {
-                    return Err(Gone { oldest: k.rv() });
-                }
-            }
-        }
-        Ok(out)
+        // Events are in rv order.
+        let start = self.events.partition_point(|(_, e)| e.rv <= rv);
+        Ok(self.events.range(start..).map(|(_, e)| e.clone()).collect())
     }
 
     /// Forgets everything up to `rv` (tests provoke `410 Gone` this way; a
@@ -157,7 +83,8 @@ impl History {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::store::EventType;
+    use crate::store::{EventType, StoredObject};
+    use bytes::Bytes;
 
     fn ev(rv: u64) -> Arc<WatchEvent> {
         let obj = |rv: u64| {
@@ -179,18 +106,17 @@ mod tests {
     }
 
     #[test]
-    fn older_events_come_back_from_their_json_and_the_oldest_are_gone() {
+    fn events_come_back_in_order_and_the_oldest_are_gone() {
+        const RECENT: usize = 256;
         let t0 = Instant::now();
         let mut h = History::new(RECENT + 10, COMPACTION_WINDOW);
         for rv in 2..(2 + RECENT as u64 + 10) {
             h.push_at(ev(rv), t0);
         }
-        assert!(matches!(h.events[0].1, Kept::Compact(_)));
-        assert!(matches!(h.events[h.events.len() - 1].1, Kept::Whole(_)));
         let all = h.since(1).unwrap();
         assert_eq!(all.len(), RECENT + 10);
         assert_eq!(all[0].rv, 2);
-        assert_eq!(all[0].obj.value["metadata"]["resourceVersion"], "2");
+        assert_eq!(all[0].obj.value()["metadata"]["resourceVersion"], "2");
         assert_eq!(all[0].prev.as_ref().unwrap().rv(), 1);
         assert_eq!(h.since(200).unwrap()[0].rv, 201);
         // Over the cap: the oldest go, and asking for them is Gone.

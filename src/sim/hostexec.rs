@@ -145,7 +145,7 @@ impl Runtime for HostRuntime {
         tokio::spawn(async move {
             if let Some(c) = weak.upgrade() {
                 for p in existing {
-                    settle_pod(&c, &p.value, "sim-node");
+                    settle_pod(&c, &p.value(), "sim-node");
                 }
             }
             loop {
@@ -153,7 +153,7 @@ impl Runtime for HostRuntime {
                     Ok(ev) => {
                         let Some(c) = weak.upgrade() else { return };
                         if ev.key == pods() && ev.kind != EventType::Deleted {
-                            settle_pod(&c, &ev.obj.value, "sim-node");
+                            settle_pod(&c, &ev.obj.value(), "sim-node");
                         }
                     }
                     // Fell behind the live channel: settle every pod again.
@@ -161,7 +161,7 @@ impl Runtime for HostRuntime {
                         let Some(c) = weak.upgrade() else { return };
                         let (all, _) = c.store.list(&pods(), None, None);
                         for p in all {
-                            settle_pod(&c, &p.value, "sim-node");
+                            settle_pod(&c, &p.value(), "sim-node");
                         }
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,

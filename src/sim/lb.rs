@@ -140,14 +140,14 @@ async fn run(weak: Weak<Cluster>, mut rx: Events) {
                 keep
             });
             for o in items {
-                reconcile(&c, &mut held, EventType::Modified, &o.value);
+                reconcile(&c, &mut held, EventType::Modified, &o.value());
             }
             resync = false;
         }
         match rx.recv().await {
             Ok(ev) if ev.key == services() => {
                 let Some(c) = weak.upgrade() else { return };
-                reconcile(&c, &mut held, ev.kind, &ev.obj.value);
+                reconcile(&c, &mut held, ev.kind, &ev.obj.value());
             }
             Ok(_) => {}
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => resync = true,

@@ -81,7 +81,7 @@ fn save(c: &Cluster, path: &Path, port: u16, token: &str) -> anyhow::Result<()> 
             .map(|(k, o)| Entry {
                 group: k.group,
                 plural: k.plural,
-                object: o.value.clone(),
+                object: o.value(),
             })
             .collect(),
     };

@@ -34,7 +34,12 @@ pub fn reconcile_claim(c: &Cluster, rt: &ResourceType, v: &Value, pods: &[Arc<St
     }
     let ns = str_at(v, "/metadata/namespace");
     let name = str_at(v, "/metadata/name");
-    let pods: Vec<&Value> = pods.iter().map(|p| &p.value).collect();
+    let pods: Vec<Value> = pods
+        .iter()
+        .filter(|p| p.namespace() == ns)
+        .map(|p| p.value())
+        .collect();
+    let pods: Vec<&Value> = pods.iter().collect();
     if !in_use(ns, name, &pods) {
         c.remove_finalizer(rt, ns, name, FINALIZER);
     }

@@ -141,7 +141,7 @@ fn hard_of(quota: &Value) -> Vec<(String, String)> {
 fn used_by(store: &impl Lister, k: &ResKey, ns: &str) -> BTreeMap<String, Milli> {
     let mut total = BTreeMap::new();
     for o in store.list_in(k, ns) {
-        for (r, v) in usage(k, &o.value) {
+        for (r, v) in usage(k, &o.value()) {
             *total.entry(r).or_insert(0) += v;
         }
     }
@@ -167,11 +167,11 @@ impl Admission {
         let quotas: Vec<Value> = store
             .list_in(&res_key("", "resourcequotas"), ns)
             .iter()
-            .map(|o| o.value.clone())
+            .map(|o| o.value())
             .collect();
         let limit_ranges: Vec<Value> = if kind == res_key("", "pods") {
             let lrs = store.list_in(&res_key("", "limitranges"), ns);
-            lrs.iter().map(|o| o.value.clone()).collect()
+            lrs.iter().map(|o| o.value()).collect()
         } else {
             vec![]
         };
@@ -297,7 +297,7 @@ fn missing_compute(required: &[&str], pod: &Value) -> Result<(), String> {
 pub fn refresh(store: &Store, ns: &str) {
     let rq = res_key("", "resourcequotas");
     for q in store.list(&rq, Some(ns), None).0 {
-        let hard = hard_of(&q.value);
+        let hard = hard_of(&q.value());
         let mut by_kind: BTreeMap<ResKey, BTreeMap<String, Milli>> = BTreeMap::new();
         let mut used = Map::new();
         let mut hard_json = Map::new();
@@ -311,15 +311,15 @@ pub fn refresh(store: &Store, ns: &str) {
             hard_json.insert(r.clone(), json!(h));
         }
         let status = json!({"hard": hard_json, "used": used});
-        if q.value.get("status") == Some(&status) {
+        if q.value().get("status") == Some(&status) {
             continue;
         }
-        let name = str_at(&q.value, "/metadata/name").to_string();
+        let name = q.name().to_string();
         let _ = store.mutate::<std::convert::Infallible>(&rq, ns, &name, |cur| {
             let Some(cur) = cur else {
                 return Ok(Change::Keep);
             };
-            let mut v = cur.value.clone();
+            let mut v = cur.value();
             v["status"] = status;
             Ok(Change::Put(v))
         });

@@ -7,6 +7,7 @@
 //! Everything is pure over `serde_json` values so the store can call it while holding locks.
 
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 /// Label selector operators, as in `k8s.io/apimachinery/pkg/selection` (minus `>`/`<`,
 /// which nothing in the fleet uses).
@@ -38,9 +39,11 @@ impl Requirement {
         }
     }
 
-    fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
-        let actual = labels.and_then(|m| m.get(&self.key)).map(text);
-        let in_set = actual.as_ref().is_some_and(|a| self.values.contains(a));
+    fn matches<'a>(&self, label: impl Fn(&str) -> Option<Cow<'a, str>>) -> bool {
+        let actual = label(&self.key);
+        let in_set = actual
+            .as_ref()
+            .is_some_and(|a| self.values.iter().any(|v| v == a));
         match self.op {
             Op::Equals | Op::In => in_set,
             Op::NotEquals | Op::NotIn => !in_set,
@@ -70,7 +73,16 @@ impl LabelSelector {
     }
 
     pub fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
-        self.requirements.iter().all(|r| r.matches(labels))
+        self.requirements
+            .iter()
+            .all(|r| r.matches(|k| labels.and_then(|m| m.get(k)).map(|v| text(v).into())))
+    }
+
+    /// [`LabelSelector::matches`] over a stored object's label index.
+    pub fn matches_object(&self, o: &crate::store::StoredObject) -> bool {
+        self.requirements
+            .iter()
+            .all(|r| r.matches(|k| o.label(k).map(Cow::Borrowed)))
     }
 
     /// Builds one from a `metav1.LabelSelector` object (`matchLabels` + `matchExpressions` with

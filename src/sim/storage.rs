@@ -58,8 +58,8 @@ fn classes(view: &impl Lister) -> Vec<Arc<StoredObject>> {
 fn class(view: &impl Lister, name: &str) -> Option<Value> {
     classes(view)
         .into_iter()
-        .find(|o| str_at(&o.value, "/metadata/name") == name)
-        .map(|o| o.value.clone())
+        .find(|o| o.name() == name)
+        .map(|o| o.value())
 }
 
 /// The default class's name, if a class says it is the default.
@@ -68,11 +68,11 @@ fn default_name(view: &impl Lister) -> Option<String> {
         .iter()
         .find(|o| {
             str_at(
-                &o.value,
+                &o.value(),
                 &format!("/metadata/annotations/{}", IS_DEFAULT.replace('/', "~1")),
             ) == "true"
         })
-        .map(|o| str_at(&o.value, "/metadata/name").to_string())
+        .map(|o| o.name().to_string())
 }
 
 fn request(v: &Value) -> Option<quantity::Milli> {
@@ -235,10 +235,9 @@ pub fn reconcile_claim(
         str_at(v, "/metadata/namespace"),
         str_at(v, "/metadata/name"),
     );
-    let mounted = pods.iter().any(|p| {
-        str_at(&p.value, "/status/phase") == "Running"
-            && str_at(&p.value, "/metadata/namespace") == ns
-            && mounts(&p.value, name)
+    let mounted = pods.iter().filter(|p| p.namespace() == ns).any(|p| {
+        let p = p.value();
+        str_at(&p, "/status/phase") == "Running" && mounts(&p, name)
     });
     let s = step(v, mounted);
     if s == Step::Nothing {

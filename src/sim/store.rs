@@ -13,43 +13,127 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use tokio::sync::broadcast;
 
-/// A stored object and its serialized form.
+/// A stored object: its serialized form plus the few fields the store and
+/// the watch fan-out read on every write (revision, identity, labels,
+/// owners, the deletion mark).
+///
+/// Why bytes and not a parsed `serde_json::Value`: a `Value` costs about
+/// sixteen times its JSON (a B-tree node per object, a heap string per key
+/// and value), and an emulated fleet keeps hundreds of thousands of objects
+/// and their recent versions. What reads an object whole parses it
+/// ([`StoredObject::value`]) — a write parses the object it changes, a GET or
+/// a plain watch sends the bytes as they are.
 #[derive(Debug)]
 pub struct StoredObject {
-    pub value: Value,
     pub json: Bytes,
+    rv: u64,
+    namespace: Box<str>,
+    name: Box<str>,
+    uid: Box<str>,
+    /// Sorted by key.
+    labels: Box<[(Box<str>, Box<str>)]>,
+    owners: Box<[Box<str>]>,
+    deleting: bool,
 }
 
 impl StoredObject {
-    fn new(value: Value) -> Arc<Self> {
-        let json = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
-        Arc::new(StoredObject { value, json })
+    /// Serializes and indexes an object (the store's writes; a dry run's
+    /// answer, which is never stored).
+    pub fn new(value: &Value) -> Arc<Self> {
+        let json = Bytes::from(serde_json::to_vec(value).unwrap_or_default());
+        Arc::new(Self::indexed(value, json))
     }
 
-    /// A stored object again from its serialized form (an older event in
-    /// the history keeps only that).
+    fn indexed(value: &Value, json: Bytes) -> Self {
+        let text = |v: &Value| match v {
+            Value::String(s) => s.as_str().into(),
+            other => other.to_string().into_boxed_str(),
+        };
+        let labels = value
+            .ptr("/metadata/labels")
+            .and_then(Value::as_object)
+            .map(|m| {
+                let mut l: Vec<(Box<str>, Box<str>)> = m
+                    .iter()
+                    .map(|(k, v)| (k.as_str().into(), text(v)))
+                    .collect();
+                l.sort_unstable();
+                l.into_boxed_slice()
+            })
+            .unwrap_or_default();
+        StoredObject {
+            json,
+            rv: rv_of(value),
+            namespace: str_at(value, "/metadata/namespace").into(),
+            name: str_at(value, "/metadata/name").into(),
+            uid: str_at(value, "/metadata/uid").into(),
+            labels,
+            owners: owner_uids(value).into_iter().map(Into::into).collect(),
+            deleting: value.ptr("/metadata/deletionTimestamp").is_some(),
+        }
+    }
+
+    /// A stored object again from its serialized form (a loaded snapshot,
+    /// tests).
     pub fn parse(json: Bytes) -> Option<Arc<Self>> {
-        let value = serde_json::from_slice(&json).ok()?;
-        Some(Arc::new(StoredObject { value, json }))
+        let value: Value = serde_json::from_slice(&json).ok()?;
+        Some(Arc::new(Self::indexed(&value, json)))
+    }
+
+    /// The object, parsed from its JSON. The store wrote that JSON itself,
+    /// so it always parses; `Null` would mean a serializer bug.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+
+    /// Only `metadata`, parsed (the rest of the JSON is skipped, not built):
+    /// what metadata-only reads and watches send.
+    pub fn metadata(&self) -> Value {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            #[serde(default)]
+            metadata: Value,
+        }
+        serde_json::from_slice::<Head>(&self.json).map_or(Value::Null, |h| h.metadata)
     }
 
     pub fn rv(&self) -> u64 {
-        rv_of(&self.value)
+        self.rv
     }
 
     pub fn uid(&self) -> &str {
-        self.value
-            .ptr("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
+        &self.uid
     }
-}
 
-fn rv_of(v: &Value) -> u64 {
-    v.ptr("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+            .ok()
+            .map(|i| self.labels[i].1.as_ref())
+    }
+
+    /// The uids of its owner references.
+    pub fn owner_uids(&self) -> impl Iterator<Item = &str> {
+        self.owners.iter().map(AsRef::as_ref)
+    }
+
+    pub fn has_owners(&self) -> bool {
+        !self.owners.is_empty()
+    }
+
+    /// `metadata.deletionTimestamp` is set.
+    pub fn is_deleting(&self) -> bool {
+        self.deleting
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +168,10 @@ pub struct WatchEvent {
 /// What a mutation closure decides.
 pub enum Change {
     Put(Value),
+    /// [`Change::Put`] of an object the caller already found different
+    /// from the current one ([`same_content`]), so the store does not parse
+    /// the current object again to compare.
+    Changed(Value),
     Delete,
     /// Leave the object as it is (the result is the current object).
     Keep,
@@ -159,7 +247,7 @@ impl Store {
     pub fn new(history_cap: usize) -> Self {
         // Each slot keeps its event alive until overwritten. A watcher that
         // falls further behind is closed and resumes from the history.
-        // 1,024 (not history::RECENT): the in-process runtimes resync from
+        // 1,024: the in-process runtimes resync from
         // the current state when they lag, which cannot replay a pod deleted
         // and recreated under the same name in between; at 256 a loaded
         // machine lagged them (a rolling update waited forever on a
@@ -267,6 +355,7 @@ impl Store {
         let id = (ns.to_string(), name.to_string());
         let current = inner.objects.get(key).and_then(|m| m.get(&id)).cloned();
         let change = f(current.as_ref(), &View(&inner))?;
+        let compared = matches!(change, Change::Changed(_));
         let (obj, kind) = match change {
             Change::Keep => return Ok(current.map(|obj| Outcome { obj, kind: None })),
             Change::Delete => {
@@ -274,17 +363,18 @@ impl Store {
                     return Ok(None);
                 };
                 inner.rv += 1;
-                let mut v = cur.value.clone();
+                let mut v = cur.value();
                 set_rv(&mut v, inner.rv);
-                let obj = StoredObject::new(v);
+                let obj = StoredObject::new(&v);
                 if let Some(m) = inner.objects.get_mut(key) {
                     m.remove(&id);
                 }
                 (obj, EventType::Deleted)
             }
-            Change::Put(mut v) => {
-                if let Some(cur) = &current
-                    && same_content(&cur.value, &v)
+            Change::Put(mut v) | Change::Changed(mut v) => {
+                if !compared
+                    && let Some(cur) = &current
+                    && same_content(&cur.value(), &v)
                 {
                     return Ok(Some(Outcome {
                         obj: cur.clone(),
@@ -293,7 +383,7 @@ impl Store {
                 }
                 inner.rv += 1;
                 set_rv(&mut v, inner.rv);
-                let obj = StoredObject::new(v);
+                let obj = StoredObject::new(&v);
                 inner
                     .objects
                     .entry(key.clone())
@@ -309,20 +399,20 @@ impl Store {
         };
         let entry = (key.clone(), ns.to_string(), name.to_string());
         if let Some(prev) = &current {
-            for uid in owner_uids(&prev.value) {
-                if let Some(s) = inner.dependents.get_mut(&uid) {
+            for uid in prev.owner_uids() {
+                if let Some(s) = inner.dependents.get_mut(uid) {
                     s.remove(&entry);
                     if s.is_empty() {
-                        inner.dependents.remove(&uid);
+                        inner.dependents.remove(uid);
                     }
                 }
             }
         }
         if kind != EventType::Deleted {
-            for uid in owner_uids(&obj.value) {
+            for uid in obj.owner_uids() {
                 inner
                     .dependents
-                    .entry(uid)
+                    .entry(uid.to_string())
                     .or_default()
                     .insert(entry.clone());
             }
@@ -412,7 +502,7 @@ impl Store {
                 .objects
                 .entry(k)
                 .or_default()
-                .insert((ns, name), StoredObject::new(v));
+                .insert((ns, name), StoredObject::new(&v));
         }
     }
 }
@@ -421,6 +511,13 @@ fn set_rv(v: &mut Value, rv: u64) {
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
     }
+}
+
+fn rv_of(v: &Value) -> u64 {
+    v.ptr("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 pub fn str_at<'a>(v: &'a Value, ptr: &str) -> &'a str {
@@ -440,7 +537,7 @@ fn owner_uids(v: &Value) -> Vec<String> {
 
 /// Equal apart from resourceVersion and managedFields timestamps: a write that
 /// changes nothing does not bump the revision or wake watchers, as in kube.
-fn same_content(a: &Value, b: &Value) -> bool {
+pub fn same_content(a: &Value, b: &Value) -> bool {
     // Compared in place (copying both objects was a twentieth of the
     // emulator's CPU): every key but metadata equal, then metadata's keys
     // but resourceVersion, then managedFields entry by entry without `time`.

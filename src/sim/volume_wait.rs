@@ -37,9 +37,8 @@ pub fn blocked(c: &Cluster, pod: &Value) -> Option<String> {
     let rt = c.type_of(&core("persistentvolumeclaims"))?;
     claims(pod).into_iter().find_map(|claim| {
         let o = c.store.get(&rt.key(), ns, claim)?;
-        o.value
-            .ptr("/metadata/deletionTimestamp")
-            .map(|_| format!("can't start pod because PVC {ns}/{claim} is being deleted"))
+        o.is_deleting()
+            .then(|| format!("can't start pod because PVC {ns}/{claim} is being deleted"))
     })
 }
 
@@ -110,16 +109,13 @@ pub fn waiting_on(c: &Cluster, ns: &str, claim: &str) -> Vec<Value> {
         .list(&core("pods"), Some(ns), None)
         .0
         .into_iter()
+        .filter(|p| !p.is_deleting())
+        .map(|p| p.value())
         .filter(|p| {
-            str_at(&p.value, "/status/phase") == "Pending"
-                && str_at(
-                    &p.value,
-                    "/status/containerStatuses/0/state/waiting/message",
-                )
-                .starts_with("Unable to attach or mount volumes")
-                && p.value.ptr("/metadata/deletionTimestamp").is_none()
-                && claims(&p.value).contains(&claim)
+            str_at(p, "/status/phase") == "Pending"
+                && str_at(p, "/status/containerStatuses/0/state/waiting/message")
+                    .starts_with("Unable to attach or mount volumes")
+                && claims(p).contains(&claim)
         })
-        .map(|p| p.value.clone())
         .collect()
 }

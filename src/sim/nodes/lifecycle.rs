@@ -71,19 +71,18 @@ fn tick(c: &Arc<Cluster>, seen: &mut HashSet<String>) {
     let layout = c.nodes.layout();
     let down = c.nodes.down_since();
     let (nodes, _) = c.store.list(&nodes_key(), None, None);
+    let nodes: Vec<Value> = nodes.iter().map(|n| n.value()).collect();
     for n in &nodes {
-        let name = str_at(&n.value, "/metadata/name");
-        let ready = ready_status(&n.value);
+        let name = str_at(n, "/metadata/name");
+        let ready = ready_status(n);
         match down.get(name) {
-            Some(age) if *age >= layout.monitor_grace && ready != "Unknown" => {
-                node_lost(c, &n.value)
-            }
-            None if ready != "True" && has_lifecycle_taint(&n.value) => node_back(c, &n.value),
+            Some(age) if *age >= layout.monitor_grace && ready != "Unknown" => node_lost(c, n),
+            None if ready != "True" && has_lifecycle_taint(n) => node_back(c, n),
             _ => {}
         }
     }
     for n in &nodes {
-        evict_untolerating(c, &n.value, layout.default_toleration);
+        evict_untolerating(c, n, layout.default_toleration);
     }
 }
 

@@ -257,7 +257,7 @@ pub fn pods_on(c: &Cluster, node: &str) -> Vec<Value> {
         None,
     );
     pods.into_iter()
-        .map(|o| o.value.clone())
+        .map(|o| o.value())
         .filter(|p| str_at(p, "/spec/nodeName") == node)
         .collect()
 }
@@ -265,10 +265,7 @@ pub fn pods_on(c: &Cluster, node: &str) -> Vec<Value> {
 /// The names of the Node objects.
 pub fn node_names(c: &Cluster) -> HashSet<String> {
     let (nodes, _) = c.store.list(&nodes_key(), None, None);
-    nodes
-        .iter()
-        .map(|o| str_at(&o.value, "/metadata/name").to_string())
-        .collect()
+    nodes.iter().map(|o| o.name().to_string()).collect()
 }
 
 /// The computed `kubectl get nodes` cells (kube's `printNode`): STATUS is

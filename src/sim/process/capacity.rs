@@ -53,9 +53,8 @@ pub fn enforced_bytes(c: &Cluster, claim: &Value) -> Option<u64> {
         group: "storage.k8s.io".into(),
         plural: "storageclasses".into(),
     };
-    let sc = c.store.get(&rk, "", class)?;
+    let sc = c.store.get(&rk, "", class)?.value();
     let param = sc
-        .value
         .ptr("/parameters")
         .and_then(|p| p.get(PARAMETER))
         .and_then(Value::as_str);

@@ -59,15 +59,15 @@ fn put(c: &Cluster, group: &str, plural: &str, ns: &str, name: &str, fields: Val
     let Some(want) = fields.as_object() else {
         return;
     };
-    if let Some(cur) = c.store.get(&key, ns, name)
+    if let Some(cur) = c.store.get(&key, ns, name).map(|o| o.value())
         && want.iter().all(|(k, v)| {
             if k == "metadata" {
                 v.as_object()
                     .into_iter()
                     .flatten()
-                    .all(|(mk, mv)| cur.value["metadata"].get(mk) == Some(mv))
+                    .all(|(mk, mv)| cur["metadata"].get(mk) == Some(mv))
             } else {
-                cur.value.get(k) == Some(v)
+                cur.get(k) == Some(v)
             }
         })
     {

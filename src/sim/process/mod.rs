@@ -369,11 +369,12 @@ pub fn service_names(c: &Cluster) -> Vec<(String, String, String)> {
     services
         .iter()
         .filter_map(|s| {
-            let ip = str_at(&s.value, "/spec/clusterIP");
+            let v = s.value();
+            let ip = str_at(&v, "/spec/clusterIP");
             (!ip.is_empty() && ip != "None").then(|| {
                 (
-                    str_at(&s.value, "/metadata/namespace").to_string(),
-                    str_at(&s.value, "/metadata/name").to_string(),
+                    s.namespace().to_string(),
+                    s.name().to_string(),
                     ip.to_string(),
                 )
             })
@@ -414,14 +415,26 @@ impl Runtime for ProcessRuntime {
         tokio::spawn(async move {
             if let Some(c) = weak.upgrade() {
                 for (k, o) in existing {
-                    self.on_event(&c, &k, EventType::Added, &o.value);
+                    self.on_event(&c, &k, EventType::Added, &o.value());
                 }
             }
             loop {
                 match rx.recv().await {
                     Ok(ev) => {
                         let Some(c) = weak.upgrade() else { return };
-                        self.on_event(&c, &ev.key, ev.kind, &ev.obj.value);
+                        // Only the kinds it acts on are parsed.
+                        if ev.key.group.is_empty()
+                            && matches!(
+                                ev.key.plural.as_str(),
+                                "pods"
+                                    | "services"
+                                    | "persistentvolumeclaims"
+                                    | "configmaps"
+                                    | "secrets"
+                            )
+                        {
+                            self.on_event(&c, &ev.key, ev.kind, &ev.obj.value());
+                        }
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                         let Some(c) = weak.upgrade() else { return };
@@ -431,7 +444,12 @@ impl Runtime for ProcessRuntime {
                         let (pods, _) = c.store.list(&pods_key(), None, None);
                         let live: HashMap<String, String> = pods
                             .iter()
-                            .map(|p| (id_of(&p.value), p.uid().to_string()))
+                            .map(|p| {
+                                (
+                                    format!("{}/{}", p.namespace(), p.name()),
+                                    p.uid().to_string(),
+                                )
+                            })
                             .collect();
                         let gone: Vec<_> = lock(&self.pods)
                             .iter()
@@ -444,7 +462,7 @@ impl Runtime for ProcessRuntime {
                         for k in &kinds {
                             let (items, _) = c.store.list(k, None, None);
                             for o in items {
-                                self.on_event(&c, k, EventType::Modified, &o.value);
+                                self.on_event(&c, k, EventType::Modified, &o.value());
                             }
                         }
                     }

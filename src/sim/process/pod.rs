@@ -354,7 +354,7 @@ impl PodRun {
         }
         let status = self.status();
         match c.store.get(&pods_key(), &self.ns, &self.name) {
-            Some(cur) if cur.uid() == self.uid && cur.value.get("status") != Some(&status) => {}
+            Some(cur) if cur.uid() == self.uid && cur.value().get("status") != Some(&status) => {}
             _ => return,
         }
         let opts = WriteOpts {

@@ -143,12 +143,11 @@ fn svc_ports(svc: &Value) -> Vec<SvcPort> {
 }
 
 /// Pods of the Service's namespace its selector picks.
-fn selected<'a>(svc: &Value, sel: &LabelSelector, pods: &'a [Arc<StoredObject>]) -> Vec<&'a Value> {
+fn selected(svc: &Value, sel: &LabelSelector, pods: &[Arc<StoredObject>]) -> Vec<Value> {
     let ns = str_at(svc, "/metadata/namespace");
     pods.iter()
-        .map(|p| &p.value)
-        .filter(|p| str_at(p, "/metadata/namespace") == ns)
-        .filter(|p| sel.matches(p.ptr("/metadata/labels").and_then(Value::as_object)))
+        .filter(|p| p.namespace() == ns && sel.matches_object(p))
+        .map(|p| p.value())
         .collect()
 }
 
@@ -161,7 +160,7 @@ impl Proxy {
         let mut wanted = HashSet::new();
         let mut g = self.services.lock().unwrap_or_else(|e| e.into_inner());
         for s in &services {
-            let svc = &s.value;
+            let svc = &s.value();
             let ip = str_at(svc, "/spec/clusterIP");
             let Some(sel) = selector(svc) else { continue };
             if ip.is_empty() || ip == "None" || str_at(svc, "/spec/type") == "ExternalName" {
@@ -216,7 +215,7 @@ impl Proxy {
                 g.insert(id.clone(), SvcRun::start(s.uid(), addrs, ports, backends));
             }
             wanted.insert(id);
-            endpoints::write(c, svc, &picked);
+            endpoints::write(c, svc, &picked.iter().collect::<Vec<_>>());
         }
         let gone: Vec<String> = g.keys().filter(|k| !wanted.contains(*k)).cloned().collect();
         for id in gone {

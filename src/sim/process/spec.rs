@@ -85,7 +85,7 @@ fn key(plural: &str) -> ResKey {
 /// One key of a ConfigMap or Secret (decoded), None when absent.
 fn object_key(c: &Cluster, plural: &str, ns: &str, name: &str, k: &str) -> Option<String> {
     let obj = c.store.get(&key(plural), ns, name)?;
-    volumes::object_data(&obj.value, plural == "secrets")
+    volumes::object_data(&obj.value(), plural == "secrets")
         .remove(k)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
 }
@@ -176,7 +176,7 @@ fn environment(
             let obj_name = str_at(r, "/name");
             match c.store.get(&key(plural), ns, obj_name) {
                 Some(obj) => {
-                    for (k, v) in volumes::object_data(&obj.value, plural == "secrets") {
+                    for (k, v) in volumes::object_data(&obj.value(), plural == "secrets") {
                         let v = String::from_utf8_lossy(&v).into_owned();
                         set(&mut order, &mut map, &format!("{prefix}{k}"), v);
                     }

@@ -223,7 +223,7 @@ fn object_files(
         }
         bail!("{plural}/{name} not found");
     };
-    let mut data = object_data(&obj.value, secret);
+    let mut data = object_data(&obj.value(), secret);
     let mode = src
         .get("defaultMode")
         .and_then(Value::as_u64)
@@ -383,11 +383,11 @@ pub fn prepare(
                 plural: "persistentvolumeclaims".into(),
             };
             let obj = match c.store.get(&rk, ns, claim) {
-                Some(p) if p.value.ptr("/metadata/deletionTimestamp").is_none() => p,
+                Some(p) if !p.is_deleting() => p,
                 _ => bail!("persistentvolumeclaim {claim} not found"),
             };
             let d = dirs.pvc(ns, claim);
-            if let Some(size) = super::capacity::enforced_bytes(c, &obj.value) {
+            if let Some(size) = super::capacity::enforced_bytes(c, &obj.value()) {
                 super::capacity::mount(&d, size);
             }
             user.dir(&d, 0o750)?;

@@ -9,6 +9,10 @@
 //! bindings made before it in the same pass, so three replicas created at
 //! once spread as they do on a real cluster. A pass runs after any change
 //! to pods or nodes (debounced) and every few seconds while pods wait.
+//!
+//! Like kube-scheduler it keeps its own cache of the pods: the store keeps
+//! objects as JSON, and a pass looks at every pod, so each pod version is
+//! parsed once (and cut to what placement reads) rather than once per pass.
 
 pub mod place;
 pub mod terms;
@@ -18,7 +22,7 @@ use crate::error::ApiError;
 use crate::json_ptr::Ptr;
 use crate::recorder;
 use crate::resources::ResKey;
-use crate::store::str_at;
+use crate::store::{StoredObject, str_at};
 use place::Decision;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -47,9 +51,10 @@ async fn run(weak: Weak<Cluster>) {
     // Last FailedScheduling message per pod uid, so a pod that stays
     // unschedulable for the same reason gets one Event, not one per pass.
     let mut reported: HashMap<String, String> = HashMap::new();
+    let mut cache = PodCache::default();
     loop {
         let waiting = match weak.upgrade() {
-            Some(c) => pass(&c, &mut reported),
+            Some(c) => pass(&c, &mut reported, &mut cache),
             None => return,
         };
         let retry = if waiting {
@@ -84,11 +89,12 @@ fn wants_this_scheduler(p: &Value) -> bool {
 }
 
 /// One scheduling pass; true when pods are left waiting.
-fn pass(c: &Cluster, reported: &mut HashMap<String, String>) -> bool {
+fn pass(c: &Cluster, reported: &mut HashMap<String, String>, cache: &mut PodCache) -> bool {
     let (pods, _) = c.store.list(&key("pods"), None, None);
+    let pods = cache.refresh(&pods);
     let pending: Vec<&Value> = pods
         .iter()
-        .map(|o| &o.value)
+        .copied()
         .filter(|p| {
             str_at(p, "/spec/nodeName").is_empty()
                 && p.ptr("/metadata/deletionTimestamp").is_none()
@@ -107,12 +113,12 @@ fn pass(c: &Cluster, reported: &mut HashMap<String, String>) -> bool {
             .then_with(|| str_at(a, "/metadata/name").cmp(str_at(b, "/metadata/name")))
     });
     let (nodes, _) = c.store.list(&key("nodes"), None, None);
-    let nodes: Vec<&Value> = nodes.iter().map(|o| &o.value).collect();
+    let nodes: Vec<Value> = nodes.iter().map(|o| o.value()).collect();
     // References into the listed objects; only the pods bound in this pass
     // are copies (with their new node), kept apart so the borrows stay valid.
     let bound: Vec<&Value> = pods
         .iter()
-        .map(|o| &o.value)
+        .copied()
         .filter(|p| !str_at(p, "/spec/nodeName").is_empty() && !finished(p))
         .collect();
     let mut now_bound: Vec<Value> = vec![];
@@ -140,6 +146,69 @@ fn pass(c: &Cluster, reported: &mut HashMap<String, String>) -> bool {
         }
     }
     waiting
+}
+
+/// The pods as placement sees them, by (namespace, name), each with the
+/// revision it was parsed at.
+#[derive(Default)]
+struct PodCache(HashMap<(Box<str>, Box<str>), (u64, Value)>);
+
+impl PodCache {
+    /// Brings the cache to `pods` (parsing only new versions) and returns
+    /// their cached forms in the same order.
+    fn refresh(&mut self, pods: &[Arc<StoredObject>]) -> Vec<&Value> {
+        let mut fresh = HashMap::with_capacity(pods.len());
+        for o in pods {
+            let id: (Box<str>, Box<str>) = (o.namespace().into(), o.name().into());
+            let kept = self.0.remove(&id).filter(|(rv, _)| *rv == o.rv());
+            let entry = kept.unwrap_or_else(|| (o.rv(), placement_view(o.value())));
+            fresh.insert(id, entry);
+        }
+        self.0 = fresh;
+        pods.iter()
+            .filter_map(|o| self.0.get(&(o.namespace().into(), o.name().into())))
+            .map(|(_, v)| v)
+            .collect()
+    }
+}
+
+/// A pod cut to what placement, binding and the scheduler's Events read:
+/// identity, labels and owners, the scheduling part of the spec, the phase
+/// and conditions.
+fn placement_view(mut pod: Value) -> Value {
+    if let Some(m) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.retain(|k, _| {
+            matches!(
+                k.as_str(),
+                "name"
+                    | "namespace"
+                    | "uid"
+                    | "resourceVersion"
+                    | "labels"
+                    | "ownerReferences"
+                    | "creationTimestamp"
+                    | "deletionTimestamp"
+            )
+        });
+    }
+    if let Some(s) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+        s.retain(|k, _| !matches!(k.as_str(), "containers" | "initContainers" | "volumes"));
+    }
+    if let Some(s) = pod.get_mut("status").and_then(Value::as_object_mut) {
+        s.retain(|k, _| matches!(k.as_str(), "phase" | "conditions"));
+    }
+    if let Some(o) = pod.as_object_mut() {
+        o.retain(|k, _| {
+            matches!(
+                k.as_str(),
+                "apiVersion" | "kind" | "metadata" | "spec" | "status"
+            )
+        });
+        // Events name the kind (the recorder would take a pod without
+        // containers for a Node).
+        o.entry("kind").or_insert_with(|| json!("Pod"));
+    }
+    pod
 }
 
 fn opts() -> WriteOpts {

@@ -60,12 +60,14 @@ fn key(group: &str, plural: &str) -> ResKey {
 pub fn service_account_for(cluster: &Cluster, token: &str) -> Option<User> {
     let b64 = base64::engine::general_purpose::STANDARD.encode(token);
     let (secrets, _) = cluster.store.list(&key("", "secrets"), None, None);
-    let secret = secrets.into_iter().find(|s| {
-        str_at(&s.value, "/type") == SA_TOKEN_TYPE && str_at(&s.value, "/data/token") == b64
-    })?;
-    let ns = str_at(&secret.value, "/metadata/namespace").to_string();
+    // Only a Secret whose JSON holds the encoded token is parsed.
+    let secret = secrets
+        .into_iter()
+        .filter(|s| s.json.windows(b64.len()).any(|w| w == b64.as_bytes()))
+        .map(|s| s.value())
+        .find(|s| str_at(s, "/type") == SA_TOKEN_TYPE && str_at(s, "/data/token") == b64)?;
+    let ns = str_at(&secret, "/metadata/namespace").to_string();
     let name = secret
-        .value
         .ptr("/metadata/annotations")
         .and_then(|a| a.get(SA_NAME_ANNOTATION))
         .and_then(Value::as_str)?
@@ -98,7 +100,7 @@ fn role_of(cluster: &Cluster, binding: &Value, binding_ns: &str) -> Option<Value
             ns,
             str_at(binding, "/roleRef/name"),
         )
-        .map(|o| o.value.clone())
+        .map(|o| o.value())
 }
 
 /// The bindings that could grant `subject` something in `ns` (all
@@ -108,15 +110,12 @@ pub fn bound_roles(cluster: &Cluster, subject: &Subject, ns: &str) -> Vec<(Value
     let (crbs, _) = cluster
         .store
         .list(&key(RBAC_GROUP, "clusterrolebindings"), None, None);
-    let mut all: Vec<(Value, String)> = crbs
-        .iter()
-        .map(|b| (b.value.clone(), String::new()))
-        .collect();
+    let mut all: Vec<(Value, String)> = crbs.iter().map(|b| (b.value(), String::new())).collect();
     if !ns.is_empty() {
         let (rbs, _) = cluster
             .store
             .list(&key(RBAC_GROUP, "rolebindings"), Some(ns), None);
-        all.extend(rbs.iter().map(|b| (b.value.clone(), ns.to_string())));
+        all.extend(rbs.iter().map(|b| (b.value(), ns.to_string())));
     }
     all.into_iter()
         .filter(|(b, _)| rbac::bound_subject(b, subject).is_some())

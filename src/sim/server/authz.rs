@@ -254,11 +254,7 @@ fn user_info(cluster: &Cluster, user: &User) -> Value {
             namespace,
             name,
         );
-        if let Some(uid) = sa
-            .as_ref()
-            .and_then(|o| o.value.ptr("/metadata/uid"))
-            .and_then(Value::as_str)
-        {
+        if let Some(uid) = sa.as_ref().map(|o| o.uid()).filter(|u| !u.is_empty()) {
             info["uid"] = json!(uid);
         }
     }

@@ -56,7 +56,7 @@ pub(super) async fn evict(
         .store
         .get(&rt.key(), ns, name)
         .ok_or_else(|| ApiError::not_found("pods", name))?
-        .value
+        .value()
         .clone();
     if !ignores_budgets(&pod) {
         check_budgets(&ctx, ns, &pod)?;
@@ -86,14 +86,14 @@ fn check_budgets(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), ApiError> {
     let (pdbs, _) = c
         .store
         .list(&key("policy", "poddisruptionbudgets"), Some(ns), None);
-    let matching: Vec<&Value> = pdbs
+    let matching: Vec<Value> = pdbs
         .iter()
-        .map(|o| &o.value)
+        .map(|o| o.value())
         .filter(|p| disruption::selects(p, pod))
         .collect();
     let pdb = match matching.as_slice() {
         [] => return Ok(()),
-        [one] => *one,
+        [one] => one,
         _ => {
             return Err(ApiError::new(
                 500,
@@ -103,7 +103,7 @@ fn check_budgets(ctx: &Ctx, ns: &str, pod: &Value) -> Result<(), ApiError> {
         }
     };
     let (pods, _) = c.store.list(&key("", "pods"), Some(ns), None);
-    let pods: Vec<Value> = pods.iter().map(|o| o.value.clone()).collect();
+    let pods: Vec<Value> = pods.iter().map(|o| o.value()).collect();
     disruption::may_evict(pdb, &pods, pod).map_err(|why| {
         ApiError::new(
             429,

@@ -34,15 +34,16 @@ pub(super) fn running_pod(ctx: &Ctx, ns: &str, pod: &str) -> Result<Value, ApiEr
         .cluster
         .store
         .get(&key, ns, pod)
+        .map(|o| o.value())
         .ok_or_else(|| ApiError::not_found("pods", pod))?;
-    kubelet_reachable(ctx, &p.value)?;
-    let phase = str_at(&p.value, "/status/phase");
+    kubelet_reachable(ctx, &p)?;
+    let phase = str_at(&p, "/status/phase");
     if phase != "Running" {
         return Err(ApiError::bad_request(format!(
             "pod {pod} is not running (phase {phase:?})"
         )));
     }
-    Ok(p.value.clone())
+    Ok(p)
 }
 
 /// exec, logs and port-forward go through the pod's kubelet: on a node
@@ -68,10 +69,10 @@ fn container_of(ctx: &Ctx, ns: &str, pod: &str, q: &Query) -> Result<String, Api
         .cluster
         .store
         .get(&key, ns, pod)
+        .map(|o| o.value())
         .ok_or_else(|| ApiError::not_found("pods", pod))?;
-    kubelet_reachable(ctx, &p.value)?;
+    kubelet_reachable(ctx, &p)?;
     let names: Vec<String> = p
-        .value
         .ptr("/spec/containers")
         .and_then(Value::as_array)
         .map(|cs| cs.iter().map(|c| str_at(c, "/name").to_string()).collect())

@@ -120,10 +120,11 @@ async fn pod_list(ctx: &Ctx, ns: Option<&str>, selector: &LabelSelector) -> Valu
     let now = crate::cluster::now_rfc3339();
     let items: Vec<Value> = pods
         .iter()
-        .map(|p| &p.value)
+        .filter(|o| selector.matches_object(o))
+        .map(|o| o.value())
         .filter(|p| str_at(p, "/status/phase") == "Running")
-        .filter(|p| selector.matches(p.ptr("/metadata/labels").and_then(Value::as_object)))
         .map(|p| {
+            let p = &p;
             let (pns, name) = (
                 str_at(p, "/metadata/namespace"),
                 str_at(p, "/metadata/name"),
@@ -163,10 +164,11 @@ async fn node_list(ctx: &Ctx, selector: &LabelSelector, only: Option<&str>) -> V
     let now = crate::cluster::now_rfc3339();
     let items: Vec<Value> = nodes
         .iter()
-        .map(|n| &n.value)
-        .filter(|n| only.is_none_or(|o| str_at(n, "/metadata/name") == o))
-        .filter(|n| selector.matches(n.ptr("/metadata/labels").and_then(Value::as_object)))
+        .filter(|n| only.is_none_or(|o| n.name() == o))
+        .filter(|n| selector.matches_object(n))
+        .map(|n| n.value())
         .map(|n| {
+            let n = &n;
             let name = str_at(n, "/metadata/name");
             let u = report.node.as_ref().filter(|u| u.name == name);
             json!({"kind": "NodeMetrics", "apiVersion": format!("{GROUP}/{VERSION}"),

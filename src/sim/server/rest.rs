@@ -234,11 +234,7 @@ pub(super) async fn read_body(req: Request<Body>) -> Result<Value, ApiError> {
 }
 
 pub fn object_response(code: StatusCode, o: &Arc<StoredObject>) -> Response<Body> {
-    if o.json.is_empty() {
-        json_response(code, &o.value)
-    } else {
-        bytes_response(code, o.json.clone())
-    }
+    bytes_response(code, o.json.clone())
 }
 
 /// Whether the client asked for `meta.k8s.io/v1` `PartialObjectMetadata`
@@ -253,11 +249,19 @@ pub fn wants_metadata(headers: &axum::http::HeaderMap) -> bool {
 }
 
 /// An object as `PartialObjectMetadata`.
-pub fn metadata_only(v: &Value) -> Value {
+/// A stored object as `PartialObjectMetadata`, parsing only its metadata.
+pub fn metadata_only_of(o: &StoredObject) -> Value {
+    partial_object(match o.metadata() {
+        Value::Null => json!({}),
+        m => m,
+    })
+}
+
+fn partial_object(metadata: Value) -> Value {
     json!({
         "kind": "PartialObjectMetadata",
         "apiVersion": "meta.k8s.io/v1",
-        "metadata": v.get("metadata").cloned().unwrap_or_else(|| json!({})),
+        "metadata": metadata,
     })
 }
 
@@ -268,7 +272,7 @@ fn object_response_for(
     o: &Arc<StoredObject>,
 ) -> Response<Body> {
     if wants_metadata(headers) {
-        json_response(code, &metadata_only(&o.value))
+        json_response(code, &metadata_only_of(o))
     } else {
         object_response(code, o)
     }
@@ -298,13 +302,9 @@ fn delete_collection(ctx: &Ctx, t: &Target, q: &Query) -> Result<Response<Body>,
     );
     let opts = delete_opts(q, None);
     let mut out = vec![];
-    for o in items.iter().filter(|o| filter.matches(&o.value)) {
-        let ns = str_at(&o.value, "/metadata/namespace");
-        if let Ok(d) = ctx
-            .cluster
-            .delete(&t.rt, ns, str_at(&o.value, "/metadata/name"), &opts)
-        {
-            out.push(d.value.clone());
+    for o in items.iter().filter(|o| filter.matches_object(o)) {
+        if let Ok(d) = ctx.cluster.delete(&t.rt, o.namespace(), o.name(), &opts) {
+            out.push(d.value());
         }
     }
     Ok(json_response(
@@ -391,7 +391,7 @@ async fn object(
             if wants_table(&headers) {
                 let tb = table::build_table(
                     &columns(&t.rt),
-                    std::slice::from_ref(&o.value),
+                    std::slice::from_ref(&o.value()),
                     q.get("includeObject").unwrap_or("Metadata"),
                     json!({"resourceVersion": o.rv().to_string()}),
                     chrono::Utc::now(),
@@ -420,7 +420,7 @@ async fn object(
             let o = ctx
                 .cluster
                 .delete(&t.rt, &t.ns, name, &delete_opts(&q, body.as_ref()))?;
-            let code = if o.value.ptr("/metadata/deletionTimestamp").is_some() {
+            let code = if o.is_deleting() {
                 StatusCode::ACCEPTED
             } else {
                 StatusCode::OK

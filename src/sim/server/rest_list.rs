@@ -25,10 +25,10 @@ impl Filter {
         })
     }
 
-    pub fn matches(&self, v: &Value) -> bool {
-        self.labels
-            .matches(v.ptr("/metadata/labels").and_then(Value::as_object))
-            && self.fields.matches(v)
+    /// Whether a stored object is selected: labels from its index, the
+    /// object parsed only when a field selector needs it.
+    pub fn matches_object(&self, o: &StoredObject) -> bool {
+        self.labels.matches_object(o) && (self.fields.is_empty() || self.fields.matches(&o.value()))
     }
 }
 
@@ -70,12 +70,12 @@ pub(super) fn list(
     let mut selected = vec![];
     let mut cont = None;
     for o in items {
-        if !filter.matches(&o.value) {
+        if !filter.matches_object(&o) {
             continue;
         }
         if limit.is_some_and(|l| selected.len() >= l) {
             let last: &Arc<StoredObject> = &selected[selected.len() - 1];
-            cont = Some(encode_continue(rv, &last.value));
+            cont = Some(encode_continue(rv, last));
             break;
         }
         selected.push(o);
@@ -85,7 +85,7 @@ pub(super) fn list(
         meta["continue"] = json!(c);
     }
     if wants_table(headers) {
-        let objs: Vec<Value> = selected.iter().map(|o| o.value.clone()).collect();
+        let objs: Vec<Value> = selected.iter().map(|o| o.value()).collect();
         let t = table::build_table(
             &columns(rt),
             &objs,
@@ -96,7 +96,7 @@ pub(super) fn list(
         return Ok(json_response(StatusCode::OK, &t));
     }
     if wants_metadata(headers) {
-        let items: Vec<Value> = selected.iter().map(|o| metadata_only(&o.value)).collect();
+        let items: Vec<Value> = selected.iter().map(|o| metadata_only_of(o)).collect();
         let l = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": items});
         return Ok(json_response(StatusCode::OK, &l));
     }
@@ -121,8 +121,8 @@ pub(super) fn list(
     Ok(bytes_response(StatusCode::OK, buf.freeze()))
 }
 
-fn encode_continue(rv: u64, last: &Value) -> String {
-    let tok = json!({"rv": rv, "ns": str_at(last, "/metadata/namespace"), "name": str_at(last, "/metadata/name")});
+fn encode_continue(rv: u64, last: &StoredObject) -> String {
+    let tok = json!({"rv": rv, "ns": last.namespace(), "name": last.name()});
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tok.to_string())
 }
 

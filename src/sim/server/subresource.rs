@@ -100,7 +100,7 @@ pub(super) async fn scale(
         let o = ctx.cluster.get(&t.rt, &t.ns, name)?;
         return Ok(json_response(
             StatusCode::OK,
-            &scale_of(&t.rt, &o.value).unwrap_or_default(),
+            &scale_of(&t.rt, &o.value()).unwrap_or_default(),
         ));
     }
     if method != Method::PUT && method != Method::PATCH {
@@ -154,6 +154,6 @@ pub(super) async fn scale(
     )?;
     Ok(json_response(
         StatusCode::OK,
-        &scale_of(&t.rt, &o.value).unwrap_or_default(),
+        &scale_of(&t.rt, &o.value()).unwrap_or_default(),
     ))
 }

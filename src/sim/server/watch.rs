@@ -8,14 +8,13 @@
 use super::rest::{Filter, columns};
 use super::{Ctx, Query};
 use crate::error::ApiError;
-use crate::json_ptr::Ptr;
 use crate::resources::ResourceType;
 use crate::store::{EventType, StoredObject, WatchEvent};
 use crate::table;
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode, header};
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
@@ -38,7 +37,7 @@ impl Stream {
             Some(cols) => {
                 let t = table::build_table(
                     cols,
-                    std::slice::from_ref(&obj.value),
+                    std::slice::from_ref(&obj.value()),
                     "Object",
                     json!({"resourceVersion": obj.rv().to_string()}),
                     chrono::Utc::now(),
@@ -47,7 +46,7 @@ impl Stream {
             }
             None if self.metadata_only => Bytes::from(format!(
                 "{}\n",
-                json!({"type": kind, "object": super::rest::metadata_only(&obj.value)})
+                json!({"type": kind, "object": super::rest::metadata_only_of(obj)})
             )),
             None => {
                 let mut b = Vec::with_capacity(obj.json.len() + 32);
@@ -66,9 +65,8 @@ impl Stream {
     }
 
     fn selected(&self, o: &StoredObject) -> bool {
-        let ns_ok = self.ns.is_empty()
-            || o.value.ptr("/metadata/namespace").and_then(Value::as_str) == Some(self.ns.as_str());
-        ns_ok && self.filter.matches(&o.value)
+        let ns_ok = self.ns.is_empty() || o.namespace() == self.ns;
+        ns_ok && self.filter.matches_object(o)
     }
 
     /// The event this watcher sees for a store event, if any.

@@ -141,16 +141,14 @@ impl Cluster {
         };
         match self.store.get(&key, "", ns) {
             None => Err(ApiError::not_found("namespaces", ns)),
-            Some(n) if n.value().ptr("/metadata/deletionTimestamp").is_some() => {
-                Err(ApiError::new(
-                    403,
-                    "Forbidden",
-                    format!(
-                        "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                        rt.qualified()
-                    ),
-                ))
-            }
+            Some(n) if n.is_deleting() => Err(ApiError::new(
+                403,
+                "Forbidden",
+                format!(
+                    "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    rt.qualified()
+                ),
+            )),
             Some(_) => Ok(()),
         }
     }
@@ -214,10 +212,14 @@ impl Cluster {
                 if cur.is_some() {
                     return Err(ApiError::already_exists(&rt.qualified(), &name));
                 }
-                let mut v = obj;
+                // A copy per attempt: a lost race decides again on the body.
+                let mut v = obj.clone();
                 self.finish(rt, ns, &name, None, &mut v, Sub::Main, opts.strict)?;
                 super::storage::admit(view, rt, None, &mut v)?;
                 if let Some(q) = super::quota::Admission::prepare(view, rt, ns) {
+                    if !view.is_locked() {
+                        return Ok(Change::Locked);
+                    }
                     q.admit(&name, &mut v)?;
                 }
                 admit_pod(psa, &name, &v)?;
@@ -247,7 +249,7 @@ impl Cluster {
         sub: Sub,
         opts: &WriteOpts,
         create_missing: bool,
-        edit: impl FnOnce(Option<&Value>) -> Result<Value, ApiError>,
+        mut edit: impl FnMut(Option<&Value>) -> Result<Value, ApiError>,
     ) -> Result<Arc<StoredObject>, ApiError> {
         if create_missing {
             self.check_namespace(rt, ns)?;
@@ -290,6 +292,9 @@ impl Cluster {
             }
             if old.is_none() {
                 if let Some(q) = super::quota::Admission::prepare(view, rt, ns) {
+                    if !view.is_locked() {
+                        return Ok(Change::Locked);
+                    }
                     q.admit(name, &mut v)?;
                 }
                 admit_pod(psa, name, &v)?;
@@ -463,12 +468,12 @@ impl Cluster {
     fn after_write(&self, rt: &ResourceType, out: Option<(&Arc<StoredObject>, Option<EventType>)>) {
         let Some((obj, Some(kind))) = out else { return };
         if rt.namespaced {
-            super::quota::refresh(&self.store, str_at(&obj.value(), "/metadata/namespace"));
+            super::quota::refresh(&self.store, obj.namespace());
         }
         if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
             let mut reg = self.registry.write().unwrap_or_else(|e| e.into_inner());
             if kind == EventType::Deleted {
-                reg.remove_crd(str_at(&obj.value(), "/metadata/name"));
+                reg.remove_crd(obj.name());
             } else {
                 reg.register_crd(&obj.value());
             }

@@ -45,6 +45,7 @@ pub mod selector;
 pub mod server;
 pub mod storage;
 pub mod store;
+pub mod stored;
 pub mod table;
 pub mod tls;
 pub mod volume_wait;

@@ -7,9 +7,10 @@
 //! emulator enforces them so pgfleet's handling of a refusal is tested.
 //!
 //! Usage is computed from the stored objects under the write lock of the
-//! create itself (`Store::mutate_viewing`), so concurrent creates are
-//! admitted one after the other and cannot both take the last slot — as
-//! kube-apiserver's quota admission serialises its usage updates.
+//! create itself (`Store::mutate_viewing`: a create in a namespace with a
+//! quota answers `Change::Locked` to its optimistic attempt), so concurrent
+//! creates are admitted one after the other and cannot both take the last
+//! slot — as kube-apiserver's quota admission serialises its usage updates.
 
 use super::error::ApiError;
 use super::limit_range;
@@ -320,7 +321,7 @@ pub fn refresh(store: &Store, ns: &str) {
                 return Ok(Change::Keep);
             };
             let mut v = cur.value();
-            v["status"] = status;
+            v["status"] = status.clone();
             Ok(Change::Put(v))
         });
     }

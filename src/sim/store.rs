@@ -6,135 +6,12 @@
 
 use super::history::{self, History};
 use super::resources::ResKey;
-use crate::json_ptr::Ptr;
-use bytes::Bytes;
+use super::stored::Prepared;
+pub use super::stored::{StoredObject, str_at};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use tokio::sync::broadcast;
-
-/// A stored object: its serialized form plus the few fields the store and
-/// the watch fan-out read on every write (revision, identity, labels,
-/// owners, the deletion mark).
-///
-/// Why bytes and not a parsed `serde_json::Value`: a `Value` costs about
-/// sixteen times its JSON (a B-tree node per object, a heap string per key
-/// and value), and an emulated fleet keeps hundreds of thousands of objects
-/// and their recent versions. What reads an object whole parses it
-/// ([`StoredObject::value`]) — a write parses the object it changes, a GET or
-/// a plain watch sends the bytes as they are.
-#[derive(Debug)]
-pub struct StoredObject {
-    pub json: Bytes,
-    rv: u64,
-    namespace: Box<str>,
-    name: Box<str>,
-    uid: Box<str>,
-    /// Sorted by key.
-    labels: Box<[(Box<str>, Box<str>)]>,
-    owners: Box<[Box<str>]>,
-    deleting: bool,
-}
-
-impl StoredObject {
-    /// Serializes and indexes an object (the store's writes; a dry run's
-    /// answer, which is never stored).
-    pub fn new(value: &Value) -> Arc<Self> {
-        let json = Bytes::from(serde_json::to_vec(value).unwrap_or_default());
-        Arc::new(Self::indexed(value, json))
-    }
-
-    fn indexed(value: &Value, json: Bytes) -> Self {
-        let text = |v: &Value| match v {
-            Value::String(s) => s.as_str().into(),
-            other => other.to_string().into_boxed_str(),
-        };
-        let labels = value
-            .ptr("/metadata/labels")
-            .and_then(Value::as_object)
-            .map(|m| {
-                let mut l: Vec<(Box<str>, Box<str>)> = m
-                    .iter()
-                    .map(|(k, v)| (k.as_str().into(), text(v)))
-                    .collect();
-                l.sort_unstable();
-                l.into_boxed_slice()
-            })
-            .unwrap_or_default();
-        StoredObject {
-            json,
-            rv: rv_of(value),
-            namespace: str_at(value, "/metadata/namespace").into(),
-            name: str_at(value, "/metadata/name").into(),
-            uid: str_at(value, "/metadata/uid").into(),
-            labels,
-            owners: owner_uids(value).into_iter().map(Into::into).collect(),
-            deleting: value.ptr("/metadata/deletionTimestamp").is_some(),
-        }
-    }
-
-    /// A stored object again from its serialized form (a loaded snapshot,
-    /// tests).
-    pub fn parse(json: Bytes) -> Option<Arc<Self>> {
-        let value: Value = serde_json::from_slice(&json).ok()?;
-        Some(Arc::new(Self::indexed(&value, json)))
-    }
-
-    /// The object, parsed from its JSON. The store wrote that JSON itself,
-    /// so it always parses; `Null` would mean a serializer bug.
-    pub fn value(&self) -> Value {
-        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
-    }
-
-    /// Only `metadata`, parsed (the rest of the JSON is skipped, not built):
-    /// what metadata-only reads and watches send.
-    pub fn metadata(&self) -> Value {
-        #[derive(serde::Deserialize)]
-        struct Head {
-            #[serde(default)]
-            metadata: Value,
-        }
-        serde_json::from_slice::<Head>(&self.json).map_or(Value::Null, |h| h.metadata)
-    }
-
-    pub fn rv(&self) -> u64 {
-        self.rv
-    }
-
-    pub fn uid(&self) -> &str {
-        &self.uid
-    }
-
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// One label's value.
-    pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
-            .ok()
-            .map(|i| self.labels[i].1.as_ref())
-    }
-
-    /// The uids of its owner references.
-    pub fn owner_uids(&self) -> impl Iterator<Item = &str> {
-        self.owners.iter().map(AsRef::as_ref)
-    }
-
-    pub fn has_owners(&self) -> bool {
-        !self.owners.is_empty()
-    }
-
-    /// `metadata.deletionTimestamp` is set.
-    pub fn is_deleting(&self) -> bool {
-        self.deleting
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -175,6 +52,8 @@ pub enum Change {
     Delete,
     /// Leave the object as it is (the result is the current object).
     Keep,
+    /// Decide again under the write lock (see [`View::is_locked`]).
+    Locked,
 }
 
 /// The outcome of a mutation: the object after it (for a delete, the last state).
@@ -186,7 +65,7 @@ pub struct Outcome {
 /// (namespace, name); cluster-scoped objects use "" as namespace.
 pub type ObjName = (String, String);
 
-struct Inner {
+pub struct Inner {
     rv: u64,
     objects: HashMap<ResKey, BTreeMap<ObjName, Arc<StoredObject>>>,
     history: History,
@@ -201,9 +80,22 @@ pub trait Lister {
     fn list_in(&self, key: &ResKey, ns: &str) -> Vec<Arc<StoredObject>>;
 }
 
-/// Read access to the store from inside [`Store::mutate_viewing`] (the
-/// write lock is held, so a read through the store would deadlock).
-pub struct View<'a>(&'a Inner);
+/// Read access to the store from inside [`Store::mutate_viewing`]: under
+/// the write lock (a read through the store would deadlock), or outside it
+/// in an optimistic attempt.
+pub enum View<'a> {
+    Locked(&'a Inner),
+    Unlocked(&'a Store),
+}
+
+impl View<'_> {
+    /// Whether what is read here is exactly the state the write commits
+    /// to. A decision that rests on other objects (quota usage) must
+    /// answer [`Change::Locked`] when it is not.
+    pub fn is_locked(&self) -> bool {
+        matches!(self, View::Locked(_))
+    }
+}
 
 impl Inner {
     fn list_in(&self, key: &ResKey, ns: &str) -> Vec<Arc<StoredObject>> {
@@ -219,13 +111,69 @@ impl Inner {
 
 impl Lister for View<'_> {
     fn list_in(&self, key: &ResKey, ns: &str) -> Vec<Arc<StoredObject>> {
-        self.0.list_in(key, ns)
+        match self {
+            View::Locked(inner) => inner.list_in(key, ns),
+            View::Unlocked(store) => store.read().list_in(key, ns),
+        }
     }
 }
 
 impl Lister for Store {
     fn list_in(&self, key: &ResKey, ns: &str) -> Vec<Arc<StoredObject>> {
         self.read().list_in(key, ns)
+    }
+}
+
+/// Optimistic attempts of a write before it runs under the lock.
+pub const OPTIMISTIC_TRIES: usize = 8;
+
+/// What a decided change leaves to do under the lock.
+enum Step {
+    /// Nothing to write: this is the outcome.
+    Done(Option<Outcome>),
+    Write(Prepared, EventType),
+}
+
+impl Step {
+    /// Compares and serializes outside the lock; `None` for
+    /// [`Change::Locked`].
+    fn prepare(change: Change, current: Option<&Arc<StoredObject>>) -> Option<Step> {
+        let keep = || {
+            Step::Done(current.map(|obj| Outcome {
+                obj: obj.clone(),
+                kind: None,
+            }))
+        };
+        Some(match change {
+            Change::Locked => return None,
+            Change::Keep => keep(),
+            Change::Delete => match current {
+                None => Step::Done(None),
+                Some(cur) => Step::Write(Prepared::new(cur.value()), EventType::Deleted),
+            },
+            Change::Put(v) => Step::put(v, current, false),
+            Change::Changed(v) => Step::put(v, current, true),
+        })
+    }
+
+    /// A write of `v`, unless it changes nothing (`compared`: the caller
+    /// already found it different).
+    fn put(v: Value, current: Option<&Arc<StoredObject>>, compared: bool) -> Step {
+        if !compared
+            && let Some(cur) = current
+            && same_content(&cur.value(), &v)
+        {
+            return Step::Done(Some(Outcome {
+                obj: cur.clone(),
+                kind: None,
+            }));
+        }
+        let kind = if current.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        Step::Write(Prepared::new(v), kind)
     }
 }
 
@@ -327,77 +275,92 @@ impl Store {
             .unwrap_or_default()
     }
 
-    /// Runs `f` on the current object under the write lock and commits what it
-    /// decides. The closure sees the revision the write will get, so it can
-    /// stamp it (e.g. into `metadata.resourceVersion`, which the store sets anyway).
+    /// Runs `f` on the current object and commits what it decides (see
+    /// [`Store::mutate_viewing`]).
     pub fn mutate<E>(
         &self,
         key: &ResKey,
         ns: &str,
         name: &str,
-        f: impl FnOnce(Option<&Arc<StoredObject>>) -> Result<Change, E>,
+        mut f: impl FnMut(Option<&Arc<StoredObject>>) -> Result<Change, E>,
     ) -> Result<Option<Outcome>, E> {
         self.mutate_viewing(key, ns, name, |cur, _| f(cur))
     }
 
-    /// [`Store::mutate`] whose closure also reads other objects under the
-    /// same write lock: admission that depends on what else exists (quota
-    /// usage) decides on exactly the state the write commits to, so two
-    /// concurrent creates cannot both take the last slot.
+    /// Runs `f` on the current object and commits what it decides, as
+    /// kube-apiserver's `GuaranteedUpdate` over etcd does: `f` (decoding,
+    /// patching, validation, admission) and the serialization run outside
+    /// the lock; the commit checks that the object is still the one `f`
+    /// saw and otherwise runs `f` again on the new one. After
+    /// [`OPTIMISTIC_TRIES`] lost races, or when `f` answers
+    /// [`Change::Locked`] (its decision rests on other objects, like quota
+    /// usage, so that two concurrent creates cannot both take the last
+    /// slot), `f` runs under the write lock with a [`View`] of exactly the
+    /// state the write commits to.
     pub fn mutate_viewing<E>(
         &self,
         key: &ResKey,
         ns: &str,
         name: &str,
-        f: impl FnOnce(Option<&Arc<StoredObject>>, &View<'_>) -> Result<Change, E>,
+        mut f: impl FnMut(Option<&Arc<StoredObject>>, &View<'_>) -> Result<Change, E>,
     ) -> Result<Option<Outcome>, E> {
-        let mut inner = self.write();
         let id = (ns.to_string(), name.to_string());
+        for _ in 0..OPTIMISTIC_TRIES {
+            let current = self.get(key, ns, name);
+            let change = f(current.as_ref(), &View::Unlocked(self))?;
+            let Some(step) = Step::prepare(change, current.as_ref()) else {
+                break;
+            };
+            let mut inner = self.write();
+            let now = inner.objects.get(key).and_then(|m| m.get(&id));
+            let unchanged = match (now, &current) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            if unchanged {
+                return Ok(self.commit(&mut inner, key, id, current, step));
+            }
+        }
+        let mut inner = self.write();
         let current = inner.objects.get(key).and_then(|m| m.get(&id)).cloned();
-        let change = f(current.as_ref(), &View(&inner))?;
-        let compared = matches!(change, Change::Changed(_));
-        let (obj, kind) = match change {
-            Change::Keep => return Ok(current.map(|obj| Outcome { obj, kind: None })),
-            Change::Delete => {
-                let Some(cur) = current.clone() else {
-                    return Ok(None);
-                };
-                inner.rv += 1;
-                let mut v = cur.value();
-                set_rv(&mut v, inner.rv);
-                let obj = StoredObject::new(&v);
-                if let Some(m) = inner.objects.get_mut(key) {
-                    m.remove(&id);
-                }
-                (obj, EventType::Deleted)
-            }
-            Change::Put(mut v) | Change::Changed(mut v) => {
-                if !compared
-                    && let Some(cur) = &current
-                    && same_content(&cur.value(), &v)
-                {
-                    return Ok(Some(Outcome {
-                        obj: cur.clone(),
-                        kind: None,
-                    }));
-                }
-                inner.rv += 1;
-                set_rv(&mut v, inner.rv);
-                let obj = StoredObject::new(&v);
-                inner
-                    .objects
-                    .entry(key.clone())
-                    .or_default()
-                    .insert(id.clone(), obj.clone());
-                let kind = if current.is_some() {
-                    EventType::Modified
-                } else {
-                    EventType::Added
-                };
-                (obj, kind)
-            }
+        let change = f(current.as_ref(), &View::Locked(&inner))?;
+        match Step::prepare(change, current.as_ref()) {
+            Some(step) => Ok(self.commit(&mut inner, key, id, current, step)),
+            // Asked for the lock while holding it: treated as no change.
+            None => Ok(current.map(|obj| Outcome { obj, kind: None })),
+        }
+    }
+
+    /// Applies a prepared step under the write lock: the revision, the
+    /// object map, the dependents index, the history and the broadcast.
+    fn commit(
+        &self,
+        inner: &mut Inner,
+        key: &ResKey,
+        id: ObjName,
+        current: Option<Arc<StoredObject>>,
+        step: Step,
+    ) -> Option<Outcome> {
+        let (prepared, kind) = match step {
+            Step::Done(out) => return out,
+            Step::Write(p, kind) => (p, kind),
         };
-        let entry = (key.clone(), ns.to_string(), name.to_string());
+        inner.rv += 1;
+        let obj = prepared.commit(inner.rv);
+        if kind == EventType::Deleted {
+            if let Some(m) = inner.objects.get_mut(key) {
+                m.remove(&id);
+            }
+        } else {
+            inner
+                .objects
+                .entry(key.clone())
+                .or_default()
+                .insert(id.clone(), obj.clone());
+        }
+        let (ns, name) = id;
+        let entry = (key.clone(), ns.clone(), name);
         if let Some(prev) = &current {
             for uid in prev.owner_uids() {
                 if let Some(s) = inner.dependents.get_mut(uid) {
@@ -420,7 +383,7 @@ impl Store {
         let ev = Arc::new(WatchEvent {
             rv: inner.rv,
             key: key.clone(),
-            namespace: ns.to_string(),
+            namespace: ns,
             kind,
             obj: obj.clone(),
             prev: current,
@@ -429,10 +392,10 @@ impl Store {
         inner.dirty = true;
         // No receivers is fine: nobody watches yet.
         let _ = self.tx.send(ev);
-        Ok(Some(Outcome {
+        Some(Outcome {
             obj,
             kind: Some(kind),
-        }))
+        })
     }
 
     /// Events after `rv` from history plus a live receiver, taken atomically so
@@ -489,50 +452,18 @@ impl Store {
         let rv = inner.rv;
         inner.history.compact_to(rv);
         for (k, v) in objects {
-            let ns = str_at(&v, "/metadata/namespace").to_string();
-            let name = str_at(&v, "/metadata/name").to_string();
-            for uid in owner_uids(&v) {
-                inner.dependents.entry(uid).or_default().insert((
-                    k.clone(),
-                    ns.clone(),
-                    name.clone(),
-                ));
+            let o = StoredObject::new(&v);
+            let (ns, name) = (o.namespace().to_string(), o.name().to_string());
+            for uid in o.owner_uids() {
+                inner
+                    .dependents
+                    .entry(uid.to_string())
+                    .or_default()
+                    .insert((k.clone(), ns.clone(), name.clone()));
             }
-            inner
-                .objects
-                .entry(k)
-                .or_default()
-                .insert((ns, name), StoredObject::new(&v));
+            inner.objects.entry(k).or_default().insert((ns, name), o);
         }
     }
-}
-
-fn set_rv(v: &mut Value, rv: u64) {
-    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
-    }
-}
-
-fn rv_of(v: &Value) -> u64 {
-    v.ptr("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
-pub fn str_at<'a>(v: &'a Value, ptr: &str) -> &'a str {
-    v.ptr(ptr).and_then(Value::as_str).unwrap_or_default()
-}
-
-fn owner_uids(v: &Value) -> Vec<String> {
-    v.ptr("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|r| r.get("uid").and_then(Value::as_str).map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Equal apart from resourceVersion and managedFields timestamps: a write that
@@ -626,5 +557,34 @@ mod tests {
         assert_eq!(rv, 4);
         let (after, _) = s.list(&key(), None, Some(&("default".into(), "a".into())));
         assert_eq!(after.len(), 1);
+    }
+
+    #[test]
+    fn concurrent_writes_of_one_object_lose_no_update() {
+        let s = Arc::new(Store::new(10_000));
+        put(&s, "a", "0");
+        let writers: Vec<_> = (0..4)
+            .map(|_| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..200 {
+                        s.mutate::<()>(&key(), "default", "a", |cur| {
+                            let mut v = cur.unwrap().value();
+                            let n: u64 = v["data"]["k"].as_str().unwrap().parse().unwrap();
+                            v["data"]["k"] = json!((n + 1).to_string());
+                            Ok(Change::Put(v))
+                        })
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let a = s.get(&key(), "default", "a").unwrap();
+        assert_eq!(a.value()["data"]["k"], "800");
+        assert_eq!(a.rv(), 2 + 800);
+        assert_eq!(a.value()["metadata"]["resourceVersion"], "802");
     }
 }

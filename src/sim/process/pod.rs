@@ -374,7 +374,7 @@ impl PodRun {
                 if str_at(&v, "/metadata/uid") != uid {
                     return Err(ApiError::conflict("pods", &self.name));
                 }
-                v["status"] = status;
+                v["status"] = status.clone();
                 Ok(v)
             },
         );

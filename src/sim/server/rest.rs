@@ -409,7 +409,7 @@ async fn object(
                 Sub::Main,
                 &write_opts(&q, Some(&headers)),
                 false,
-                |_| Ok(body),
+                |_| Ok(body.clone()),
             )?;
             Ok(object_response_for(&headers, StatusCode::OK, &o))
         }

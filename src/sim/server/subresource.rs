@@ -45,7 +45,7 @@ pub(super) async fn status(
                 Sub::Status,
                 &write_opts(&q, Some(&headers)),
                 false,
-                |_| Ok(body),
+                |_| Ok(body.clone()),
             )?;
             Ok(object_response(StatusCode::OK, &o))
         }

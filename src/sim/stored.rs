@@ -1,0 +1,260 @@
+//! One stored object: its serialized form plus the few fields the store and
+//! the watch fan-out read on every write (revision, identity, labels,
+//! owners, the deletion mark).
+//!
+//! Why bytes and not a parsed `serde_json::Value`: a `Value` costs about
+//! sixteen times its JSON (a B-tree node per object, a heap string per key
+//! and value), and an emulated fleet keeps hundreds of thousands of objects
+//! and their recent versions. What reads an object whole parses it
+//! ([`StoredObject::value`]) — a write parses the object it changes, a GET or
+//! a plain watch sends the bytes as they are.
+//!
+//! A write is serialized before the store's lock is taken ([`Prepared`]),
+//! with a placeholder where the resourceVersion goes; under the lock only
+//! the revision's digits are put in its place.
+
+use crate::json_ptr::Ptr;
+use bytes::Bytes;
+use serde_json::Value;
+use std::sync::{Arc, OnceLock};
+
+#[derive(Debug)]
+pub struct StoredObject {
+    pub json: Bytes,
+    rv: u64,
+    ix: Index,
+}
+
+/// What the store reads of an object without parsing it.
+#[derive(Debug, Clone)]
+struct Index {
+    namespace: Box<str>,
+    name: Box<str>,
+    uid: Box<str>,
+    /// Sorted by key.
+    labels: Box<[(Box<str>, Box<str>)]>,
+    owners: Box<[Box<str>]>,
+    deleting: bool,
+}
+
+impl Index {
+    fn of(value: &Value) -> Self {
+        let text = |v: &Value| match v {
+            Value::String(s) => s.as_str().into(),
+            other => other.to_string().into_boxed_str(),
+        };
+        let labels = value
+            .ptr("/metadata/labels")
+            .and_then(Value::as_object)
+            .map(|m| {
+                let mut l: Vec<(Box<str>, Box<str>)> = m
+                    .iter()
+                    .map(|(k, v)| (k.as_str().into(), text(v)))
+                    .collect();
+                l.sort_unstable();
+                l.into_boxed_slice()
+            })
+            .unwrap_or_default();
+        let owners = value
+            .ptr("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|r| r.get("uid").and_then(Value::as_str).map(Into::into))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Index {
+            namespace: str_at(value, "/metadata/namespace").into(),
+            name: str_at(value, "/metadata/name").into(),
+            uid: str_at(value, "/metadata/uid").into(),
+            labels,
+            owners,
+            deleting: value.ptr("/metadata/deletionTimestamp").is_some(),
+        }
+    }
+}
+
+impl StoredObject {
+    /// Serializes and indexes an object as it is (a dry run's answer, a
+    /// loaded snapshot).
+    pub fn new(value: &Value) -> Arc<Self> {
+        let json = Bytes::from(serde_json::to_vec(value).unwrap_or_default());
+        Arc::new(StoredObject {
+            json,
+            rv: rv_of(value),
+            ix: Index::of(value),
+        })
+    }
+
+    /// A stored object again from its serialized form (tests).
+    pub fn parse(json: Bytes) -> Option<Arc<Self>> {
+        let value: Value = serde_json::from_slice(&json).ok()?;
+        Some(Arc::new(StoredObject {
+            json,
+            rv: rv_of(&value),
+            ix: Index::of(&value),
+        }))
+    }
+
+    /// The object, parsed from its JSON. The store wrote that JSON itself,
+    /// so it always parses; `Null` would mean a serializer bug.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+
+    /// Only `metadata`, parsed (the rest of the JSON is skipped, not built):
+    /// what metadata-only reads and watches send.
+    pub fn metadata(&self) -> Value {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            #[serde(default)]
+            metadata: Value,
+        }
+        serde_json::from_slice::<Head>(&self.json).map_or(Value::Null, |h| h.metadata)
+    }
+
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn uid(&self) -> &str {
+        &self.ix.uid
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.ix.namespace
+    }
+
+    pub fn name(&self) -> &str {
+        &self.ix.name
+    }
+
+    /// One label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        let labels = &self.ix.labels;
+        labels
+            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+            .ok()
+            .map(|i| labels[i].1.as_ref())
+    }
+
+    /// The uids of its owner references.
+    pub fn owner_uids(&self) -> impl Iterator<Item = &str> {
+        self.ix.owners.iter().map(AsRef::as_ref)
+    }
+
+    pub fn has_owners(&self) -> bool {
+        !self.ix.owners.is_empty()
+    }
+
+    /// `metadata.deletionTimestamp` is set.
+    pub fn is_deleting(&self) -> bool {
+        self.ix.deleting
+    }
+}
+
+/// An object serialized and indexed outside the store's lock, waiting for
+/// its revision.
+pub struct Prepared {
+    json: Vec<u8>,
+    /// Where the placeholder's characters are (between its quotes).
+    at: Option<usize>,
+    ix: Index,
+}
+
+/// The resourceVersion written in place of the real one until commit:
+/// random per process, so no object's content can contain it by chance or
+/// by a tenant's design (the first occurrence is the one replaced).
+fn placeholder() -> &'static str {
+    static P: OnceLock<String> = OnceLock::new();
+    P.get_or_init(|| format!("pgfleet-rv-{:032x}", rand::random::<u128>()))
+}
+
+impl Prepared {
+    /// Serializes `v` with the placeholder as its resourceVersion.
+    pub fn new(mut v: Value) -> Self {
+        let p = placeholder();
+        let stamped = match v.get_mut("metadata").and_then(Value::as_object_mut) {
+            Some(meta) => {
+                meta.insert("resourceVersion".into(), Value::String(p.to_string()));
+                true
+            }
+            None => false,
+        };
+        let json = serde_json::to_vec(&v).unwrap_or_default();
+        let at = stamped.then(|| find(&json, p)).flatten();
+        Prepared {
+            json,
+            at,
+            ix: Index::of(&v),
+        }
+    }
+
+    /// The stored object at revision `rv`.
+    pub fn commit(self, rv: u64) -> Arc<StoredObject> {
+        let json = match self.at {
+            Some(at) => {
+                let digits = rv.to_string();
+                let end = at + placeholder().len();
+                let mut out = Vec::with_capacity(self.json.len());
+                out.extend_from_slice(&self.json[..at]);
+                out.extend_from_slice(digits.as_bytes());
+                out.extend_from_slice(&self.json[end..]);
+                out
+            }
+            None => self.json,
+        };
+        Arc::new(StoredObject {
+            json: Bytes::from(json),
+            rv,
+            ix: self.ix,
+        })
+    }
+}
+
+/// The offset of `needle`'s characters in the JSON string `"needle"`.
+fn find(hay: &[u8], needle: &str) -> Option<usize> {
+    let quoted = format!("\"{needle}\"");
+    hay.windows(quoted.len())
+        .position(|w| w == quoted.as_bytes())
+        .map(|i| i + 1)
+}
+
+pub fn rv_of(v: &Value) -> u64 {
+    v.ptr("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+pub fn str_at<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.ptr(ptr).and_then(Value::as_str).unwrap_or_default()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_prepared_object_gets_its_revision_and_keeps_everything_else() {
+        let v = json!({"metadata": {"name": "a", "namespace": "n", "uid": "u",
+            "labels": {"b": "2", "a": "1"}, "ownerReferences": [{"uid": "o1"}],
+            "annotations": {"x": "pgfleet-rv-0"}}, "data": {"k": "v"}});
+        let o = Prepared::new(v.clone()).commit(42);
+        let mut want = v;
+        want["metadata"]["resourceVersion"] = json!("42");
+        assert_eq!(o.value(), want);
+        assert_eq!(o.rv(), 42);
+        assert_eq!((o.namespace(), o.name(), o.uid()), ("n", "a", "u"));
+        assert_eq!(
+            (o.label("a"), o.label("b"), o.label("c")),
+            (Some("1"), Some("2"), None)
+        );
+        assert_eq!(o.owner_uids().collect::<Vec<_>>(), ["o1"]);
+        assert!(!o.is_deleting());
+        assert_eq!(o.metadata(), want["metadata"]);
+    }
+}

@@ -98,7 +98,6 @@ mod tests {
                 group: String::new(),
                 plural: "configmaps".into(),
             },
-            namespace: "default".into(),
             kind: EventType::Modified,
             obj: obj(rv),
             prev: Some(obj(rv - 1)),

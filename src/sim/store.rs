@@ -36,7 +36,6 @@ impl EventType {
 pub struct WatchEvent {
     pub rv: u64,
     pub key: ResKey,
-    pub namespace: String,
     pub kind: EventType,
     pub obj: Arc<StoredObject>,
     pub prev: Option<Arc<StoredObject>>,
@@ -359,8 +358,7 @@ impl Store {
                 .or_default()
                 .insert(id.clone(), obj.clone());
         }
-        let (ns, name) = id;
-        let entry = (key.clone(), ns.clone(), name);
+        let entry = (key.clone(), id.0, id.1);
         if let Some(prev) = &current {
             for uid in prev.owner_uids() {
                 if let Some(s) = inner.dependents.get_mut(uid) {
@@ -383,7 +381,6 @@ impl Store {
         let ev = Arc::new(WatchEvent {
             rv: inner.rv,
             key: key.clone(),
-            namespace: ns,
             kind,
             obj: obj.clone(),
             prev: current,

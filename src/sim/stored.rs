@@ -25,53 +25,78 @@ pub struct StoredObject {
     ix: Index,
 }
 
-/// What the store reads of an object without parsing it.
+/// What the store reads of an object without parsing it, packed in one
+/// string (namespace, name, uid, each label's key and value sorted by key,
+/// the owners' uids) and the end of each piece: two allocations per object
+/// instead of one per piece, since an emulated fleet holds hundreds of
+/// thousands of them.
 #[derive(Debug, Clone)]
 struct Index {
-    namespace: Box<str>,
-    name: Box<str>,
-    uid: Box<str>,
-    /// Sorted by key.
-    labels: Box<[(Box<str>, Box<str>)]>,
-    owners: Box<[Box<str>]>,
+    text: Box<str>,
+    ends: Box<[u32]>,
+    labels: u16,
     deleting: bool,
 }
+
+/// The pieces before the labels.
+const HEAD: usize = 3;
 
 impl Index {
     fn of(value: &Value) -> Self {
         let text = |v: &Value| match v {
-            Value::String(s) => s.as_str().into(),
-            other => other.to_string().into_boxed_str(),
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
         };
-        let labels = value
+        let mut labels: Vec<(&str, String)> = value
             .ptr("/metadata/labels")
             .and_then(Value::as_object)
-            .map(|m| {
-                let mut l: Vec<(Box<str>, Box<str>)> = m
-                    .iter()
-                    .map(|(k, v)| (k.as_str().into(), text(v)))
-                    .collect();
-                l.sort_unstable();
-                l.into_boxed_slice()
-            })
+            .map(|m| m.iter().map(|(k, v)| (k.as_str(), text(v))).collect())
             .unwrap_or_default();
+        labels.sort_unstable();
         let owners = value
             .ptr("/metadata/ownerReferences")
             .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|r| r.get("uid").and_then(Value::as_str).map(Into::into))
-                    .collect()
-            })
-            .unwrap_or_default();
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.get("uid").and_then(Value::as_str));
+        let mut pieces = vec![
+            str_at(value, "/metadata/namespace"),
+            str_at(value, "/metadata/name"),
+            str_at(value, "/metadata/uid"),
+        ];
+        for (k, v) in &labels {
+            pieces.extend([*k, v.as_str()]);
+        }
+        pieces.extend(owners);
+        let mut text = String::with_capacity(pieces.iter().map(|p| p.len()).sum());
+        let mut ends = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            text.push_str(p);
+            ends.push(u32::try_from(text.len()).unwrap_or(u32::MAX));
+        }
         Index {
-            namespace: str_at(value, "/metadata/namespace").into(),
-            name: str_at(value, "/metadata/name").into(),
-            uid: str_at(value, "/metadata/uid").into(),
-            labels,
-            owners,
+            text: text.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+            labels: u16::try_from(labels.len()).unwrap_or(u16::MAX),
             deleting: value.ptr("/metadata/deletionTimestamp").is_some(),
         }
+    }
+
+    fn piece(&self, i: usize) -> &str {
+        let start = i
+            .checked_sub(1)
+            .and_then(|j| self.ends.get(j))
+            .map_or(0, |e| *e as usize);
+        let end = self.ends.get(i).map_or(start, |e| *e as usize);
+        self.text.get(start..end).unwrap_or_default()
+    }
+
+    fn label_at(&self, i: usize) -> (&str, &str) {
+        (self.piece(HEAD + 2 * i), self.piece(HEAD + 2 * i + 1))
+    }
+
+    fn owners(&self) -> impl Iterator<Item = &str> {
+        (HEAD + 2 * self.labels as usize..self.ends.len()).map(|i| self.piece(i))
     }
 }
 
@@ -119,33 +144,39 @@ impl StoredObject {
     }
 
     pub fn uid(&self) -> &str {
-        &self.ix.uid
+        self.ix.piece(2)
     }
 
     pub fn namespace(&self) -> &str {
-        &self.ix.namespace
+        self.ix.piece(0)
     }
 
     pub fn name(&self) -> &str {
-        &self.ix.name
+        self.ix.piece(1)
     }
 
     /// One label's value.
     pub fn label(&self, key: &str) -> Option<&str> {
-        let labels = &self.ix.labels;
-        labels
-            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
-            .ok()
-            .map(|i| labels[i].1.as_ref())
+        let (mut lo, mut hi) = (0, self.ix.labels as usize);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let (k, v) = self.ix.label_at(mid);
+            match k.cmp(key) {
+                std::cmp::Ordering::Equal => return Some(v),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        None
     }
 
     /// The uids of its owner references.
     pub fn owner_uids(&self) -> impl Iterator<Item = &str> {
-        self.ix.owners.iter().map(AsRef::as_ref)
+        self.ix.owners()
     }
 
     pub fn has_owners(&self) -> bool {
-        !self.ix.owners.is_empty()
+        self.ix.owners().next().is_some()
     }
 
     /// `metadata.deletionTimestamp` is set.
@@ -250,8 +281,8 @@ mod tests {
         assert_eq!(o.rv(), 42);
         assert_eq!((o.namespace(), o.name(), o.uid()), ("n", "a", "u"));
         assert_eq!(
-            (o.label("a"), o.label("b"), o.label("c")),
-            (Some("1"), Some("2"), None)
+            (o.label("a"), o.label("b"), o.label("c"), o.label("")),
+            (Some("1"), Some("2"), None, None)
         );
         assert_eq!(o.owner_uids().collect::<Vec<_>>(), ["o1"]);
         assert!(!o.is_deleting());

@@ -235,10 +235,13 @@ pub fn reconcile_claim(
         str_at(v, "/metadata/namespace"),
         str_at(v, "/metadata/name"),
     );
-    let mounted = pods.iter().filter(|p| p.namespace() == ns).any(|p| {
-        let p = p.value();
-        str_at(&p, "/status/phase") == "Running" && mounts(&p, name)
-    });
+    let mounted = pods
+        .iter()
+        .filter(|p| p.namespace() == ns && super::pvc_protection::may_mount(p, name))
+        .any(|p| {
+            let p = p.value();
+            str_at(&p, "/status/phase") == "Running" && mounts(&p, name)
+        });
     let s = step(v, mounted);
     if s == Step::Nothing {
         return true;

@@ -179,6 +179,14 @@ impl StoredObject {
         self.ix.owners().next().is_some()
     }
 
+    /// Whether the serialized object holds `needle`: a test before parsing
+    /// for scans over many objects of which few match (which Pods mount a
+    /// claim), where parsing each would make the scan cost its JSON's
+    /// size many times over.
+    pub fn json_contains(&self, needle: &[u8]) -> bool {
+        !needle.is_empty() && self.json.windows(needle.len()).any(|w| w == needle)
+    }
+
     /// `metadata.deletionTimestamp` is set.
     pub fn is_deleting(&self) -> bool {
         self.ix.deleting

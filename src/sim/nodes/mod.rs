@@ -256,7 +256,9 @@ pub fn pods_on(c: &Cluster, node: &str) -> Vec<Value> {
         None,
         None,
     );
+    let bound = format!("\"nodeName\":\"{node}\"");
     pods.into_iter()
+        .filter(|o| o.json_contains(bound.as_bytes()))
         .map(|o| o.value())
         .filter(|p| str_at(p, "/spec/nodeName") == node)
         .collect()

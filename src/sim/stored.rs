@@ -184,7 +184,7 @@ impl StoredObject {
     /// claim), where parsing each would make the scan cost its JSON's
     /// size many times over.
     pub fn json_contains(&self, needle: &[u8]) -> bool {
-        !needle.is_empty() && self.json.windows(needle.len()).any(|w| w == needle)
+        !needle.is_empty() && memchr::memmem::find(&self.json, needle).is_some()
     }
 
     /// `metadata.deletionTimestamp` is set.
@@ -255,9 +255,7 @@ impl Prepared {
 /// The offset of `needle`'s characters in the JSON string `"needle"`.
 fn find(hay: &[u8], needle: &str) -> Option<usize> {
     let quoted = format!("\"{needle}\"");
-    hay.windows(quoted.len())
-        .position(|w| w == quoted.as_bytes())
-        .map(|i| i + 1)
+    memchr::memmem::find(hay, quoted.as_bytes()).map(|i| i + 1)
 }
 
 pub fn rv_of(v: &Value) -> u64 {

@@ -148,25 +148,29 @@ fn pass(c: &Cluster, reported: &mut HashMap<String, String>, cache: &mut PodCach
     waiting
 }
 
-/// The pods as placement sees them, by (namespace, name), each with the
-/// revision it was parsed at.
+/// The pods as placement sees them, by uid, each with the revision it was
+/// parsed at.
 #[derive(Default)]
-struct PodCache(HashMap<(Box<str>, Box<str>), (u64, Value)>);
+struct PodCache(HashMap<Box<str>, (u64, Value)>);
 
 impl PodCache {
     /// Brings the cache to `pods` (parsing only new versions) and returns
     /// their cached forms in the same order.
     fn refresh(&mut self, pods: &[Arc<StoredObject>]) -> Vec<&Value> {
-        let mut fresh = HashMap::with_capacity(pods.len());
+        let live: std::collections::HashSet<&str> = pods.iter().map(|o| o.uid()).collect();
+        self.0.retain(|uid, _| live.contains(uid.as_ref()));
         for o in pods {
-            let id: (Box<str>, Box<str>) = (o.namespace().into(), o.name().into());
-            let kept = self.0.remove(&id).filter(|(rv, _)| *rv == o.rv());
-            let entry = kept.unwrap_or_else(|| (o.rv(), placement_view(o.value())));
-            fresh.insert(id, entry);
+            match self.0.get_mut(o.uid()) {
+                Some((rv, _)) if *rv == o.rv() => {}
+                Some(entry) => *entry = (o.rv(), placement_view(o.value())),
+                None => {
+                    let entry = (o.rv(), placement_view(o.value()));
+                    self.0.insert(o.uid().into(), entry);
+                }
+            }
         }
-        self.0 = fresh;
         pods.iter()
-            .filter_map(|o| self.0.get(&(o.namespace().into(), o.name().into())))
+            .filter_map(|o| self.0.get(o.uid()))
             .map(|(_, v)| v)
             .collect()
     }

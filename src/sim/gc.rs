@@ -21,11 +21,18 @@
 use super::cluster::{Cluster, DeleteOpts, Sub, WriteOpts, finalizers};
 use super::resources::{ResKey, ResourceType};
 use super::store::{EventType, StoredObject, str_at};
+use super::stored::{ALL, Pick};
 use crate::json_ptr::Ptr;
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// What [`super::pvc_protection::claims_of`] reads of a Pod.
+const POD_CLAIMS: Pick<'static> = Pick(&[
+    ("metadata", Pick(&[("name", ALL)])),
+    ("spec", Pick(&[("volumes", ALL)])),
+]);
 
 /// When a claim whose file system did not grow is tried again.
 const RETRY: Duration = Duration::from_secs(5);
@@ -136,7 +143,7 @@ fn handle(
         let ns = t.obj.namespace();
         if is_core(&t.key, "pods") {
             claims.extend(
-                super::pvc_protection::claims_of(&t.obj.value())
+                super::pvc_protection::claims_of(&t.obj.pick(POD_CLAIMS))
                     .into_iter()
                     .map(|cl| (ns.to_string(), cl)),
             );
@@ -249,7 +256,9 @@ fn delete_if_orphaned(c: &Cluster, id: &Name) {
     if !cur.has_owners() || cur.is_deleting() {
         return;
     }
-    if !owner_names(c, &id.1, &cur.value()).is_empty() {
+    // Only the owner references are parsed.
+    let refs = cur.pick(Pick(&[("metadata", Pick(&[("ownerReferences", ALL)]))]));
+    if !owner_names(c, &id.1, &refs).is_empty() {
         return;
     }
     if let Some(rt) = c.type_of(&id.0) {

@@ -131,12 +131,18 @@ impl StoredObject {
     /// Only `metadata`, parsed (the rest of the JSON is skipped, not built):
     /// what metadata-only reads and watches send.
     pub fn metadata(&self) -> Value {
-        #[derive(serde::Deserialize)]
-        struct Head {
-            #[serde(default)]
-            metadata: Value,
+        match self.pick(Pick(&[("metadata", ALL)])) {
+            Value::Object(mut m) => m.remove("metadata").unwrap_or(Value::Null),
+            _ => Value::Null,
         }
-        serde_json::from_slice::<Head>(&self.json).map_or(Value::Null, |h| h.metadata)
+    }
+
+    /// Only the parts `keep` names, parsed; everything else in the JSON is
+    /// skipped without being built. `Null` if the object is not a map.
+    pub fn pick(&self, keep: Pick<'_>) -> Value {
+        use serde::de::DeserializeSeed;
+        let mut de = serde_json::Deserializer::from_slice(&self.json);
+        keep.deserialize(&mut de).unwrap_or(Value::Null)
     }
 
     pub fn rv(&self) -> u64 {
@@ -190,6 +196,48 @@ impl StoredObject {
     /// `metadata.deletionTimestamp` is set.
     pub fn is_deleting(&self) -> bool {
         self.ix.deleting
+    }
+}
+
+/// What [`StoredObject::pick`] keeps: the listed keys of a map, each with
+/// what to keep of its value; an empty list keeps the whole value.
+#[derive(Clone, Copy)]
+pub struct Pick<'a>(pub &'a [(&'a str, Pick<'a>)]);
+
+/// Keeps a whole value.
+pub const ALL: Pick<'static> = Pick(&[]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Pick<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        if self.0.is_empty() {
+            return serde::Deserialize::deserialize(d);
+        }
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Pick<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a map")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match self.0.iter().find(|(k, _)| *k == key) {
+                Some((k, sub)) => {
+                    out.insert((*k).to_string(), map.next_value_seed(*sub)?);
+                }
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(out))
     }
 }
 
@@ -293,5 +341,11 @@ mod tests {
         assert_eq!(o.owner_uids().collect::<Vec<_>>(), ["o1"]);
         assert!(!o.is_deleting());
         assert_eq!(o.metadata(), want["metadata"]);
+        let owners = o.pick(Pick(&[("metadata", Pick(&[("ownerReferences", ALL)]))]));
+        assert_eq!(
+            owners,
+            json!({"metadata": {"ownerReferences": [{"uid": "o1"}]}})
+        );
+        assert_eq!(o.pick(Pick(&[("spec", ALL)])), json!({}));
     }
 }

@@ -70,22 +70,35 @@ pub fn load(c: &Arc<Cluster>, path: &Path) -> anyhow::Result<Option<Restored>> {
     }))
 }
 
+/// Writes a [`Snapshot`] with each object's stored JSON as it is (parsing
+/// every object to serialize it again, twice a second, cost as much as the
+/// writes themselves).
 fn save(c: &Cluster, path: &Path, port: u16, token: &str) -> anyhow::Result<()> {
     let (rv, all) = c.store.dump();
-    let snap = Snapshot {
-        port,
-        token: token.to_string(),
-        rv,
-        objects: all
-            .into_iter()
-            .map(|(k, o)| Entry {
-                group: k.group,
-                plural: k.plural,
-                object: o.value(),
-            })
-            .collect(),
-    };
-    super::write_private(path, &serde_json::to_vec(&snap)?)
+    let size = all.iter().map(|(_, o)| o.json.len() + 64).sum::<usize>();
+    let mut out = Vec::with_capacity(size + 128);
+    out.extend_from_slice(
+        format!(
+            "{{\"port\":{port},\"token\":{},\"rv\":{rv},\"objects\":[",
+            serde_json::to_string(token)?
+        )
+        .as_bytes(),
+    );
+    for (i, (k, o)) in all.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let head = format!(
+            "{{\"group\":{},\"plural\":{},\"object\":",
+            serde_json::to_string(&k.group)?,
+            serde_json::to_string(&k.plural)?
+        );
+        out.extend_from_slice(head.as_bytes());
+        out.extend_from_slice(&o.json);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+    super::write_private(path, &out)
 }
 
 /// Writes snapshots while the cluster lives.

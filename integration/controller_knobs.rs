@@ -324,3 +324,58 @@ async fn parameter_changes_are_reloaded_or_recorded_as_pending_restart() {
     );
     assert_eq!(uids(&instance_pods(&pods, "orders").await), restarted);
 }
+
+/// A cluster that ran before pgfleet managed access (a primary in its
+/// status, no `status.access`) keeps superuser network access: its first
+/// access round marks it so, and a catalog round in the same reconcile
+/// (here: a database was added meanwhile) keeps the mark instead of
+/// writing it back to false.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_from_before_access_management_keeps_superuser_access() {
+    let f = TestFleet::start("legacy", &[M]).await;
+    f.create(M, "shop", "old", spec(1)).await;
+    f.wait_healthy(M, "shop", "old", 1).await;
+    let cm: Api<ConfigMap> = Api::namespaced(f.client(M), "shop");
+    let before = format!("{:?}", cm.get("old-config").await.unwrap().data);
+    assert!(before.contains("postgres 0.0.0.0/0 reject"), "{before}");
+    let paused = |v: &str| json!({"metadata": {"annotations": {"pgfleet.io/paused": v}}});
+    f.patch(M, "shop", "old", paused("true")).await;
+    let api = f.pgc(M, "shop");
+    let status = json!({"status": {"access": null}});
+    api.patch_status(
+        "old",
+        &Default::default(),
+        &kube::api::Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
+    let dbs = json!({"spec": {"databases": [{"name": "reports", "owner": "app"}]}});
+    let generation = f.patch(M, "shop", "old", dbs).await.metadata.generation;
+    f.patch(M, "shop", "old", paused("false")).await;
+    let access = eventually("the access round of the new generation", || {
+        let api = api.clone();
+        async move {
+            let pg = api.get("old").await.map_err(|e| e.to_string())?;
+            let a = pg.status.and_then(|s| s.access).ok_or("no status.access")?;
+            match a.observed_generation == generation && a.primary.is_some() {
+                true => Ok(a),
+                false => Err(format!("{a:?}")),
+            }
+        }
+    })
+    .await;
+    assert!(access.legacy_superuser_access, "{access:?}");
+    let config = eventually("the configuration without the superuser reject", || {
+        let cm = cm.clone();
+        async move {
+            let c = cm.get("old-config").await.map_err(|e| e.to_string())?;
+            let text = format!("{:?}", c.data);
+            match text.contains("postgres 0.0.0.0/0 reject") {
+                true => Err(text),
+                false => Ok(text),
+            }
+        }
+    })
+    .await;
+    assert!(config.contains("hba"), "{config}");
+}

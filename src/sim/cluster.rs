@@ -25,6 +25,10 @@ use values::{dedup, removed_fields, same_spec};
 pub enum Sub {
     Main,
     Status,
+    /// A Pod's `binding` subresource: `spec.nodeName` and the
+    /// `PodScheduled` condition in one write, as kube-apiserver's binding
+    /// storage does (one update, not a spec write and a status write).
+    Binding,
 }
 
 /// Per-request write options from the query string.
@@ -360,7 +364,7 @@ impl Cluster {
                             }
                         }
                     }
-                } else if rt.status_subresource {
+                } else if rt.status_subresource && sub == Sub::Main {
                     match o.get("status") {
                         Some(s) => v["status"] = s.clone(),
                         None => {

@@ -26,6 +26,7 @@ mod status;
 mod superuser;
 
 pub use app_secret::{AppLogin, data as app_secret_data, name as app_secret_name, pct};
+pub use status::write_now as write_status_now;
 
 use super::Ctx;
 use super::plan::Observed;
@@ -101,23 +102,35 @@ pub fn hba_lines(pg: &PostgresCluster) -> Vec<String> {
     out
 }
 
-/// The access step; returns when it wants to run again.
-pub async fn run(
-    pg: &PostgresCluster,
-    ctx: &Ctx,
-    obs: &Observed,
-    primary: Option<&str>,
-) -> Option<Duration> {
-    if pg.status.as_ref().and_then(|s| s.access.as_ref()).is_none() {
-        status::mark_first(pg, ctx).await;
-    }
-    let primary = primary?;
+/// What the access step did: when it wants to run again, and the access
+/// status for the round's status write (None: unchanged).
+#[derive(Default)]
+pub struct Step {
+    pub within: Option<Duration>,
+    pub status: Option<crate::crd::access::AccessStatus>,
+}
+
+/// The access step.
+pub async fn run(pg: &PostgresCluster, ctx: &Ctx, obs: &Observed, primary: Option<&str>) -> Step {
+    let prev = pg.status.as_ref().and_then(|s| s.access.as_ref());
+    // A cluster's first round marks it (with the round's status write).
+    let first = prev.is_none().then(|| status::first(pg));
+    let legacy = prev
+        .or(first.as_ref())
+        .is_some_and(|a| a.legacy_superuser_access);
+    let waiting = |within| Step {
+        within,
+        status: first.clone(),
+    };
+    let Some(primary) = primary else {
+        return waiting(None);
+    };
     let ready = obs
         .pods
         .get(primary)
         .is_some_and(|p| p.ready && !p.deleting);
     if !ready {
-        return Some(RECHECK);
+        return waiting(Some(RECHECK));
     }
     let key = format!(
         "{}/{}/{}",
@@ -139,13 +152,15 @@ pub async fn run(
         }
     };
     match due {
-        Some(None) => return None,
-        Some(Some(Some(wait))) => return Some(wait.max(Duration::from_millis(500))),
+        Some(None) => return waiting(None),
+        Some(Some(Some(wait))) => return waiting(Some(wait.max(Duration::from_millis(500)))),
         Some(Some(None)) | None => {}
     }
     // Also after a failed round: a primary that cannot answer is asked
     // again after RECHECK, not at every trigger.
-    let every = match round::run(pg, ctx, primary).await {
+    let indexed = obs.secrets.contains(&app_secret_name(&pg.name_any()));
+    let (outcome, status) = round::run(pg, ctx, primary, (legacy, indexed)).await;
+    let every = match outcome {
         round::Outcome::Emulated => None,
         round::Outcome::Checked | round::Outcome::Unreadable => Some(RECHECK),
     };
@@ -153,7 +168,10 @@ pub async fn run(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(key, (Instant::now(), marker, inputs, every));
-    every
+    Step {
+        within: every,
+        status: status.or(first),
+    }
 }
 
 /// A hash of the spec fields the access round reads. A change of any other

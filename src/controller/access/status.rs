@@ -1,6 +1,7 @@
-//! `status.access` and the access step's Events. The status is merge-
-//! patched by this step alone (the status step leaves `access` out of its
-//! apply), and only when it changed, so a quiet cluster costs no writes.
+//! `status.access` and the access step's Events. The step computes the
+//! status; the round's one status write (pipeline/status.rs) carries it,
+//! and only when it changed, so a quiet cluster costs no writes. A round
+//! that ends before its status write merge-patches it ([`write_now`]).
 
 use crate::controller::Ctx;
 use crate::controller::reconcile::event as publish;
@@ -45,25 +46,27 @@ pub(super) fn cond(
     }
 }
 
-/// The first access write: whether this cluster ran before pgfleet
+/// The first access status: whether this cluster ran before pgfleet
 /// managed access (it has a primary already), which keeps its superuser
-/// reachable unless the spec says otherwise.
-pub(super) async fn mark_first(pg: &PostgresCluster, ctx: &Ctx) {
+/// reachable unless the spec says otherwise. Written with the round's
+/// status, before (or with) the first `currentPrimary` of a new cluster.
+pub(super) fn first(pg: &PostgresCluster) -> AccessStatus {
     let legacy = pg
         .status
         .as_ref()
         .is_some_and(|s| s.current_primary.is_some());
-    let body = json!({"status": {"access": {"legacySuperuserAccess": legacy}}});
-    patch(pg, ctx, &body).await;
+    AccessStatus {
+        legacy_superuser_access: legacy,
+        ..Default::default()
+    }
 }
 
 /// The conditions from the roles and databases, then the write.
-pub(super) async fn conclude(
+pub(super) fn conclude(
     pg: &PostgresCluster,
-    ctx: &Ctx,
     app: Option<&AppLogin>,
     mut st: AccessStatus,
-) {
+) -> Option<AccessStatus> {
     if let Some(a) = app {
         let db = st.databases.iter().find(|d| d.name == a.dbname);
         let ok =
@@ -116,29 +119,39 @@ pub(super) async fn conclude(
     };
     st.conditions
         .push(cond(pg, "DatabasesReconciled", bad.is_empty(), reason, msg));
-    write(pg, ctx, st).await;
+    changed(pg, st)
 }
 
-/// Writes `status.access` when it differs from what the round started with.
-pub(super) async fn write(pg: &PostgresCluster, ctx: &Ctx, st: AccessStatus) {
-    if previous(pg) == Some(&st) {
-        return;
-    }
-    let body = json!({"status": {"access": st}});
-    patch(pg, ctx, &body).await;
+/// `st` when it differs from what the round started with: what the
+/// round's status write is to carry.
+pub(super) fn changed(pg: &PostgresCluster, st: AccessStatus) -> Option<AccessStatus> {
+    (previous(pg) != Some(&st)).then_some(st)
 }
 
-/// A merge patch of the status subresource; a failure is logged (the next
-/// round writes again).
-async fn patch(pg: &PostgresCluster, ctx: &Ctx, body: &serde_json::Value) {
+/// A merge patch of `status.access`, for a round that ends before its
+/// status write (a rolling-update step writes its own status); a failure
+/// is logged and the next round checks again (`super::forget`).
+pub async fn write_now(pg: &PostgresCluster, ctx: &Ctx, st: &AccessStatus) {
     let api: Api<PostgresCluster> =
         Api::namespaced(ctx.client.clone(), &pg.namespace().unwrap_or_default());
+    let body = json!({"status": {"access": st}});
     match api
-        .patch_status(&pg.name_any(), &PatchParams::default(), &Patch::Merge(body))
+        .patch_status(
+            &pg.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&body),
+        )
         .await
     {
         Ok(written) => ctx.written.saw(&written),
-        Err(e) => tracing::debug!(error = %e, "could not write status.access"),
+        Err(e) => {
+            tracing::debug!(error = %e, "could not write status.access");
+            super::forget(
+                &ctx.member,
+                &pg.namespace().unwrap_or_default(),
+                &pg.name_any(),
+            );
+        }
     }
 }
 

@@ -42,6 +42,8 @@ pub struct Desired {
     pub major_upgrade: Option<Option<crate::crd::major_upgrade::MajorUpgradeStatus>>,
     /// `status.storage` as the storage step left it.
     pub storage: Option<crate::crd::storage::StorageStatus>,
+    /// `status.access` as the access step computed it (None: unchanged).
+    pub access: Option<crate::crd::access::AccessStatus>,
 }
 
 /// An instance Pod to create, with its volume when the instance is new.
@@ -92,6 +94,7 @@ pub fn build(pg: &PostgresCluster, seen: &Seen, inputs: &Inputs) -> Result<Desir
         notices: notices(inputs),
         major_upgrade: None,
         storage: None,
+        access: None,
         config,
     })
 }

@@ -89,9 +89,10 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     // (Not on a replica side: its designated primary is read-only, and its
     // roles are the primary side's, streamed.)
     let access = match crate::controller::dr::is_replica(&seen.dr) {
-        true => None,
+        true => super::access::Step::default(),
         false => super::access::run(&pg, &ctx, &seen.obs, desired.primary.as_deref()).await,
     };
+    desired.access = access.status;
     // A renewed server certificate: every server reloads it.
     let reload = match &inputs.tls.pending {
         Some(fp) => super::tls::reload(&pg, &ctx, &seen.obs, &seen.owner, fp).await,
@@ -99,7 +100,7 @@ pub async fn run(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     };
     let within = [
         within,
-        access,
+        access.within,
         reload,
         inputs.tls.within,
         storage.within,

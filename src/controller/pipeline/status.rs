@@ -18,15 +18,10 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 use std::time::Duration;
 
-/// Status fields the backup dispatcher owns.
-/// `access` is the access step's (controller::access), written the same way.
-const BACKUP_OWNED: &[&str] = &[
-    "lastBackup",
-    "backup",
-    "archive",
-    "lastRestoreDrill",
-    "access",
-];
+/// Status fields the backup dispatcher owns (merge patches).
+/// `access` is the access step's, carried by this write (a new value, or
+/// the one the round read).
+const BACKUP_OWNED: &[&str] = &["lastBackup", "backup", "archive", "lastRestoreDrill"];
 
 /// An invalid spec: touch nothing that runs; only say why (an Event when
 /// the reason changed, and the `Invalid` condition).
@@ -67,7 +62,11 @@ pub async fn finish(
         update,
     } = applied;
     if let Some(action) = update.done {
-        // The rolling-update step wrote its own status.
+        // The rolling-update step wrote its own status (a merge patch of
+        // what it records); the access step's goes on its own.
+        if let Some(a) = &d.access {
+            crate::controller::access::write_status_now(pg, ctx, a).await;
+        }
         return Ok(action);
     }
     if update.status.is_none() {
@@ -99,9 +98,18 @@ pub async fn finish(
     if let Some(storage) = &d.storage {
         st.storage = Some(storage.clone());
     }
+    if let Some(access) = &d.access {
+        st.access = Some(access.clone());
+    }
     let healthy = st.phase == Some(Phase::Healthy);
     let conditions = st.conditions.clone();
-    write_status(ctx, pg, prev, st).await?;
+    if let Err(e) = write_status(ctx, pg, prev, st).await {
+        // The access step's outcome was in it: check again next round.
+        if d.access.is_some() {
+            crate::controller::access::forget(&ctx.member, &seen.ns, &seen.name);
+        }
+        return Err(e);
+    }
     if cleared {
         crate::controller::blocked::replace_conditions(ctx, pg, &conditions).await;
     }

@@ -232,27 +232,20 @@ pub fn bind(c: &Cluster, pod: &Value, node: &str) -> Result<(), ApiError> {
         str_at(pod, "/metadata/namespace"),
         str_at(pod, "/metadata/name"),
     );
-    c.write(&rt, ns, name, Sub::Main, &opts(), false, |cur| {
+    c.write(&rt, ns, name, Sub::Binding, &opts(), false, |cur| {
         let mut v = cur.cloned().unwrap_or_default();
         if str_at(&v, "/metadata/uid") != uid || !str_at(&v, "/spec/nodeName").is_empty() {
             return Err(ApiError::conflict("pods", name));
         }
         v["spec"]["nodeName"] = json!(node);
-        Ok(v)
-    })?;
-    // The binding subresource records the decision in the status.
-    let _ = c.write(&rt, ns, name, Sub::Status, &opts(), false, |cur| {
-        let mut v = cur.cloned().unwrap_or_default();
-        if str_at(&v, "/metadata/uid") != uid {
-            return Err(ApiError::conflict("pods", name));
-        }
+        // The binding records the decision in the status too.
         set_condition(
             &mut v,
             json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
                 "lastTransitionTime": now_rfc3339()}),
         );
         Ok(v)
-    });
+    })?;
     Ok(())
 }
 

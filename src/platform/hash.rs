@@ -7,11 +7,19 @@ use serde_json::Value;
 
 /// FNV-1a, 64-bit: a tiny hash with a published, frozen definition.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    const BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a64_on(FNV64_BASIS, bytes)
+}
+
+/// FNV-1a's 64-bit offset basis: the state before any byte.
+pub const FNV64_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a, 64-bit, going on from `state` (the hash of the bytes before):
+/// `fnv1a64_on(fnv1a64(a), b) == fnv1a64(a ++ b)`.
+pub fn fnv1a64_on(state: u64, bytes: &[u8]) -> u64 {
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     bytes
         .iter()
-        .fold(BASIS, |hash, &b| (hash ^ u64::from(b)).wrapping_mul(PRIME))
+        .fold(state, |hash, &b| (hash ^ u64::from(b)).wrapping_mul(PRIME))
 }
 
 /// FNV-1a, 32-bit: the controller's shard of a PostgresCluster (its value

@@ -396,7 +396,7 @@ fn unescape(s: &str) -> Result<String, String> {
 
 /// String form used for comparisons: valid labels are strings, but stringifying anything else
 /// (rather than calling it absent) keeps `Exists` truthful and lets `status.ready=true` work.
-fn text(v: &Value) -> String {
+pub(crate) fn text(v: &Value) -> String {
     v.as_str().map_or_else(|| v.to_string(), str::to_owned)
 }
 

@@ -43,10 +43,8 @@ const HEAD: usize = 3;
 
 impl Index {
     fn of(value: &Value) -> Self {
-        let text = |v: &Value| match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
+        // Label values as selectors compare them (`selector::text`).
+        let text = crate::selector::text;
         let mut labels: Vec<(&str, String)> = value
             .ptr("/metadata/labels")
             .and_then(Value::as_object)

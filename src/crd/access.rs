@@ -142,8 +142,7 @@ pub struct ExtensionSpec {
 }
 
 /// `status.access`: what the controller last found and did on the primary.
-/// Written by the access step only (merge patch), never by the status
-/// step, so neither undoes the other.
+/// Computed by the access step and written with the round's status.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AccessStatus {

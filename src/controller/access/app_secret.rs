@@ -10,7 +10,7 @@ use crate::platform::labels::{LABEL_CLUSTER, LABEL_MANAGED_BY};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource};
 use std::collections::BTreeMap;
 
@@ -134,55 +134,28 @@ pub fn key(secret: &Secret, key: &str) -> Option<String> {
     Some(s.trim_end_matches(['\n', '\r']).to_string())
 }
 
-/// What [`ensure`] did.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Ensured {
-    /// Created or changed.
-    Written,
-    /// Every key as wanted already.
-    Same,
-    /// Created only if absent, but it exists (the index was behind):
-    /// read it and go again with its password.
-    Exists,
-}
-
 /// Applies the Secret when it is missing or any key differs (the password
 /// is the caller's: the existing one, or a new one for a new Secret).
-/// `absent`: the child index has no such Secret, so it is created (one
-/// request, no read first); a conflict answers [`Ensured::Exists`] and
-/// nothing is overwritten.
 pub async fn ensure(
     client: &kube::Client,
     pg: &PostgresCluster,
     l: &AppLogin,
     existing: Option<&Secret>,
-    absent: bool,
-) -> Result<Ensured, Error> {
+) -> Result<bool, Error> {
     let want = render(pg, l);
     if existing.is_some_and(|e| e.data == want.data && e.type_ == want.type_) {
-        return Ok(Ensured::Same);
+        return Ok(false);
     }
     let n = name(&l.cluster);
-    let api = Api::<Secret>::namespaced(client.clone(), &l.namespace);
-    if absent && existing.is_none() {
-        let pp = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..Default::default()
-        };
-        return match api.create(&pp, &want).await {
-            Ok(_) => Ok(Ensured::Written),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Ensured::Exists),
-            Err(e) => Err(kerr("create", "Secret", &n)(e)),
-        };
-    }
-    api.patch(
-        &n,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&want),
-    )
-    .await
-    .map_err(kerr("apply", "Secret", &n))?;
-    Ok(Ensured::Written)
+    Api::<Secret>::namespaced(client.clone(), &l.namespace)
+        .patch(
+            &n,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&want),
+        )
+        .await
+        .map_err(kerr("apply", "Secret", &n))?;
+    Ok(true)
 }
 
 #[cfg(test)]

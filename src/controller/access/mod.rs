@@ -158,8 +158,7 @@ pub async fn run(pg: &PostgresCluster, ctx: &Ctx, obs: &Observed, primary: Optio
     }
     // Also after a failed round: a primary that cannot answer is asked
     // again after RECHECK, not at every trigger.
-    let indexed = obs.secrets.contains(&app_secret_name(&pg.name_any()));
-    let (outcome, status) = round::run(pg, ctx, primary, (legacy, indexed)).await;
+    let (outcome, status) = round::run(pg, ctx, primary, legacy).await;
     let every = match outcome {
         round::Outcome::Emulated => None,
         round::Outcome::Checked | round::Outcome::Unreadable => Some(RECHECK),

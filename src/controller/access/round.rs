@@ -43,14 +43,13 @@ pub(super) enum Outcome {
 }
 
 /// Runs one round; `legacy` is the cluster's `legacySuperuserAccess`
-/// (marked this round for a cluster without an access status yet),
-/// `app_indexed` whether the child index has its `<name>-app` Secret. Also
+/// (marked this round for a cluster without an access status yet). Also
 /// returns the access status when it changed, for the round's status write.
 pub(super) async fn run(
     pg: &PostgresCluster,
     ctx: &Ctx,
     primary: &str,
-    (legacy, app_indexed): (bool, bool),
+    legacy: bool,
 ) -> (Outcome, Option<AccessStatus>) {
     let ns = pg.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
@@ -60,7 +59,7 @@ pub(super) async fn run(
         legacy_superuser_access: legacy,
         ..Default::default()
     };
-    let app = match app_login(pg, ctx, &secrets, app_indexed).await {
+    let app = match app_login(pg, ctx, &secrets).await {
         Ok(a) => Some(a),
         Err(msg) => {
             st.conditions
@@ -158,14 +157,11 @@ async fn checked_catalog(
 /// The application owner's login: database and owner from
 /// `spec.bootstrap.initdb` (defaults `app`/`app`), the password from the
 /// named Secret, the existing `<name>-app` Secret, or a new one; the
-/// `<name>-app` Secret is (re)written when any key differs. `indexed`:
-/// the child index has the `<name>-app` Secret (else it is created
-/// without a read first; a conflict reads it and goes again).
+/// `<name>-app` Secret is (re)written when any key differs.
 async fn app_login(
     pg: &PostgresCluster,
     ctx: &Ctx,
     secrets: &Api<Secret>,
-    indexed: bool,
 ) -> Result<AppLogin, String> {
     let init = initdb(pg);
     let dbname = init.database.clone().unwrap_or_else(|| "app".into());
@@ -177,52 +173,35 @@ async fn app_login(
         return Err(format!("spec.bootstrap.initdb.database {dbname:?} {r}"));
     }
     let cluster = pg.name_any();
-    let given = match &init.secret {
-        Some(s) => {
-            Some(secret_password(secrets, s, &username, "spec.bootstrap.initdb.secret").await?)
-        }
-        None => None,
+    let existing = get(secrets, &app_secret::name(&cluster)).await?;
+    let password = match &init.secret {
+        Some(s) => secret_password(secrets, s, &username, "spec.bootstrap.initdb.secret").await?,
+        None => existing
+            .as_ref()
+            .and_then(|e| app_secret::key(e, "password"))
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(sql::random_password),
     };
-    let mut absent = !indexed;
-    for _ in 0..2 {
-        let existing = match std::mem::take(&mut absent) {
-            true => None,
-            false => get(secrets, &app_secret::name(&cluster)).await?,
-        };
-        let password = given.clone().unwrap_or_else(|| {
-            existing
-                .as_ref()
-                .and_then(|e| app_secret::key(e, "password"))
-                .filter(|p| !p.is_empty())
-                .unwrap_or_else(sql::random_password)
-        });
-        let login = AppLogin {
-            cluster: cluster.clone(),
-            namespace: pg.namespace().unwrap_or_default(),
-            username: username.clone(),
-            password,
-            dbname: dbname.clone(),
-            pooler: pg.spec.pooler.as_ref().is_some_and(|p| p.enabled),
-        };
-        let created = existing.is_none();
-        match app_secret::ensure(&ctx.client, pg, &login, existing.as_ref(), created).await {
-            Ok(app_secret::Ensured::Written) => {
-                let note = format!(
-                    "application credentials in Secret {}",
-                    app_secret::name(&cluster)
-                );
-                status::event(ctx, pg, "AppSecretWritten", note).await;
-                return Ok(login);
-            }
-            Ok(app_secret::Ensured::Same) => return Ok(login),
-            Ok(app_secret::Ensured::Exists) => continue,
-            Err(e) => return Err(e.to_string()),
+    let login = AppLogin {
+        cluster,
+        namespace: pg.namespace().unwrap_or_default(),
+        username,
+        password,
+        dbname,
+        pooler: pg.spec.pooler.as_ref().is_some_and(|p| p.enabled),
+    };
+    match app_secret::ensure(&ctx.client, pg, &login, existing.as_ref()).await {
+        Ok(true) => {
+            let note = format!(
+                "application credentials in Secret {}",
+                app_secret::name(&login.cluster)
+            );
+            status::event(ctx, pg, "AppSecretWritten", note).await;
         }
+        Ok(false) => {}
+        Err(e) => return Err(e.to_string()),
     }
-    Err(format!(
-        "Secret {} was created and deleted concurrently; trying again",
-        app_secret::name(&cluster)
-    ))
+    Ok(login)
 }
 
 fn initdb(pg: &PostgresCluster) -> InitdbSpec {

@@ -379,3 +379,56 @@ async fn a_cluster_from_before_access_management_keeps_superuser_access() {
     .await;
     assert!(config.contains("hba"), "{config}");
 }
+
+/// The `<name>-app` Secret exists before the first instance runs (as with
+/// CloudNativePG), so an application deployed with the cluster can mount
+/// it at once: here the instance cannot even be scheduled (no node has the
+/// label it asks for), and the Secret is there with a usable login, its
+/// creation in the round's one `Created` Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_secret_exists_before_the_first_instance_runs() {
+    let f = TestFleet::start("early-app", &[M]).await;
+    let mut s = spec(1);
+    s["affinity"] = json!({"nodeSelector": {"pgfleet.test/none": "yes"}});
+    f.create(M, "shop", "early", s).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(f.client(M), "shop");
+    let secret = eventually("the app Secret", || {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .get_opt("early-app")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no early-app Secret yet".to_string())
+        }
+    })
+    .await;
+    let data = secret.data.unwrap_or_default();
+    let key = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+    assert_eq!(key("username"), "app");
+    assert!(!key("password").is_empty());
+    assert!(
+        key("uri").starts_with("postgresql://app:"),
+        "{}",
+        key("uri")
+    );
+    let client = f.client(M);
+    let note = eventually("the round's Created Event naming the Secret", || {
+        let client = client.clone();
+        async move {
+            let events = events_about(&client, "shop", "early").await;
+            events
+                .iter()
+                .find(|(r, n)| r == "Created" && n.contains("Secret early-app"))
+                .map(|(_, n)| n.clone())
+                .ok_or_else(|| format!("{events:?}"))
+        }
+    })
+    .await;
+    assert!(note.contains("application credentials"), "{note}");
+    // Whatever happened meanwhile, the instance never ran.
+    let pods: Api<Pod> = Api::namespaced(client, "shop");
+    let pod = pods.get("early-1").await.unwrap();
+    let phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
+    assert_eq!(phase, "Pending", "the instance never ran");
+}

@@ -102,6 +102,19 @@ pub fn hba_lines(pg: &PostgresCluster) -> Vec<String> {
     out
 }
 
+/// A brand-new cluster's `<name>-app` Secret, before its first instance
+/// (`round::early_app_secret`): when the cluster has no instance, claim or
+/// `<name>-app` Secret yet. Not on a replica side (its roles are the
+/// primary side's).
+pub async fn early_app_secret(pg: &PostgresCluster, ctx: &Ctx, obs: &Observed) {
+    let fresh = obs.pods.is_empty()
+        && obs.pvcs.is_empty()
+        && !obs.secrets.contains(&app_secret_name(&pg.name_any()));
+    if fresh {
+        round::early_app_secret(pg, ctx).await;
+    }
+}
+
 /// What the access step did: when it wants to run again, and the access
 /// status for the round's status write (None: unchanged).
 #[derive(Default)]

@@ -163,6 +163,37 @@ async fn app_login(
     ctx: &Ctx,
     secrets: &Api<Secret>,
 ) -> Result<AppLogin, String> {
+    app_login_known(pg, ctx, secrets, false).await
+}
+
+/// A brand-new cluster's `<name>-app` Secret, written before its first
+/// instance starts (as CloudNativePG does), so an application deployed with
+/// the cluster can mount it at once; its Event joins the round's `Created`.
+/// Only when nothing can have read a Secret of that name: no instance, no
+/// claim, none in the child index, the password generated (not from
+/// `spec.bootstrap.initdb.secret`). Were the index behind, the Secret is
+/// applied again with a new password before any server or role used it —
+/// the same reasoning as the first server certificate (`tls::ensure`).
+/// The access round on the ready primary reads it as usual.
+pub(super) async fn early_app_secret(pg: &PostgresCluster, ctx: &Ctx) {
+    if initdb(pg).secret.is_some() {
+        return;
+    }
+    let ns = pg.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Err(e) = app_login_known(pg, ctx, &secrets, true).await {
+        // The access round reports it (condition AppDatabaseReady).
+        tracing::debug!(error = %e, "could not write the app Secret early");
+    }
+}
+
+/// [`app_login`]; `absent`: the Secret is known not to exist (no read).
+async fn app_login_known(
+    pg: &PostgresCluster,
+    ctx: &Ctx,
+    secrets: &Api<Secret>,
+    absent: bool,
+) -> Result<AppLogin, String> {
     let init = initdb(pg);
     let dbname = init.database.clone().unwrap_or_else(|| "app".into());
     let username = init.owner.clone().unwrap_or_else(|| "app".into());
@@ -173,7 +204,10 @@ async fn app_login(
         return Err(format!("spec.bootstrap.initdb.database {dbname:?} {r}"));
     }
     let cluster = pg.name_any();
-    let existing = get(secrets, &app_secret::name(&cluster)).await?;
+    let existing = match absent {
+        true => None,
+        false => get(secrets, &app_secret::name(&cluster)).await?,
+    };
     let password = match &init.secret {
         Some(s) => secret_password(secrets, s, &username, "spec.bootstrap.initdb.secret").await?,
         None => existing

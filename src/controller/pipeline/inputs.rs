@@ -45,6 +45,9 @@ pub async fn prepare(
 ) -> Result<Inputs, Error> {
     let (obs, owner, auth) = (&seen.obs, &seen.owner, spec.restore.as_ref());
     secrets::credentials(pg, ctx, obs, owner, auth).await?;
+    if !crate::controller::dr::is_replica(&seen.dr) {
+        crate::controller::access::early_app_secret(pg, ctx, obs).await;
+    }
     // The certificate every Pod mounts (and renewal, when due).
     let tls = tls::ensure(pg, ctx, obs, owner).await?;
     // This incarnation's repository and passphrase (before any Pod).

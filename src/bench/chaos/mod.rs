@@ -149,6 +149,9 @@ pub async fn run_plan(
         unrecovered.extend(out.unrecovered);
         tracing::info!(round, ops = work.count(), "chaos round done");
     }
+    prober
+        .settle(targets.len(), 3, Duration::from_secs(20))
+        .await;
     let ops = work.stop().await;
     let samples = prober.stop().await;
     let mut finals = vec![];

@@ -51,6 +51,19 @@ impl Prober {
         }
     }
 
+    /// Waits (at most `patience`) until every cluster has been sampled
+    /// `n` more times: the moments right after the last round healed — a
+    /// deposed primary thawed next to its successor — are sampled before
+    /// the run ends, whatever the prober was waiting on when it healed.
+    pub async fn settle(&self, clusters: usize, n: usize, patience: Duration) {
+        let count = || self.samples.lock().map(|s| s.len()).unwrap_or_default();
+        let want = count() + clusters * n;
+        let until = Instant::now() + patience;
+        while count() < want && Instant::now() < until {
+            tokio::time::sleep(EVERY).await;
+        }
+    }
+
     pub async fn stop(self) -> Vec<Sample> {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.task.await;
@@ -90,11 +103,14 @@ async fn probe(
         let (name, ip) = (name.clone(), ip.clone());
         let key = format!("{name}@{ip}");
         if sessions.get(&key).is_none_or(|c| c.is_closed()) {
-            match pg::connect(&ip, 5432, pw, ASK).await {
-                Ok(c) => {
+            // The whole login within ASK: `connect_timeout` bounds only the
+            // TCP connect, and a frozen server accepts that, then never
+            // answers the startup — which stalled every later sample.
+            match tokio::time::timeout(ASK, pg::connect(&ip, 5432, pw, ASK)).await {
+                Ok(Ok(c)) => {
                     sessions.insert(key.clone(), c);
                 }
-                Err(_) => continue,
+                _ => continue,
             }
         }
         let Some(c) = sessions.get(&key) else {

@@ -9,7 +9,9 @@
 //! - `kubectl drain` goes through the eviction API: a replica's node drains
 //!   while the cluster's PodDisruptionBudget allows it, a second drain is
 //!   refused while the first replica's replacement is not Ready, and goes
-//!   through once it is.
+//!   through once it is;
+//! - a single instance has no disruption budget; a second brings both, a
+//!   scale-down to one removes them.
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
@@ -17,6 +19,8 @@ use common::fleet;
 
 use fleet::*;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use pgfleet::sim::faults::FaultSpec;
@@ -234,4 +238,66 @@ async fn required_anti_affinity_with_two_nodes_leaves_one_instance_pending() {
     .await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
     assert_eq!(ev.message.as_deref(), Some(msg.as_str()));
+}
+
+/// The names of the PodDisruptionBudgets in `ns`.
+async fn budget_names(client: &kube::Client, ns: &str) -> Vec<String> {
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    let mut names: Vec<String> = pdbs
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits until the budgets in `ns` are exactly `want`.
+async fn wait_budgets(client: &kube::Client, ns: &str, want: &[&str]) {
+    eventually("the disruption budgets", || {
+        let client = client.clone();
+        async move {
+            let names = budget_names(&client, ns).await;
+            if names == want {
+                Ok(())
+            } else {
+                Err(format!("{names:?}, want {want:?}"))
+            }
+        }
+    })
+    .await;
+}
+
+/// A single instance has no disruption budget (nothing could take over,
+/// so a budget could only block a drain forever); a second instance
+/// brings both (the replicas', and the primary's at `minAvailable: 1`),
+/// and a scale-down to one removes them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disruption_budgets_come_with_the_second_instance_and_go_with_it() {
+    let f = TestFleet::start("budgets", &[M]).await;
+    let client = f.client(M);
+    f.create(M, NS, "orders", spec(1)).await;
+    f.wait_healthy(M, NS, "orders", 1).await;
+    assert_eq!(budget_names(&client, NS).await, Vec::<String>::new());
+
+    f.patch(M, NS, "orders", json!({"spec": {"clusterSize": 2}}))
+        .await;
+    f.wait_healthy(M, NS, "orders", 2).await;
+    wait_budgets(&client, NS, &["orders", "orders.primary"]).await;
+    let primary = Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+        .get("orders.primary")
+        .await
+        .unwrap();
+    assert_eq!(
+        primary.spec.unwrap().min_available,
+        Some(IntOrString::Int(1))
+    );
+
+    f.patch(M, NS, "orders", json!({"spec": {"clusterSize": 1}}))
+        .await;
+    f.wait_healthy(M, NS, "orders", 1).await;
+    wait_budgets(&client, NS, &[]).await;
 }

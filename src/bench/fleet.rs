@@ -289,7 +289,7 @@ async fn manager_phase(
         }
     }
     let cold = start.elapsed();
-    let rss_after = env::rss()?;
+    let (rss_held, rss_after) = env::settled_rss()?;
     let requests = crate::metrics::get().requests.totals();
     println!(
         "  cold: {healthy}/{total} Healthy in {:.2} s · {}",
@@ -301,6 +301,20 @@ async fn manager_phase(
          benchmark's watchers), {:.1} s in the emulator",
         cpu(None) - cpu_before.0,
         cpu(sim_pid) - cpu_before.1
+    );
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    println!(
+        "  this process's RSS after the cold converge: {:.1} MiB, {:.1} MiB once the allocator \
+         handed back what it held free{}",
+        mib(rss_held),
+        mib(rss_after),
+        crate::platform::memory::heap()
+            .map(|h| format!(
+                " (heap in use {:.1} MiB, held free {:.1} MiB)",
+                mib(h.in_use),
+                mib(h.free)
+            ))
+            .unwrap_or_default()
     );
     // The emulator's size is not the manager's, but a lean emulator is part
     // of what the fleet benchmark can reach on one machine.

@@ -141,6 +141,17 @@ pub fn rss() -> Result<u64> {
     rss_of("self")
 }
 
+/// This process's resident set once the allocator has handed back what it
+/// holds free (`platform::memory`), as the manager's background releaser
+/// does every few seconds; measured right after a burst, the plain
+/// resident set would depend on whether the releaser happened to run.
+/// Also returns the resident set before the release, to be printed.
+pub fn settled_rss() -> Result<(u64, u64)> {
+    let before = rss()?;
+    crate::platform::memory::release_free_memory();
+    Ok((before, rss()?))
+}
+
 /// The resident set of process `pid` (`"self"` for this one), in bytes.
 pub fn rss_of(pid: &str) -> Result<u64> {
     let path = format!("/proc/{pid}/status");

@@ -8,7 +8,7 @@
 //! that its memory is measured from a clean start, like the manager's.
 
 use super::Args;
-use super::env::{rss, settings, tail};
+use super::env::{rss, settings, settled_rss, tail};
 use crate::crd::PostgresCluster;
 use crate::fleet::Fleet;
 use crate::platform::labels::LABEL_SHARD;
@@ -268,7 +268,7 @@ pub async fn child_main(args: &Args, dir: &Path) -> Result<()> {
         "floor-cold {} {} {} {done} {} {} {requests}",
         took.as_secs_f64(),
         rss_before,
-        rss()?,
+        settled_rss()?.1,
         reconciles.load(Ordering::Relaxed),
         writes.load(Ordering::Relaxed)
     );

@@ -119,5 +119,5 @@ async fn manager_settled(
     let ready_in = start.elapsed();
     tokio::time::sleep(Duration::from_secs(args.step_secs)).await;
     println!("  after {} s idle: {}", args.step_secs, counters(&mgr));
-    Ok((env::rss()?, ready_in))
+    Ok((env::settled_rss()?.1, ready_in))
 }

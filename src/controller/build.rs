@@ -386,12 +386,19 @@ pub fn primary_pdb_name(cluster: &str) -> String {
 ///   (`minAvailable: 1`). A `kubectl drain` of its node then retries,
 ///   and the controller, seeing the node cordoned, switches over to a
 ///   replica elsewhere (`controller::drain`); the old primary is then a
-///   replica the first budget lets go. With a single instance there is
-///   nothing to switch over to and the budget allows the eviction
-///   (`minAvailable: 0`), so a drain is never blocked forever.
+///   replica the first budget lets go.
+///
+/// A single instance gets neither (as with CloudNativePG): there is
+/// nothing to switch over to, so a budget could only block a drain forever
+/// or, allowing the eviction, guard nothing; a scale-down to one instance
+/// deletes them (`pipeline::apply`). That also spares a new single-instance
+/// cluster two writes.
 ///
 /// Pooler pods are under neither: stateless, a drain may move them.
 pub fn pdbs(o: &Owner, instances: i32) -> Vec<PodDisruptionBudget> {
+    if instances <= 1 {
+        return vec![];
+    }
     let budget = |name: String, role: &str, spec: PodDisruptionBudgetSpec| {
         with_hash(PodDisruptionBudget {
             metadata: o.meta(&name, &[], true),
@@ -422,7 +429,7 @@ pub fn pdbs(o: &Owner, instances: i32) -> Vec<PodDisruptionBudget> {
             primary_pdb_name(&o.name),
             Role::Primary.as_str(),
             PodDisruptionBudgetSpec {
-                min_available: Some(IntOrString::Int(i32::from(instances > 1))),
+                min_available: Some(IntOrString::Int(1)),
                 ..PodDisruptionBudgetSpec::default()
             },
         ),

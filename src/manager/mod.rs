@@ -29,6 +29,9 @@ pub struct Manager {
     /// here for their status and for switchovers.
     pub dr: Vec<Arc<crate::dr::Engine>>,
     pub sim: Option<pgfleet_sim::Sim>,
+    /// Hands the memory a burst of reconciles freed back to the system
+    /// (`platform::memory`).
+    pub memory: AbortOnDrop,
 }
 
 /// Starts everything the settings describe.
@@ -185,6 +188,7 @@ pub async fn start(settings: &Settings, apply_examples: bool) -> anyhow::Result<
         backups,
         dr: engines_dr,
         sim,
+        memory: crate::platform::memory::spawn_releaser(crate::platform::memory::RELEASE_EVERY),
     })
 }
 

@@ -9,6 +9,7 @@ pub mod events;
 pub mod hash;
 pub mod labels;
 pub mod limits;
+pub mod memory;
 pub mod objects;
 pub mod small_map;
 pub mod task;

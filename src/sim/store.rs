@@ -307,8 +307,12 @@ impl Store {
         for _ in 0..OPTIMISTIC_TRIES {
             let current = self.get(key, ns, name);
             let change = f(current.as_ref(), &View::Unlocked(self))?;
-            let Some(step) = Step::prepare(change, current.as_ref()) else {
-                break;
+            let step = match Step::prepare(change, current.as_ref()) {
+                None => break,
+                // Nothing to write: the answer is the object as read, a
+                // linearizable read without the write lock.
+                Some(Step::Done(out)) => return Ok(out),
+                Some(step) => step,
             };
             let mut inner = self.write();
             let now = inner.objects.get(key).and_then(|m| m.get(&id));

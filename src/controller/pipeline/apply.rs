@@ -4,7 +4,8 @@
 //! The order matters and is fixed:
 //!
 //! 1. the ConfigMap (ready instances reload it) — new Pods mount it;
-//! 2. the instance Services, 3. the pooler, 4. the PodDisruptionBudget;
+//! 2. the instance Services, 3. the pooler, 4. the PodDisruptionBudgets
+//!    (those no longer wanted deleted);
 //! 5. new instances: the backup repository claim, then PVC and Pod each;
 //! 6. role labels (the Services follow); 7. Pods of replicas whose volume
 //!    is gone (rebuilt later); 8. instances a scale-down removes;
@@ -44,12 +45,7 @@ pub async fn apply(
     let pending = config::apply(pg, ctx, obs, owner, &d.config).await?;
     services(pg, ctx, seen, &d.services).await?;
     pooler::apply::apply(pg, ctx, obs, owner, &d.pooler).await?;
-    for pdb in &d.pdbs {
-        let seen_hash = obs.pdbs.get(&child_name(pdb)?).map(String::as_str);
-        if seen_hash != hash_annotation(pdb) {
-            ssa::<PodDisruptionBudget>(ctx, &seen.ns, "PodDisruptionBudget", pdb).await?;
-        }
-    }
+    budgets(ctx, seen, &d.pdbs).await?;
     create_instances(pg, ctx, seen, &d.instances).await?;
     relabel(ctx, seen, &d.relabel).await?;
     rebuild(pg, ctx, seen, &d.rebuild).await?;
@@ -165,6 +161,32 @@ async fn rebuild(
         delete_ignoring_missing::<Pod>(ctx, &seen.ns, "Pod", iname).await?;
         let note = format!("the volume of replica {iname} is gone; rebuilding it");
         instance_event(ctx, pg, "RebuildingInstance", iname, note).await;
+    }
+    Ok(())
+}
+
+/// Applies the disruption budgets that differ from what was observed and
+/// deletes the observed ones no longer wanted (a scale-down to a single
+/// instance, which has none: `build::pdbs`).
+async fn budgets(ctx: &Ctx, seen: &Seen, pdbs: &[PodDisruptionBudget]) -> Result<(), Error> {
+    let mut wanted = Vec::with_capacity(pdbs.len());
+    for pdb in pdbs {
+        let name = child_name(pdb)?;
+        if seen.obs.pdbs.get(&name).map(String::as_str) != hash_annotation(pdb) {
+            ssa::<PodDisruptionBudget>(ctx, &seen.ns, "PodDisruptionBudget", pdb).await?;
+        }
+        wanted.push(name);
+    }
+    for name in seen.obs.pdbs.keys() {
+        if !wanted.contains(name) {
+            delete_ignoring_missing::<PodDisruptionBudget>(
+                ctx,
+                &seen.ns,
+                "PodDisruptionBudget",
+                name,
+            )
+            .await?;
+        }
     }
     Ok(())
 }

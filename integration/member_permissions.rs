@@ -1,6 +1,7 @@
 //! The manager's connect-time permission check: a member installed with
 //! deploy/member, but whose ClusterRole lacks one grant, is reported with
-//! that permission by name in the member status the API serves (which
+//! that permission by name (a rules review shows the rest granted; only
+//! the missing one is asked with an access review) in the member status the API serves (which
 //! `pgfleet status` and the dashboard show); restoring the grant clears it.
 //! The manager runs with the member's service-account kubeconfig
 //! (make-kubeconfig.sh), so the emulated API server holds it to RBAC.
@@ -107,6 +108,21 @@ async fn a_missing_grant_is_reported_by_name_for_its_member() {
     })
     .await;
     assert_eq!(missing, vec![Value::from("delete pods")]);
+    // A rules review per namespace the grants live in (cluster-wide, and
+    // pgfleet-system's Role), then an access review only for what the
+    // rules did not show granted — the removed grant, which it confirms —
+    // not one per grant.
+    let sent = pgfleet::metrics::get().requests.totals();
+    let count = |r: &str| sent.get(&("create", r.to_string())).copied().unwrap_or(0);
+    let (rules, access) = (
+        count("selfsubjectrulesreviews"),
+        count("selfsubjectaccessreviews"),
+    );
+    let grants = pgfleet::fleet::permissions::required().unwrap().len() as u64;
+    assert!(
+        rules >= 2 && access >= 1 && access <= rules / 2,
+        "{rules} rules reviews, {access} access reviews for {grants} grants"
+    );
     let m = member_status(&addr).await;
     assert_eq!(m["connectivity"], "Ready", "{m}");
     assert!(m["permissionCheckError"].is_null(), "{m}");

@@ -9,6 +9,7 @@ pub mod deadline;
 pub mod permissions;
 mod probe;
 pub mod ratelimit;
+pub mod rules_review;
 pub mod swap;
 pub mod transport;
 

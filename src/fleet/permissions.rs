@@ -1,6 +1,8 @@
 //! The permissions the manager needs in a member cluster, and a check of
-//! them at connect time: one SelfSubjectAccessReview per permission, so a
-//! member whose RBAC lacks a grant is reported with that grant by name
+//! them at connect time (a rules review per namespace, then one
+//! SelfSubjectAccessReview per permission it did not show granted,
+//! `rules_review.rs`), so a member whose RBAC lacks a grant is reported
+//! with that grant by name
 //! (member status, `pgfleet status`, the dashboard) instead of failing
 //! later on the first forbidden call.
 //!
@@ -144,27 +146,29 @@ pub fn required() -> Result<&'static [Permission], PermissionsError> {
 /// How many reviews are in flight at once per member.
 const CONCURRENCY: usize = 8;
 
-/// The permissions of `needed` the client's user lacks in the member,
-/// asked one SelfSubjectAccessReview each. An error means the check itself
-/// could not be made (the member is unreachable, or too old to answer).
+/// The permissions of `needed` the client's user lacks in the member: a
+/// rules review per namespace first (`rules_review`: what it shows
+/// granted is done), then one SelfSubjectAccessReview for each of the
+/// rest, which decides. An error means the check itself could not be made
+/// (the member is unreachable, or too old to answer).
 pub async fn missing(
     client: &kube::Client,
     needed: &[Permission],
 ) -> Result<Vec<Permission>, kube::Error> {
     use futures::StreamExt as _;
+    let unconfirmed = super::rules_review::unconfirmed(client, needed).await;
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let answers: Vec<Result<Option<Permission>, kube::Error>> =
-        futures::stream::iter(needed.iter().cloned())
-            .map(|p| {
-                let api = api.clone();
-                async move {
-                    let allowed = review(&api, &p).await?;
-                    Ok((!allowed).then_some(p))
-                }
-            })
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
+    let answers: Vec<Result<Option<Permission>, kube::Error>> = futures::stream::iter(unconfirmed)
+        .map(|p| {
+            let api = api.clone();
+            async move {
+                let allowed = review(&api, &p).await?;
+                Ok((!allowed).then_some(p))
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
     let mut out = vec![];
     for a in answers {
         if let Some(p) = a? {

@@ -289,7 +289,7 @@ async fn manager_phase(
         }
     }
     let cold = start.elapsed();
-    let (rss_held, rss_after) = env::settled_rss()?;
+    let (rss_held, rss_after, release_took) = env::settled_rss()?;
     let requests = crate::metrics::get().requests.totals();
     println!(
         "  cold: {healthy}/{total} Healthy in {:.2} s · {}",
@@ -305,9 +305,10 @@ async fn manager_phase(
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!(
         "  this process's RSS after the cold converge: {:.1} MiB, {:.1} MiB once the allocator \
-         handed back what it held free{}",
+         handed back what it held free (in {:.1} ms){}",
         mib(rss_held),
         mib(rss_after),
+        release_took.as_secs_f64() * 1000.0,
         crate::platform::memory::heap()
             .map(|h| format!(
                 " (heap in use {:.1} MiB, held free {:.1} MiB)",

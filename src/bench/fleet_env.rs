@@ -145,11 +145,14 @@ pub fn rss() -> Result<u64> {
 /// holds free (`platform::memory`), as the manager's background releaser
 /// does every few seconds; measured right after a burst, the plain
 /// resident set would depend on whether the releaser happened to run.
-/// Also returns the resident set before the release, to be printed.
-pub fn settled_rss() -> Result<(u64, u64)> {
+/// Also returns the resident set before the release and how long the
+/// release took (the allocator's locks are held meanwhile), to be printed.
+pub fn settled_rss() -> Result<(u64, u64, Duration)> {
     let before = rss()?;
+    let t = std::time::Instant::now();
     crate::platform::memory::release_free_memory();
-    Ok((before, rss()?))
+    let took = t.elapsed();
+    Ok((before, rss()?, took))
 }
 
 /// The resident set of process `pid` (`"self"` for this one), in bytes.

@@ -102,6 +102,8 @@ fn render(pg: &PostgresCluster, backup: Option<&BackupEnv>) -> Value {
         ("pooler_service", hash_of(&objects["pooler"]["service"])),
     ]
     .into_iter()
+    // What a spec does not make (a single instance has no budgets).
+    .filter(|(_, h)| !h.is_null())
     .collect();
     json!({"objects": objects, "hashes": hashes})
 }

@@ -58,7 +58,10 @@ pub async fn unconfirmed(client: &kube::Client, needed: &[Permission]) -> Vec<Pe
                 rules.push((ns, listed));
             }
             // The access reviews decide instead.
-            Err(e) => tracing::debug!(namespace = review_in, error = %e, "no rules review"),
+            Err(e) => {
+                let error = super::redact(&e.to_string());
+                tracing::debug!(namespace = review_in, %error, "no rules review");
+            }
         }
     }
     needed

@@ -162,9 +162,9 @@ async fn paused_annotation_stops_reconciling_one_object() {
         let handle = handle.clone();
         async move {
             let cached: Vec<_> = handle
-                .stores
+                .store
+                .state()
                 .iter()
-                .flat_map(|s| s.state())
                 .filter(|p| p.name_any() == "orders")
                 .map(|p| p.metadata.generation)
                 .collect();

@@ -87,6 +87,8 @@ mod placement;
 mod pooler_auth;
 #[path = "pooler_virtual.rs"]
 mod pooler_virtual;
+#[path = "probes.rs"]
+mod probes;
 #[path = "process_fs.rs"]
 mod process_fs;
 #[path = "process_portforward.rs"]

@@ -74,10 +74,10 @@ pub async fn pgcs(state: &ApiState) -> (Vec<PgcView>, BTreeMap<String, Source>) 
     for m in &state.fleet.members {
         let (views, source) = match handles.iter().find(|h| h.member.name == m.name) {
             Some(h) => (
-                h.stores
+                h.store
+                    .state()
                     .iter()
-                    .flat_map(|s| s.state())
-                    .map(|pg| PgcView::of(&m.name, &pg))
+                    .map(|pg| PgcView::of(&m.name, pg))
                     .collect(),
                 Source::Cache,
             ),

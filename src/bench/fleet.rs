@@ -69,7 +69,7 @@ pub struct Args {
     /// Instances per PostgresCluster (`spec.clusterSize`).
     #[arg(long, default_value_t = 1)]
     pub instances: i32,
-    /// Watch shards per member cluster (`manager.shards_per_cluster`).
+    /// Shard controllers per member cluster (`manager.shards_per_cluster`).
     #[arg(long, default_value_t = 4)]
     pub shards: u32,
     /// Reconcile workers per member cluster (`manager.workers_per_cluster`).
@@ -339,12 +339,10 @@ async fn manager_phase(
         }
         Err(e) => println!("  (could not list Events: {e:#})"),
     }
-    let stores: Vec<_> = mgr.controllers().iter().map(|h| h.stores.clone()).collect();
-    let shards = args.shards;
+    let stores: Vec<_> = mgr.controllers().iter().map(|h| h.store.clone()).collect();
     driver.set_probe(Some(Arc::new(move |ci: usize, name: &str| {
-        let shard = crate::controller::shard_of(NS, name, shards) as usize;
         let oref = ObjectRef::new(name).within(NS);
-        stores.get(ci)?.get(shard)?.get(&oref)?.metadata.generation
+        stores.get(ci)?.get(&oref)?.metadata.generation
     })));
     let mut steps = vec![];
     for &rate in &args.rates {

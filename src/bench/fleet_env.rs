@@ -4,10 +4,8 @@
 //! manager's settings.
 
 use super::{Args, NS};
-use crate::controller::shard_of;
 use crate::crd::PostgresCluster;
 use crate::fleet::ratelimit::RateLimit;
-use crate::platform::labels::LABEL_SHARD;
 use anyhow::{Context, Result};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Namespace;
@@ -227,8 +225,8 @@ pub fn pg_name(i: usize) -> String {
 
 /// Installs the CRDs and the namespace in every cluster, then creates
 /// `per_cluster` PostgresClusters in each (`concurrency` requests in flight).
-/// They carry the shard label the manager would give them, so the manager
-/// and the floor start from the same sharded watches.
+/// They are created as a tenant would (no labels): the manager and the
+/// floor route them to their shards by hash on their side.
 pub async fn setup(args: &Args, clients: &[Client]) -> Result<()> {
     stream::iter(clients.iter().enumerate())
         .map(|(i, c)| async move {
@@ -263,10 +261,9 @@ async fn install(client: &Client) -> Result<()> {
 
 async fn create(args: &Args, client: &Client, i: usize) -> Result<()> {
     let name = pg_name(i);
-    let shard = shard_of(NS, &name, args.shards).to_string();
     let obj: PostgresCluster = serde_json::from_value(json!({
         "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
-        "metadata": {"name": name, "namespace": NS, "labels": {LABEL_SHARD: shard}},
+        "metadata": {"name": name, "namespace": NS},
         "spec": {"clusterSize": args.instances, "version": "15"},
     }))
     .context("building a PostgresCluster")?;

@@ -1,7 +1,8 @@
 //! The floor of the fleet benchmark: a no-op reconciler over the same
-//! watches as the manager (per member cluster, one kube-runtime Controller
-//! per `pgfleet.io/shard` label value, managedFields stripped, the same
-//! client with its QPS limit, the same bounded worker pool) whose reconcile
+//! watches as the manager (per member cluster, one PostgresCluster watch
+//! whose objects are handed by hash to one kube-runtime Controller per
+//! shard, managedFields stripped, the same client with its QPS limit, the
+//! same bounded worker pool) whose reconcile
 //! only writes `status.observedGeneration` (server-side apply on status).
 //!
 //! It runs in a child process (`pgfleet bench fleet … --floor-child DIR`) so
@@ -11,12 +12,11 @@ use super::Args;
 use super::env::{rss, settings, settled_rss, tail};
 use crate::crd::PostgresCluster;
 use crate::fleet::Fleet;
-use crate::platform::labels::LABEL_SHARD;
 use anyhow::{Context, Result};
 use futures::{FutureExt, StreamExt};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -158,33 +158,39 @@ fn error_policy(_pg: Arc<PostgresCluster>, _e: &kube::Error, _ctx: Arc<Ctx>) -> 
     Action::requeue(Duration::from_secs(1))
 }
 
-/// The shard controllers of one member, as the manager builds them.
-fn start_member(ctx: Arc<Ctx>, shards: u32, workers: u32) -> Vec<Store<PostgresCluster>> {
-    let mut stores = vec![];
-    for shard in 0..shards.max(1) {
-        let (reader, writer) = reflector::store();
-        stores.push(reader.clone());
-        let api: Api<PostgresCluster> = Api::all(ctx.client.clone());
-        let cfg = watcher::Config::default().labels(&format!("{LABEL_SHARD}={shard}"));
-        let stream = watcher(api, cfg)
-            .default_backoff()
-            .modify(|pg: &mut PostgresCluster| {
-                pg.managed_fields_mut().clear();
-                pg.annotations_mut()
-                    .remove("kubectl.kubernetes.io/last-applied-configuration");
-            })
-            .reflect(writer)
-            .touched_objects();
-        let ctx = ctx.clone();
+/// The watch and shard controllers of one member, as the manager builds
+/// them (`controller::shards`); the member's cache.
+fn start_member(ctx: Arc<Ctx>, shards: u32, workers: u32) -> Store<PostgresCluster> {
+    use crate::controller::shards;
+    let shards = shards.max(1);
+    let (reader, writer) = reflector::store();
+    let mut senders = vec![];
+    for _ in 0..shards {
+        let (tx, rx) = futures::channel::mpsc::unbounded::<ObjectRef<PostgresCluster>>();
+        senders.push(tx);
+        let (cache, ctx) = (reader.clone(), ctx.clone());
         tokio::spawn(async move {
-            Controller::for_stream(stream, reader)
-                .with_config(ControllerConfig::default().concurrency(workers.max(1) as u16))
+            shards::controller(cache, rx, workers)
                 .run(reconcile, error_policy, ctx)
                 .for_each(|_| futures::future::ready(()))
                 .await;
         });
     }
-    stores
+    let api: Api<PostgresCluster> = Api::all(ctx.client.clone());
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|pg: &mut PostgresCluster| {
+            pg.managed_fields_mut().clear();
+            pg.annotations_mut()
+                .remove("kubectl.kubernetes.io/last-applied-configuration");
+        })
+        .reflect(writer)
+        .touched_objects();
+    let route = move |r: ObjectRef<PostgresCluster>| {
+        let _ = senders[shards::shard_of_ref(&r, shards)].unbounded_send(r);
+    };
+    tokio::spawn(shards::route(stream, route, String::new()));
+    reader
 }
 
 /// Objects whose status has caught up with their generation.
@@ -231,7 +237,7 @@ pub async fn child_main(args: &Args, dir: &Path) -> Result<()> {
             reconciles: reconciles.clone(),
             writes: writes.clone(),
         });
-        stores.extend(start_member(ctx, args.shards, args.workers));
+        stores.push(start_member(ctx, args.shards, args.workers));
     }
     let deadline = start + Duration::from_secs(args.timeout_secs);
     let mut done = 0;

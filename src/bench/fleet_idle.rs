@@ -90,11 +90,7 @@ async fn manager_settled(
         let handles = mgr.controllers();
         let ready = handles
             .iter()
-            .filter(|h| {
-                h.stores
-                    .iter()
-                    .all(|s| s.wait_until_ready().now_or_never().is_some())
-            })
+            .filter(|h| h.store.wait_until_ready().now_or_never().is_some())
             .count();
         if ready >= args.clusters {
             break;

@@ -112,7 +112,8 @@ impl Settings {
 pub struct Manager {
     /// HTTP API, metrics and dashboard address.
     pub listen: Checked<SocketAddr>,
-    /// Watch streams per member cluster (`pgfleet.io/shard` label values).
+    /// Shard controllers per member cluster: one watch, objects handed out
+    /// by `hash(namespace/name) mod S` (`controller/shards.rs`).
     pub shards_per_cluster: u32,
     /// Concurrent reconciles per member cluster (shared by its shards).
     pub workers_per_cluster: u32,

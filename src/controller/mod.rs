@@ -1,8 +1,8 @@
-//! Per-member-cluster controllers. PostgresCluster watches are sharded by the
-//! stable label `pgfleet.io/shard = hash(namespace/name) mod S` (one
-//! kube-runtime Controller and watch stream per shard); all shards of a member
-//! share its bounded worker pool, so no member can take the fleet's capacity
-//! and none waits for another. A kube-runtime Controller never reconciles one
+//! Per-member-cluster controllers. Each member has one PostgresCluster watch
+//! and cache; its objects are handed by `hash(namespace/name) mod S` to S
+//! shard Controllers (kube-runtime; `shards`). All shards of a member share
+//! its bounded worker pool, so no member can take the fleet's capacity and
+//! none waits for another. A kube-runtime Controller never reconciles one
 //! object twice at the same time, and an object lives in exactly one shard.
 
 pub mod access;
@@ -40,6 +40,7 @@ pub mod restore_source;
 pub mod retry;
 pub mod rolling_update;
 mod secrets;
+pub mod shards;
 pub mod storage;
 mod streaming;
 pub mod switchover;
@@ -50,10 +51,7 @@ pub mod written;
 use crate::crd::PostgresCluster;
 use crate::fleet::Member;
 use crate::platform::events::Recorder;
-use crate::platform::labels::LABEL_SHARD;
 use futures::StreamExt;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -119,17 +117,13 @@ pub struct Ctx {
     pub created: batched::Batched,
 }
 
-/// The stable shard of a PostgresCluster (FNV-1a of `namespace/name`).
-pub fn shard_of(ns: &str, name: &str, shards: u32) -> u32 {
-    let key = ns.bytes().chain(std::iter::once(b'/')).chain(name.bytes());
-    crate::platform::hash::fnv1a32(key) % shards.max(1)
-}
+pub use shards::shard_of;
 
-/// A running member controller: its shard caches, for summaries.
+/// A running member controller: its PostgresCluster cache, for summaries.
 #[derive(Clone)]
 pub struct Handle {
     pub member: Arc<Member>,
-    pub stores: Vec<Store<PostgresCluster>>,
+    pub store: Store<PostgresCluster>,
     pub stats: Arc<Stats>,
     tasks: Arc<Tasks>,
 }
@@ -166,12 +160,10 @@ impl Handle {
     pub fn health(&self) -> (usize, usize) {
         let mut healthy = 0;
         let mut total = 0;
-        for s in &self.stores {
-            for pg in s.state() {
-                total += 1;
-                if pg.status.as_ref().and_then(|st| st.phase) == Some(crate::crd::Phase::Healthy) {
-                    healthy += 1;
-                }
+        for pg in self.store.state() {
+            total += 1;
+            if pg.status.as_ref().and_then(|st| st.phase) == Some(crate::crd::Phase::Healthy) {
+                healthy += 1;
             }
         }
         (healthy, total)
@@ -210,8 +202,9 @@ fn recorder(client: kube::Client) -> Recorder {
     Recorder::new(client, reporter)
 }
 
-/// Starts the shard controllers, the child watches and the shard labeller of
-/// one member cluster; they run (reconnecting with backoff) until dropped.
+/// Starts the PostgresCluster watch, the shard controllers and the child
+/// watches of one member cluster; they run (reconnecting with backoff)
+/// until dropped.
 pub fn start(
     member: Arc<Member>,
     shards: u32,
@@ -220,6 +213,77 @@ pub fn start(
     peers: Vec<Arc<Member>>,
     config: FleetConfig,
 ) -> Handle {
+    let shards = shards.max(1);
+    let categories = error::Category::ALL.map(error::Category::label);
+    crate::metrics::reconcile::member_started(&member.name, &categories);
+    // Stable for the member's lifetime; follows kubeconfig changes (fleet::swap).
+    let client = member.client();
+    let stats = Arc::new(Stats::default());
+    let idx = Arc::new(index::ChildIndex::default());
+    let ctx = context(
+        &member,
+        client.clone(),
+        shards,
+        workers,
+        &stats,
+        &idx,
+        backup,
+        peers,
+        config,
+    );
+    let tasks = Arc::new(Tasks::default());
+    let (store, writer) = reflector::store();
+    let mut senders = vec![];
+    for shard in 0..shards {
+        let (tx, rx) = futures::channel::mpsc::unbounded::<ObjectRef<PostgresCluster>>();
+        spawn_shard(
+            &tasks,
+            &ctx,
+            &member.name,
+            shard,
+            workers,
+            store.clone(),
+            rx,
+        );
+        senders.push(tx);
+    }
+    let trigger: index::Trigger = Arc::new(move |r: ObjectRef<PostgresCluster>| {
+        let _ = senders[shards::shard_of_ref(&r, shards)].unbounded_send(r);
+    });
+    let route = trigger.clone();
+    tasks.spawn(shards::route(
+        watch(client.clone(), writer),
+        move |r| route(r),
+        member.name.clone(),
+    ));
+    tasks.spawn(drain::watch(
+        client.clone(),
+        ctx.cordoned.clone(),
+        idx.clone(),
+        trigger.clone(),
+    ));
+    tasks.spawn(index::run(client, idx, trigger));
+    Handle {
+        member,
+        store,
+        stats,
+        tasks,
+    }
+}
+
+/// What every reconcile of the member shares.
+#[allow(clippy::too_many_arguments)]
+fn context(
+    member: &Member,
+    client: kube::Client,
+    shards: u32,
+    workers: u32,
+    stats: &Arc<Stats>,
+    idx: &Arc<index::ChildIndex>,
+    backup: Option<Arc<crate::pgbackrest::repo::BackupEnv>>,
+    peers: Vec<Arc<Member>>,
+    config: FleetConfig,
+) -> Arc<Ctx> {
     let FleetConfig {
         restore_policy,
         images,
@@ -228,14 +292,7 @@ pub fn start(
         dr,
         admission,
     } = config;
-    let shards = shards.max(1);
-    let categories = error::Category::ALL.map(error::Category::label);
-    crate::metrics::reconcile::member_started(&member.name, &categories);
-    // Stable for the member's lifetime; follows kubeconfig changes (fleet::swap).
-    let client = member.client();
-    let stats = Arc::new(Stats::default());
-    let idx = Arc::new(index::ChildIndex::default());
-    let ctx = Arc::new(Ctx {
+    Arc::new(Ctx {
         member: member.name.clone(),
         client: client.clone(),
         index: idx.clone(),
@@ -243,7 +300,7 @@ pub fn start(
         pool: Arc::new(Semaphore::new(workers.max(1) as usize)),
         admission,
         answered: member.answered(),
-        recorder: recorder(client.clone()),
+        recorder: recorder(client),
         shards,
         stats: stats.clone(),
         backup,
@@ -260,76 +317,45 @@ pub fn start(
         cordoned: Arc::new(drain::Cordoned::default()),
         written: written::Written::default(),
         created: batched::Batched::default(),
-    });
-    let tasks = Arc::new(Tasks::default());
-    let mut senders = vec![];
-    let mut stores = vec![];
-    for shard in 0..shards {
-        let (tx, store) = spawn_shard(&tasks, &ctx, &member.name, shard, workers);
-        senders.push(tx);
-        stores.push(store);
-    }
-    let senders = Arc::new(senders);
-    let trigger: index::Trigger = {
-        let senders = senders.clone();
-        Arc::new(move |r: ObjectRef<PostgresCluster>| {
-            let s = shard_of(r.namespace.as_deref().unwrap_or_default(), &r.name, shards) as usize;
-            let _ = senders[s].unbounded_send(r);
-        })
-    };
-    tasks.spawn(drain::watch(
-        client.clone(),
-        ctx.cordoned.clone(),
-        idx.clone(),
-        trigger.clone(),
-    ));
-    tasks.spawn(index::run(client.clone(), idx, trigger));
-    tasks.spawn(label_shards(client, shards, member.name.clone()));
-    Handle {
-        member,
-        stores,
-        stats,
-        tasks,
-    }
+    })
 }
 
-/// One shard's watch (PostgresClusters labelled with the shard), cache and
-/// kube-runtime Controller; returns the channel that triggers its
-/// reconciles and its cache.
-fn spawn_shard(
-    tasks: &Tasks,
-    ctx: &Arc<Ctx>,
-    member: &str,
-    shard: u32,
-    workers: u32,
-) -> (
-    futures::channel::mpsc::UnboundedSender<ObjectRef<PostgresCluster>>,
-    Store<PostgresCluster>,
-) {
-    let (tx, rx) = futures::channel::mpsc::unbounded::<ObjectRef<PostgresCluster>>();
-    let (reader, writer) = reflector::store();
-    let api: Api<PostgresCluster> = Api::all(ctx.client.clone());
-    let cfg = watcher::Config::default().labels(&format!("{LABEL_SHARD}={shard}"));
-    // Cache only what reconcile reads: no managedFields, no annotations
-    // but pgfleet's own (`pgfleet.io/` and its subdomains, such as a role
-    // set's `roles.pgfleet.io/<set>`; a tenant's object may carry up to
-    // 256 KiB of others; the spec itself is bounded by the CRD,
-    // docs/security.md). Reconcile works from this copy (`written`).
-    let stream = watcher(api, cfg)
+/// The member's PostgresCluster watch, reflected into the cache in the form
+/// reconcile reads: no managedFields, no annotations but pgfleet's own
+/// (`pgfleet.io/` and its subdomains, such as a role set's
+/// `roles.pgfleet.io/<set>`; a tenant's object may carry up to 256 KiB of
+/// others; the spec itself is bounded by the CRD, docs/security.md).
+/// Reconcile works from this copy (`written`).
+fn watch(
+    client: kube::Client,
+    writer: reflector::store::Writer<PostgresCluster>,
+) -> impl futures::Stream<Item = Result<PostgresCluster, watcher::Error>> + Send {
+    let api: Api<PostgresCluster> = Api::all(client);
+    watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(|pg: &mut PostgresCluster| {
             pg.managed_fields_mut().clear();
             pg.annotations_mut().retain(|k, _| ours(k));
         })
         .reflect(writer)
-        .touched_objects();
-    let store = reader.clone();
+        .touched_objects()
+}
+
+/// One shard's kube-runtime Controller over the member's cache: it
+/// reconciles what `rx` names (its objects from the watch, child changes).
+fn spawn_shard(
+    tasks: &Tasks,
+    ctx: &Arc<Ctx>,
+    member: &str,
+    shard: u32,
+    workers: u32,
+    cache: Store<PostgresCluster>,
+    rx: futures::channel::mpsc::UnboundedReceiver<ObjectRef<PostgresCluster>>,
+) {
     let ctx = ctx.clone();
     let name = member.to_string();
     tasks.spawn(async move {
-        Controller::for_stream(stream, reader)
-            .with_config(ControllerConfig::default().concurrency(workers.max(1) as u16))
-            .reconcile_on(rx)
+        shards::controller(cache, rx, workers)
             .run(
                 move |pg, ctx| observed(pg, ctx, shard),
                 reconcile::error_policy,
@@ -343,7 +369,6 @@ fn spawn_shard(
             })
             .await;
     });
-    (tx, store)
 }
 
 /// A reconcile inside its span (a trace of its own), timed and counted for
@@ -396,51 +421,10 @@ async fn observed(
     result
 }
 
-/// Gives every PostgresCluster its shard label (new ones, and all of them
-/// once at start in case the shard count changed).
-async fn label_shards(client: kube::Client, shards: u32, member: String) {
-    let api: Api<kube::core::PartialObjectMeta<PostgresCluster>> = Api::all(client.clone());
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .touched_objects();
-    futures::pin_mut!(stream);
-    while let Some(item) = stream.next().await {
-        let Ok(meta) = item else { continue };
-        let (ns, name) = (meta.namespace().unwrap_or_default(), meta.name_any());
-        let want = shard_of(&ns, &name, shards).to_string();
-        if meta.labels().get(LABEL_SHARD) == Some(&want)
-            || meta.metadata.deletion_timestamp.is_some()
-        {
-            continue;
-        }
-        let patch = serde_json::json!({"metadata": {"labels": {LABEL_SHARD: want}}});
-        let res = Api::<PostgresCluster>::namespaced(client.clone(), &ns)
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await;
-        if let Err(e) = res {
-            tracing::debug!(cluster = %member, %ns, %name, error = %e, "could not label shard");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
-
-    #[test]
-    fn shards_are_stable_and_spread() {
-        assert_eq!(shard_of("shop", "orders", 4), shard_of("shop", "orders", 4));
-        // Pinned: shards are labels on stored objects (FNV-1a 32 of
-        // `shop/orders` is 0x6fa9003b).
-        assert_eq!(shard_of("shop", "orders", 4), 3);
-        assert_eq!(shard_of("shop", "orders", 7), 4);
-        let mut counts = [0; 4];
-        for i in 0..400 {
-            counts[shard_of("ns", &format!("pg-{i}"), 4) as usize] += 1;
-        }
-        assert!(counts.iter().all(|c| *c > 60), "{counts:?}");
-    }
 
     #[test]
     fn the_cache_keeps_pgfleet_s_annotations_and_its_subdomains_only() {

@@ -140,6 +140,12 @@ impl Member {
         self.backend.answered()
     }
 
+    /// When a request of the control lane (Lease renewals, probes) last
+    /// succeeded: recent evidence that the member is reachable.
+    pub fn control_succeeded(&self) -> swap::Answered {
+        self.control_backend.succeeded()
+    }
+
     pub fn watch_state(&self) -> watch::Receiver<ConnState> {
         self.state.subscribe()
     }

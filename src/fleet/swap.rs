@@ -19,7 +19,10 @@ use tower::Service;
 
 /// When the member last answered a request (any response, errors
 /// included): whether work on it is progressing, which the fleet's
-/// admission of reconciles asks (`controller::admission`).
+/// admission of reconciles asks (`controller::admission`). The same clock
+/// also keeps the last success (a 2xx answer), which tells the probe the
+/// member is reachable without asking it again. Stored as milliseconds
+/// since [`epoch`] plus one; 0 is "never".
 #[derive(Clone, Debug)]
 pub struct Answered(Arc<AtomicU64>);
 
@@ -33,22 +36,31 @@ impl Default for Answered {
     /// Counts as just answered: a member is given the benefit of the
     /// doubt until it has had time to answer.
     fn default() -> Self {
-        let a = Answered(Arc::new(AtomicU64::new(0)));
+        let a = Answered::never();
         a.mark();
         a
     }
 }
 
 impl Answered {
-    pub fn mark(&self) {
-        let ms = epoch().elapsed().as_millis() as u64;
-        self.0.fetch_max(ms, Ordering::Relaxed);
+    /// Not answered yet: [`Answered::ago`] is `Duration::MAX` until marked.
+    pub fn never() -> Self {
+        Answered(Arc::new(AtomicU64::new(0)))
     }
 
-    /// How long ago the last answer came.
+    pub fn mark(&self) {
+        let ms = epoch().elapsed().as_millis() as u64;
+        self.0.fetch_max(ms.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// How long ago the last answer came (`Duration::MAX`: never).
     pub fn ago(&self) -> Duration {
-        let at = Duration::from_millis(self.0.load(Ordering::Relaxed));
-        epoch().elapsed().saturating_sub(at)
+        match self.0.load(Ordering::Relaxed) {
+            0 => Duration::MAX,
+            at => epoch()
+                .elapsed()
+                .saturating_sub(Duration::from_millis(at - 1)),
+        }
     }
 }
 
@@ -64,6 +76,8 @@ pub struct NotConnected {
 pub struct Swappable {
     current: Arc<RwLock<Backend>>,
     answered: Answered,
+    /// The last 2xx answer; never until one came.
+    succeeded: Answered,
 }
 
 #[derive(Clone)]
@@ -79,6 +93,7 @@ impl Swappable {
         let s = Swappable {
             current: Arc::new(RwLock::new(Backend::Client(backend))),
             answered: Answered::default(),
+            succeeded: Answered::never(),
         };
         (kube::Client::new(s.clone(), default_ns), s)
     }
@@ -91,6 +106,7 @@ impl Swappable {
                 reason: reason.to_string(),
             })),
             answered: Answered::default(),
+            succeeded: Answered::never(),
         };
         (kube::Client::new(s.clone(), "default"), s)
     }
@@ -102,6 +118,11 @@ impl Swappable {
     /// When a request through this client last got a response.
     pub fn answered(&self) -> Answered {
         self.answered.clone()
+    }
+
+    /// When a request through this client last succeeded (a 2xx answer).
+    pub fn succeeded(&self) -> Answered {
+        self.succeeded.clone()
     }
 
     /// Whether a backend is in place.
@@ -128,15 +149,18 @@ impl Service<http::Request<Body>> for Swappable {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let answered = self.answered.clone();
+        let (answered, succeeded) = (self.answered.clone(), self.succeeded.clone());
         Box::pin(async move {
             match backend {
                 Backend::Client(c) => {
                     let r = c.send(req).await;
                     // A response of any status is an answer (`send` fails
                     // only without one: no connection, a missed deadline).
-                    if r.is_ok() {
+                    if let Ok(resp) = &r {
                         answered.mark();
+                        if resp.status().is_success() {
+                            succeeded.mark();
+                        }
                     }
                     r
                 }

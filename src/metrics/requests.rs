@@ -34,6 +34,15 @@ impl Store {
         *c.entry(key).or_insert(0) += 1;
     }
 
+    /// How many requests of `verb` on `resource` went to member `cluster`.
+    pub fn of(&self, cluster: &str, verb: &str, resource: &str) -> u64 {
+        self.lock()
+            .iter()
+            .filter(|((c, v, r), _)| c == cluster && *v == verb && r == resource)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// Every (verb, resource) summed over the member clusters.
     pub fn totals(&self) -> BTreeMap<(&'static str, String), u64> {
         let mut out = BTreeMap::new();
@@ -169,6 +178,8 @@ mod tests {
         s.count("b", "get", "pods");
         s.count("a", "patch", "pods");
         let t = s.totals();
+        assert_eq!(s.of("a", "get", "pods"), 1);
+        assert_eq!(s.of("c", "get", "pods"), 0);
         assert_eq!(t[&("get", "pods".to_string())], 2);
         assert_eq!(t[&("patch", "pods".to_string())], 1);
     }

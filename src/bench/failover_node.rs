@@ -131,7 +131,7 @@ async fn finish(
     let written = written.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let mut detected = None;
     for _ in 0..1200 {
-        let lf = b.status("fo").await?.last_failover;
+        let lf = b.status("fo").await?.last_failover.map(|b| *b);
         // This failover's record: from this primary, detected after the fault.
         let this = |r: &crate::crd::cluster::FailoverRecord| {
             r.from == primary

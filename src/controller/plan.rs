@@ -236,7 +236,7 @@ pub fn status(inp: &StatusInput, obs: &Observed) -> PostgresClusterStatus {
         last_failover: prev.last_failover.clone(),
         switchover: prev.switchover.clone(),
         last_switchover: prev.last_switchover.clone(),
-        rolling_update: inp.rolling.clone(),
+        rolling_update: inp.rolling.clone().map(Box::new),
         backup: prev.backup.clone(),
         archive: prev.archive.clone(),
         last_restore_drill: prev.last_restore_drill.clone(),

@@ -99,8 +99,8 @@ impl PgcView {
                 total: pg.spec.cluster_size,
             },
             last_backup,
-            last_failover: st.last_failover.clone(),
-            last_switchover: st.last_switchover.clone(),
+            last_failover: st.last_failover.as_deref().cloned(),
+            last_switchover: st.last_switchover.as_deref().cloned(),
             switchover_in_progress: st.switchover.is_some()
                 || pg
                     .annotations()

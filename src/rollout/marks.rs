@@ -60,7 +60,7 @@ pub fn observe(member: &str, pg: &PostgresCluster, stage: Option<usize>) -> Pgc 
         update_failure: st
             .rolling_update
             .and_then(|r| r.failure)
-            .or_else(|| major_upgrade_failure(&pg.spec.version, st.major_upgrade.as_ref())),
+            .or_else(|| major_upgrade_failure(&pg.spec.version, st.major_upgrade.as_deref())),
         mark: read(pg.annotations()),
         instances: pg.spec.cluster_size.max(1) as u32,
         pre_flight_requested: pg.annotations().get(PRE_FLIGHT).cloned(),

@@ -173,7 +173,7 @@ async fn fail_over(
     let mut pg2 = pg.clone();
     if let Some(s) = pg2.status.as_mut() {
         s.target_primary = Some(target.clone());
-        s.last_failover = Some(record);
+        s.last_failover = Some(Box::new(record));
     }
     resume(&pg2, ctx, obs, owner, current, &target)
         .await

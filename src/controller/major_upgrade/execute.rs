@@ -110,7 +110,7 @@ async fn steps(
     owner: &crate::controller::build::Owner,
 ) -> Result<Round, Error> {
     let status = pg.status.clone().unwrap_or_default();
-    let record = status.major_upgrade.clone();
+    let record = status.major_upgrade.clone().map(|b| *b);
     if let Some(m) = record.clone().filter(|m| m.blue_green.is_some()) {
         return super::blue_green_exec::round(pg, ctx, ns, obs, owner, m).await;
     }
@@ -266,7 +266,7 @@ impl Step<'_> {
         let Some(to) = super::check::wanted(
             requested.map(String::as_str),
             running,
-            status.pre_flight.as_ref(),
+            status.pre_flight.as_deref(),
         ) else {
             return Ok(round);
         };

@@ -93,7 +93,7 @@ pub async fn finish(
             .push(plan::extra_condition(&inp, t, reason, why.clone()));
     }
     if let Some(record) = &d.major_upgrade {
-        st.major_upgrade = record.clone();
+        st.major_upgrade = record.clone().map(Box::new);
     }
     if let Some(storage) = &d.storage {
         st.storage = Some(storage.clone());

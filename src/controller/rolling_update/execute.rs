@@ -70,7 +70,10 @@ pub async fn step(
     owner: &Owner,
     desired: &str,
 ) -> Result<Outcome, Error> {
-    let prev = pg.status.as_ref().and_then(|s| s.rolling_update.clone());
+    let prev = pg
+        .status
+        .as_ref()
+        .and_then(|s| s.rolling_update.as_deref().cloned());
     let Some(primary) = pg.status.as_ref().and_then(|s| s.current_primary.clone()) else {
         return Ok(Outcome::none());
     };

@@ -2,8 +2,8 @@
 //! watches as the manager (per member cluster, one PostgresCluster watch
 //! whose objects are handed by hash to one kube-runtime Controller per
 //! shard, managedFields stripped, the same client with its QPS limit, the
-//! same bounded worker pool) whose reconcile
-//! only writes `status.observedGeneration` (server-side apply on status).
+//! same bounded worker pool) whose reconcile only writes
+//! `status.observedGeneration` (server-side apply on status).
 //!
 //! It runs in a child process (`pgfleet bench fleet … --floor-child DIR`) so
 //! that its memory is measured from a clean start, like the manager's.
@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use futures::{FutureExt, StreamExt};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -162,12 +162,9 @@ fn error_policy(_pg: Arc<PostgresCluster>, _e: &kube::Error, _ctx: Arc<Ctx>) -> 
 /// them (`controller::shards`); the member's cache.
 fn start_member(ctx: Arc<Ctx>, shards: u32, workers: u32) -> Store<PostgresCluster> {
     use crate::controller::shards;
-    let shards = shards.max(1);
     let (reader, writer) = reflector::store();
-    let mut senders = vec![];
-    for _ in 0..shards {
-        let (tx, rx) = futures::channel::mpsc::unbounded::<ObjectRef<PostgresCluster>>();
-        senders.push(tx);
+    let (router, receivers) = shards::Router::new(shards);
+    for rx in receivers {
         let (cache, ctx) = (reader.clone(), ctx.clone());
         tokio::spawn(async move {
             shards::controller(cache, rx, workers)
@@ -186,10 +183,11 @@ fn start_member(ctx: Arc<Ctx>, shards: u32, workers: u32) -> Store<PostgresClust
         })
         .reflect(writer)
         .touched_objects();
-    let route = move |r: ObjectRef<PostgresCluster>| {
-        let _ = senders[shards::shard_of_ref(&r, shards)].unbounded_send(r);
-    };
-    tokio::spawn(shards::route(stream, route, String::new()));
+    tokio::spawn(shards::route(
+        stream,
+        move |r| router.send(r),
+        String::new(),
+    ));
     reader
 }
 

@@ -233,9 +233,8 @@ pub fn start(
     );
     let tasks = Arc::new(Tasks::default());
     let (store, writer) = reflector::store();
-    let mut senders = vec![];
-    for shard in 0..shards {
-        let (tx, rx) = futures::channel::mpsc::unbounded::<ObjectRef<PostgresCluster>>();
+    let (router, receivers) = shards::Router::new(shards);
+    for (shard, rx) in (0..).zip(receivers) {
         spawn_shard(
             &tasks,
             &ctx,
@@ -245,15 +244,15 @@ pub fn start(
             store.clone(),
             rx,
         );
-        senders.push(tx);
     }
-    let trigger: index::Trigger = Arc::new(move |r: ObjectRef<PostgresCluster>| {
-        let _ = senders[shards::shard_of_ref(&r, shards)].unbounded_send(r);
-    });
-    let route = trigger.clone();
+    let router = Arc::new(router);
+    let trigger: index::Trigger = {
+        let router = router.clone();
+        Arc::new(move |r: ObjectRef<PostgresCluster>| router.send(r))
+    };
     tasks.spawn(shards::route(
         watch(client.clone(), writer),
-        move |r| route(r),
+        move |r| router.send(r),
         member.name.clone(),
     ));
     tasks.spawn(drain::watch(
@@ -350,7 +349,7 @@ fn spawn_shard(
     shard: u32,
     workers: u32,
     cache: Store<PostgresCluster>,
-    rx: futures::channel::mpsc::UnboundedReceiver<ObjectRef<PostgresCluster>>,
+    rx: shards::Triggers,
 ) {
     let ctx = ctx.clone();
     let name = member.to_string();

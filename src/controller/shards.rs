@@ -20,6 +20,7 @@
 //! the same hash, so no running Pod changes.
 
 use crate::crd::PostgresCluster;
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Stream, StreamExt};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -35,6 +36,28 @@ pub fn shard_of(ns: &str, name: &str, shards: u32) -> u32 {
 /// PostgresClusters always have one).
 pub fn shard_of_ref(r: &ObjectRef<PostgresCluster>, shards: u32) -> usize {
     shard_of(r.namespace.as_deref().unwrap_or_default(), &r.name, shards) as usize
+}
+
+/// A member's shard channels: a reference sent here reaches the
+/// controller of its shard (the watch's objects, child changes).
+pub struct Router(Vec<UnboundedSender<ObjectRef<PostgresCluster>>>);
+
+/// What a shard controller reconciles: the references routed to it.
+pub type Triggers = UnboundedReceiver<ObjectRef<PostgresCluster>>;
+
+impl Router {
+    /// A router over `shards` (at least one) channels, and their receiving
+    /// ends in shard order, one for each shard's controller.
+    pub fn new(shards: u32) -> (Router, Vec<Triggers>) {
+        let (senders, receivers) = (0..shards.max(1)).map(|_| unbounded()).unzip();
+        (Router(senders), receivers)
+    }
+
+    /// Hands `r` to its shard. A shard whose controller has stopped (the
+    /// member's controllers are being dropped) has nothing to do with it.
+    pub fn send(&self, r: ObjectRef<PostgresCluster>) {
+        let _ = self.0[shard_of_ref(&r, self.0.len() as u32)].unbounded_send(r);
+    }
 }
 
 /// Sends every object the member's watch reports to its shard's controller
@@ -65,7 +88,7 @@ pub async fn route<S>(
 /// yields: the watch is read once, by [`route`].
 pub fn controller(
     cache: Store<PostgresCluster>,
-    triggers: impl Stream<Item = ObjectRef<PostgresCluster>> + Send + 'static,
+    triggers: Triggers,
     workers: u32,
 ) -> Controller<PostgresCluster> {
     let none = futures::stream::pending::<Result<PostgresCluster, watcher::Error>>();
@@ -125,5 +148,19 @@ mod tests {
         assert!(counts.iter().all(|c| *c > 60), "{counts:?}");
         let r = ObjectRef::<PostgresCluster>::new("orders").within("shop");
         assert_eq!(shard_of_ref(&r, 4), 3);
+    }
+
+    #[test]
+    fn the_router_hands_a_reference_to_its_shard_s_channel() {
+        let (router, mut shards) = Router::new(4);
+        assert_eq!(shards.len(), 4);
+        router.send(ObjectRef::new("orders").within("shop"));
+        let got: Vec<usize> = shards
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, rx)| rx.try_recv().ok().map(|_| i))
+            .collect();
+        assert_eq!(got, vec![3]);
+        assert_eq!(Router::new(0).1.len(), 1, "at least one shard");
     }
 }

@@ -21,15 +21,34 @@ struct Entry {
     restarted: HashMap<String, (Option<String>, Instant)>,
 }
 
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.created.is_empty() && self.removed.is_empty() && self.restarted.is_empty()
+    }
+}
+
+/// Only clusters with a pending expectation have an entry: one that is
+/// fulfilled or expired is dropped with its maps (kept, they were half a
+/// KiB per managed PostgresCluster; heaptrack, issue 16).
 #[derive(Default)]
 pub struct Expectations {
     inner: Mutex<HashMap<(String, String), Entry>>,
 }
 
 impl Expectations {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Entry>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn with<R>(&self, ns: &str, cluster: &str, f: impl FnOnce(&mut Entry) -> R) -> R {
-        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        f(m.entry((ns.to_string(), cluster.to_string())).or_default())
+        let mut m = self.lock();
+        let key = (ns.to_string(), cluster.to_string());
+        let e = m.entry(key.clone()).or_default();
+        let r = f(e);
+        if e.is_empty() {
+            m.remove(&key);
+        }
+        r
     }
 
     pub fn created(&self, ns: &str, cluster: &str, instance: &str, role: Role) {
@@ -62,6 +81,12 @@ impl Expectations {
     /// The observation with pending expectations applied; fulfilled or
     /// expired ones are dropped.
     pub fn adjust(&self, ns: &str, cluster: &str, mut obs: Observed) -> Observed {
+        if !self
+            .lock()
+            .contains_key(&(ns.to_string(), cluster.to_string()))
+        {
+            return obs;
+        }
         self.with(ns, cluster, |e| {
             e.created
                 .retain(|name, (_, at)| at.elapsed() < TTL && !obs.pods.contains_key(name));
@@ -102,10 +127,7 @@ impl Expectations {
 
     /// Forgets a deleted PostgresCluster.
     pub fn forget(&self, ns: &str, cluster: &str) {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(ns.to_string(), cluster.to_string()));
+        self.lock().remove(&(ns.to_string(), cluster.to_string()));
     }
 }
 
@@ -141,6 +163,10 @@ mod tests {
         );
         let seen = x.adjust("ns", "pg", caught_up);
         assert!(seen.pods.contains_key("pg-2") && !seen.pvcs.contains("pg-2"));
+        // Nothing is kept for a cluster with nothing pending.
+        assert!(x.lock().is_empty());
+        x.adjust("ns", "other", Observed::default());
+        assert!(x.lock().is_empty());
     }
 
     #[test]

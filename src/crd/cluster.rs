@@ -79,10 +79,14 @@ pub struct PostgresClusterSpec {
     pub pooler: Option<PoolerSpec>,
     #[serde(default)]
     pub postgresql: PostgresqlSpec,
+    // Boxed, here and for `resources`, `affinity` and `tls`: sections many
+    // clusters leave out, inline in every cached PostgresCluster (512 of
+    // the spec's 976 bytes) when a box is a pointer (issue 16; checked by
+    // `crd::tests::rare_sections_stay_out_of_line`). Same JSON and schema.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap: Option<BootstrapSpec>,
+    pub bootstrap: Option<Box<BootstrapSpec>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourcesSpec>,
+    pub resources: Option<Box<ResourcesSpec>>,
     /// How long a primary may be unhealthy before failover ("10s").
     #[serde(default = "default_failover_delay")]
     #[schemars(length(max = 32))]
@@ -101,7 +105,7 @@ pub struct PostgresClusterSpec {
     /// Where instances run: anti-affinity (on by default), node selection,
     /// tolerations and extra pod (anti-)affinity. Absent: the defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub affinity: Option<super::placement::AffinitySpec>,
+    pub affinity: Option<Box<super::placement::AffinitySpec>>,
     /// Topology spread constraints for the instance pods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
@@ -129,7 +133,7 @@ pub struct PostgresClusterSpec {
     /// Server certificates of your own (cert-manager style Secrets) instead
     /// of the ones pgfleet issues; TLS is on either way (crd::tls).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<super::tls::TlsSpec>,
+    pub tls: Option<Box<super::tls::TlsSpec>>,
     /// How a raise of `version` across a major is carried out (issue 17;
     /// controller::major_upgrade). Without it such a raise is refused and
     /// the cluster stays on its major.
@@ -349,7 +353,7 @@ pub struct ResourcesSpec {
 // pre-flight) are boxed: every cached PostgresCluster (one in the manager
 // per cluster of the fleet) held them inline, 1.5 KB of its 3.2 KB, empty.
 // A box is a pointer when absent; JSON and schema are the same
-// (`crd::tests::status_sections_stay_out_of_line`). Not a doc comment: it
+// (`crd::tests::rare_sections_stay_out_of_line`). Not a doc comment: it
 // would become the CRD's description.
 /// Observed state; every multi-step operation writes its intent here first.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]

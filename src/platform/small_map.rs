@@ -58,6 +58,12 @@ impl<K: Ord, V> SmallMap<K, V> {
         match self.find(&key) {
             Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
             Err(i) => {
+                // Room for exactly one more: `Vec` would double (to 4 at
+                // the first entry), and the slack was most of what an
+                // observation cost (a 200-byte `PodInfo` took 800 bytes;
+                // heaptrack, issue 16). The copies this costs are of a few
+                // entries.
+                self.0.reserve_exact(1);
                 self.0.insert(i, (key, value));
                 None
             }
@@ -70,15 +76,14 @@ impl<K: Ord, V> SmallMap<K, V> {
     {
         let i = self.find(key).ok()?;
         let (_, v) = self.0.remove(i);
-        if self.0.is_empty() {
-            // An emptied observation keeps no capacity.
-            self.0 = Vec::new();
-        }
+        // Nor any after a removal (an emptied observation keeps none).
+        self.0.shrink_to_fit();
         Some(v)
     }
 
     pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
         self.0.retain_mut(|(k, v)| keep(k, v));
+        self.0.shrink_to_fit();
     }
 
     pub fn len(&self) -> usize {
@@ -259,5 +264,20 @@ mod tests {
         .into();
         assert_eq!(names.get("b"), Some(&3));
         assert_eq!(names.keys().collect::<Vec<_>>(), ["a", "b"]);
+    }
+
+    #[test]
+    fn holds_no_room_beyond_its_entries() {
+        let mut m = SmallMap::new();
+        for k in 0..5u8 {
+            m.insert(k, [0u8; 200]);
+            assert_eq!(m.0.capacity(), m.len());
+        }
+        m.remove(&3);
+        assert_eq!(m.0.capacity(), 4);
+        m.retain(|k, _| *k < 2);
+        assert_eq!(m.0.capacity(), 2);
+        m.retain(|_, _| false);
+        assert_eq!(m.0.capacity(), 0);
     }
 }

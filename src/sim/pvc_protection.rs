@@ -36,7 +36,7 @@ pub fn reconcile_claim(c: &Cluster, rt: &ResourceType, v: &Value, pods: &[Arc<St
     let name = str_at(v, "/metadata/name");
     let pods: Vec<Value> = pods
         .iter()
-        .filter(|p| p.namespace() == ns && may_mount(p, name))
+        .filter(|p| p.namespace() == ns && p.mounts_claim(name))
         .map(|p| p.value())
         .collect();
     let pods: Vec<&Value> = pods.iter().collect();
@@ -63,15 +63,8 @@ pub fn pod_uses(pod: &Value, claim: &str) -> bool {
 }
 
 /// The claims a pod mounts: by name, and its generic ephemeral volumes'
-/// (`<pod>-<volume>`).
-/// Whether a stored Pod may mount `claim` (by name, or through an
-/// ephemeral volume), read from its JSON without parsing it: true for
-/// every Pod [`claims_of`] would name it for, and for few others.
-pub fn may_mount(pod: &StoredObject, claim: &str) -> bool {
-    pod.json_contains(format!("\"claimName\":\"{claim}\"").as_bytes())
-        || pod.json_contains(b"\"ephemeral\"")
-}
-
+/// (`<pod>-<volume>`). The store keeps them with each stored Pod
+/// ([`StoredObject::mounts_claim`]).
 pub fn claims_of(pod: &Value) -> Vec<String> {
     let pod_name = str_at(pod, "/metadata/name");
     pod.ptr("/spec/volumes")

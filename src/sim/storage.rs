@@ -237,7 +237,7 @@ pub fn reconcile_claim(
     );
     let mounted = pods
         .iter()
-        .filter(|p| p.namespace() == ns && super::pvc_protection::may_mount(p, name))
+        .filter(|p| p.namespace() == ns && p.mounts_claim(name))
         .any(|p| {
             let p = p.value();
             str_at(&p, "/status/phase") == "Running" && mounts(&p, name)

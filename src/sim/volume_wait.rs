@@ -109,7 +109,7 @@ pub fn waiting_on(c: &Cluster, ns: &str, claim: &str) -> Vec<Value> {
         .list(&core("pods"), Some(ns), None)
         .0
         .into_iter()
-        .filter(|p| !p.is_deleting() && super::pvc_protection::may_mount(p, claim))
+        .filter(|p| !p.is_deleting() && p.mounts_claim(claim))
         .map(|p| p.value())
         .filter(|p| {
             str_at(p, "/status/phase") == "Pending"

@@ -40,6 +40,35 @@ struct NodeView<'a> {
     node: &'a Value,
     name: &'a str,
     pods: Vec<&'a Value>,
+    /// The terms each of `pods` holds against others, same order.
+    terms: Vec<Held>,
+}
+
+/// The (anti-)affinity terms a bound pod holds against pods placed near
+/// it, parsed once per decision: filtering and scoring ask for them at
+/// every node, which parsed every bound pod's terms once per node — most
+/// of the emulated scheduler's time once a cluster holds hundreds of pods.
+struct Held {
+    required_anti: Vec<PodTerm>,
+    /// Preferred terms, with +1 for affinity and -1 for anti-affinity.
+    preferred: Vec<(PodTerm, i64)>,
+}
+
+impl Held {
+    fn of(pod: &Value) -> Held {
+        let mut preferred = vec![];
+        for (kind, sign) in [("podAffinity", 1), ("podAntiAffinity", -1)] {
+            preferred.extend(
+                terms::pod_terms(pod, kind, false)
+                    .into_iter()
+                    .map(|t| (t, sign)),
+            );
+        }
+        Held {
+            required_anti: terms::pod_terms(pod, "podAntiAffinity", true),
+            preferred,
+        }
+    }
 }
 
 /// Decides where `pod` goes among `nodes`, given the pods already bound
@@ -106,10 +135,12 @@ fn views<'a, N: Borrow<Value>, B: Borrow<Value>>(
         .map(Borrow::borrow)
         .map(|n| {
             let name = str_at(n, "/metadata/name");
+            let pods = by_node.remove(name).unwrap_or_default();
             NodeView {
                 node: n,
                 name,
-                pods: by_node.remove(name).unwrap_or_default(),
+                terms: pods.iter().map(|p| Held::of(p)).collect(),
+                pods,
             }
         })
         .collect();
@@ -189,8 +220,9 @@ fn interpod_filter(pod: &Value, v: &NodeView, all: &[NodeView]) -> Option<String
         return Some("node(s) didn't match pod anti-affinity rules".into());
     }
     for o in all.iter().filter(|o| !o.pods.is_empty()) {
-        for existing in &o.pods {
-            let rejects = terms::pod_terms(existing, "podAntiAffinity", true)
+        for held in &o.terms {
+            let rejects = held
+                .required_anti
                 .iter()
                 .any(|t| t.selects(pod) && same_domain(o.node, v.node, &t.topology_key));
             if rejects {
@@ -343,12 +375,10 @@ fn interpod_preference(pod: &Value, v: &NodeView, all: &[NodeView]) -> i64 {
             .sum::<i64>();
     let mut theirs = 0;
     for o in all {
-        for existing in &o.pods {
-            for (kind, sign) in [("podAffinity", 1), ("podAntiAffinity", -1)] {
-                for t in terms::pod_terms(existing, kind, false) {
-                    if t.selects(pod) && same_domain(o.node, v.node, &t.topology_key) {
-                        theirs += sign * t.weight;
-                    }
+        for held in &o.terms {
+            for (t, sign) in &held.preferred {
+                if t.selects(pod) && same_domain(o.node, v.node, &t.topology_key) {
+                    theirs += sign * t.weight;
                 }
             }
         }

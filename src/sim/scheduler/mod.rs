@@ -94,7 +94,7 @@ fn pass(c: &Cluster, reported: &mut HashMap<String, String>, cache: &mut PodCach
     let pods = cache.refresh(&pods);
     let pending: Vec<&Value> = pods
         .iter()
-        .copied()
+        .map(|(p, _)| *p)
         .filter(|p| {
             str_at(p, "/spec/nodeName").is_empty()
                 && p.ptr("/metadata/deletionTimestamp").is_none()
@@ -116,21 +116,26 @@ fn pass(c: &Cluster, reported: &mut HashMap<String, String>, cache: &mut PodCach
     let nodes: Vec<Value> = nodes.iter().map(|o| o.value()).collect();
     // References into the listed objects; only the pods bound in this pass
     // are copies (with their new node), kept apart so the borrows stay valid.
-    let bound: Vec<&Value> = pods
+    let bound: Vec<(&Value, &place::Held)> = pods
         .iter()
         .copied()
-        .filter(|p| !str_at(p, "/spec/nodeName").is_empty() && !finished(p))
+        .filter(|(p, _)| !str_at(p, "/spec/nodeName").is_empty() && !finished(p))
         .collect();
-    let mut now_bound: Vec<Value> = vec![];
+    let mut now_bound: Vec<(Value, place::Held)> = vec![];
     let mut waiting = false;
     for p in pending {
-        let all: Vec<&Value> = bound.iter().copied().chain(now_bound.iter()).collect();
-        match place::place(p, &nodes, &all) {
+        let all: Vec<(&Value, &place::Held)> = bound
+            .iter()
+            .copied()
+            .chain(now_bound.iter().map(|(v, h)| (v, h)))
+            .collect();
+        match place::place_held(p, &nodes, &all) {
             Decision::Bind(node) => {
                 if bind(c, p, &node).is_ok() {
                     let mut b = p.clone();
                     b["spec"]["nodeName"] = json!(node);
-                    now_bound.push(b);
+                    let held = place::Held::of(&b);
+                    now_bound.push((b, held));
                     reported.remove(str_at(p, "/metadata/uid"));
                 }
             }
@@ -149,29 +154,33 @@ fn pass(c: &Cluster, reported: &mut HashMap<String, String>, cache: &mut PodCach
 }
 
 /// The pods as placement sees them, by uid, each with the revision it was
-/// parsed at.
+/// parsed at and the terms it holds against others.
 #[derive(Default)]
-struct PodCache(HashMap<Box<str>, (u64, Value)>);
+struct PodCache(HashMap<Box<str>, (u64, Value, place::Held)>);
 
 impl PodCache {
     /// Brings the cache to `pods` (parsing only new versions) and returns
     /// their cached forms in the same order.
-    fn refresh(&mut self, pods: &[Arc<StoredObject>]) -> Vec<&Value> {
+    fn refresh(&mut self, pods: &[Arc<StoredObject>]) -> Vec<(&Value, &place::Held)> {
         let live: std::collections::HashSet<&str> = pods.iter().map(|o| o.uid()).collect();
         self.0.retain(|uid, _| live.contains(uid.as_ref()));
+        let parsed = |o: &StoredObject| {
+            let v = placement_view(o.value());
+            let held = place::Held::of(&v);
+            (o.rv(), v, held)
+        };
         for o in pods {
             match self.0.get_mut(o.uid()) {
-                Some((rv, _)) if *rv == o.rv() => {}
-                Some(entry) => *entry = (o.rv(), placement_view(o.value())),
+                Some((rv, _, _)) if *rv == o.rv() => {}
+                Some(entry) => *entry = parsed(o),
                 None => {
-                    let entry = (o.rv(), placement_view(o.value()));
-                    self.0.insert(o.uid().into(), entry);
+                    self.0.insert(o.uid().into(), parsed(o));
                 }
             }
         }
         pods.iter()
             .filter_map(|o| self.0.get(o.uid()))
-            .map(|(_, v)| v)
+            .map(|(_, v, h)| (v, h))
             .collect()
     }
 }

@@ -41,21 +41,22 @@ struct NodeView<'a> {
     name: &'a str,
     pods: Vec<&'a Value>,
     /// The terms each of `pods` holds against others, same order.
-    terms: Vec<Held>,
+    terms: Vec<&'a Held>,
 }
 
 /// The (anti-)affinity terms a bound pod holds against pods placed near
-/// it, parsed once per decision: filtering and scoring ask for them at
-/// every node, which parsed every bound pod's terms once per node — most
+/// it, parsed once per pod version (the scheduling loop keeps them with its
+/// pod cache): filtering and scoring ask for them at every node, which
+/// parsed every bound pod's terms once per node for every decision — most
 /// of the emulated scheduler's time once a cluster holds hundreds of pods.
-struct Held {
+pub struct Held {
     required_anti: Vec<PodTerm>,
     /// Preferred terms, with +1 for affinity and -1 for anti-affinity.
     preferred: Vec<(PodTerm, i64)>,
 }
 
 impl Held {
-    fn of(pod: &Value) -> Held {
+    pub fn of(pod: &Value) -> Held {
         let mut preferred = vec![];
         for (kind, sign) in [("podAffinity", 1), ("podAntiAffinity", -1)] {
             preferred.extend(
@@ -80,6 +81,17 @@ pub fn place<N: Borrow<Value>, B: Borrow<Value>>(
     pod: &Value,
     nodes: &[N],
     bound: &[B],
+) -> Decision {
+    let held: Vec<Held> = bound.iter().map(|p| Held::of(p.borrow())).collect();
+    let bound: Vec<(&Value, &Held)> = bound.iter().map(Borrow::borrow).zip(&held).collect();
+    place_held(pod, nodes, &bound)
+}
+
+/// [`place`], with each bound pod's terms already parsed.
+pub fn place_held<N: Borrow<Value>>(
+    pod: &Value,
+    nodes: &[N],
+    bound: &[(&Value, &Held)],
 ) -> Decision {
     if nodes.is_empty() {
         return Decision::Unschedulable("no nodes available to schedule pods".into());
@@ -119,28 +131,28 @@ pub fn message(n: usize, reasons: &BTreeMap<String, usize>) -> String {
     )
 }
 
-fn views<'a, N: Borrow<Value>, B: Borrow<Value>>(
+fn views<'a, N: Borrow<Value>>(
     nodes: &'a [N],
-    bound: &'a [B],
+    bound: &[(&'a Value, &'a Held)],
 ) -> Vec<NodeView<'a>> {
-    let mut by_node: HashMap<&str, Vec<&Value>> = HashMap::new();
-    for p in bound.iter().map(Borrow::borrow) {
+    let mut by_node: HashMap<&str, Vec<(&Value, &Held)>> = HashMap::new();
+    for (p, h) in bound {
         by_node
             .entry(str_at(p, "/spec/nodeName"))
             .or_default()
-            .push(p);
+            .push((p, h));
     }
     let mut out: Vec<NodeView> = nodes
         .iter()
         .map(Borrow::borrow)
         .map(|n| {
             let name = str_at(n, "/metadata/name");
-            let pods = by_node.remove(name).unwrap_or_default();
+            let (pods, terms) = by_node.remove(name).unwrap_or_default().into_iter().unzip();
             NodeView {
                 node: n,
                 name,
-                terms: pods.iter().map(|p| Held::of(p)).collect(),
                 pods,
+                terms,
             }
         })
         .collect();

@@ -40,19 +40,23 @@ impl Expectations {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn with<R>(&self, ns: &str, cluster: &str, f: impl FnOnce(&mut Entry) -> R) -> R {
+    /// Runs `f` on the cluster's entry — made first when `make`, else only
+    /// if there is one — and drops the entry once it is empty.
+    fn with(&self, ns: &str, cluster: &str, make: bool, f: impl FnOnce(&mut Entry)) {
         let mut m = self.lock();
         let key = (ns.to_string(), cluster.to_string());
+        if !make && !m.contains_key(&key) {
+            return;
+        }
         let e = m.entry(key.clone()).or_default();
-        let r = f(e);
+        f(e);
         if e.is_empty() {
             m.remove(&key);
         }
-        r
     }
 
     pub fn created(&self, ns: &str, cluster: &str, instance: &str, role: Role) {
-        self.with(ns, cluster, |e| {
+        self.with(ns, cluster, true, |e| {
             e.removed.remove(instance);
             e.created
                 .insert(instance.to_string(), (role, Instant::now()));
@@ -60,7 +64,7 @@ impl Expectations {
     }
 
     pub fn removed(&self, ns: &str, cluster: &str, instance: &str) {
-        self.with(ns, cluster, |e| {
+        self.with(ns, cluster, true, |e| {
             e.created.remove(instance);
             e.removed.insert(instance.to_string(), Instant::now());
         });
@@ -70,7 +74,7 @@ impl Expectations {
     /// until the cache shows it terminating or replaced, the old Pod must
     /// not be taken as still running and restarted again.
     pub fn restarted(&self, ns: &str, cluster: &str, instance: &str, old_hash: Option<&str>) {
-        self.with(ns, cluster, |e| {
+        self.with(ns, cluster, true, |e| {
             e.restarted.insert(
                 instance.to_string(),
                 (old_hash.map(String::from), Instant::now()),
@@ -81,13 +85,7 @@ impl Expectations {
     /// The observation with pending expectations applied; fulfilled or
     /// expired ones are dropped.
     pub fn adjust(&self, ns: &str, cluster: &str, mut obs: Observed) -> Observed {
-        if !self
-            .lock()
-            .contains_key(&(ns.to_string(), cluster.to_string()))
-        {
-            return obs;
-        }
-        self.with(ns, cluster, |e| {
+        self.with(ns, cluster, false, |e| {
             e.created
                 .retain(|name, (_, at)| at.elapsed() < TTL && !obs.pods.contains_key(name));
             e.removed.retain(|name, at| {

@@ -558,6 +558,9 @@ mod tests {
         fired.lock().unwrap_or_else(|e| e.into_inner()).clear();
         // The watch dropped; meanwhile b's Secret and a's pooler went.
         run(Kind::Secret, list(vec![meta("a-app", "a")])).await;
+        // Nothing of b was listed: only forgetting its Secret told it.
+        let told = fired.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        assert!(told.contains(&"b".to_string()), "{told:?}");
         run(
             Kind::ConfigMap,
             list(vec![cm("a-config", "a"), cm("b-config", "b")]),

@@ -238,10 +238,7 @@ pub fn reconcile_claim(
     let mounted = pods
         .iter()
         .filter(|p| p.namespace() == ns && p.mounts_claim(name))
-        .any(|p| {
-            let p = p.value();
-            str_at(&p, "/status/phase") == "Running" && mounts(&p, name)
-        });
+        .any(|p| str_at(&p.value(), "/status/phase") == "Running");
     let s = step(v, mounted);
     if s == Step::Nothing {
         return true;
@@ -291,14 +288,6 @@ fn grow_fs(c: &Cluster, v: &Value, ns: &str, name: &str) -> bool {
             false
         }
     }
-}
-
-/// Whether the pod mounts the claim (by name, or as its generic ephemeral
-/// volume's claim).
-fn mounts(pod: &Value, claim: &str) -> bool {
-    super::pvc_protection::claims_of(pod)
-        .iter()
-        .any(|c| c == claim)
 }
 
 #[cfg(test)]

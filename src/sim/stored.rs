@@ -27,9 +27,9 @@ pub struct StoredObject {
 
 /// What the store reads of an object without parsing it, packed in one
 /// string (namespace, name, uid, each label's key and value sorted by key,
-/// the owners' uids, the claims a Pod mounts) and the end of each piece: two allocations per object
-/// instead of one per piece, since an emulated fleet holds hundreds of
-/// thousands of them.
+/// the owners' uids, the claims a Pod mounts) and the end of each piece:
+/// two allocations per object instead of one per piece, since an emulated
+/// fleet holds hundreds of thousands of them.
 #[derive(Debug, Clone)]
 struct Index {
     text: Box<str>,

@@ -1,5 +1,5 @@
 //! The emulated kube-scheduler: watches the store for pods without
-//! `spec.nodeName`, asks the pure [`place::place`] where each goes, and
+//! `spec.nodeName`, asks the pure [`place::place_held`] where each goes, and
 //! either binds it (sets `spec.nodeName`, as the `pods/binding`
 //! subresource does) or leaves it Pending with `PodScheduled=False, reason
 //! Unschedulable` and a `FailedScheduling` Event, as the real scheduler

@@ -49,6 +49,10 @@ pub struct Sample {
     pub at_ms: u64,
     /// Instances behind `-rw` that answered `pg_is_in_recovery() = false`.
     pub writable_behind_rw: Vec<String>,
+    /// Every instance Pod was listed Ready by the API server and answered:
+    /// the state this sample saw is the one the cluster settled in, not a
+    /// moment in which a thawed instance had yet to come back.
+    pub settled: bool,
 }
 
 /// A cluster's final state, read after the last round healed.
@@ -257,6 +261,7 @@ mod tests {
             cluster: "s".into(),
             at_ms: 15,
             writable_behind_rw: vec!["s-1".into()],
+            settled: true,
         }];
         let c = check(&ops, &samples, &[fin("s", true, &[1, 2])]);
         assert!(c.violations.is_empty(), "{:?}", c.violations);
@@ -273,11 +278,13 @@ mod tests {
                 cluster: "s".into(),
                 at_ms: 15,
                 writable_behind_rw: vec!["s-1".into()],
+                settled: true,
             },
             Sample {
                 cluster: "s".into(),
                 at_ms: 25,
                 writable_behind_rw: vec!["s-1".into(), "s-2".into()],
+                settled: true,
             },
         ];
         let c = check(&ops, &samples, &[fin("s", true, &[1])]);

@@ -150,7 +150,7 @@ pub async fn run_plan(
         tracing::info!(round, ops = work.count(), "chaos round done");
     }
     prober
-        .settle(targets.len(), 3, Duration::from_secs(20))
+        .settle(targets.len(), 3, Duration::from_secs(60))
         .await;
     let ops = work.stop().await;
     let samples = prober.stop().await;

@@ -52,11 +52,17 @@ impl Prober {
     }
 
     /// Waits (at most `patience`) until every cluster has been sampled
-    /// `n` more times: the moments right after the last round healed — a
-    /// deposed primary thawed next to its successor — are sampled before
-    /// the run ends, whatever the prober was waiting on when it healed.
+    /// `n` more times in a settled state (every instance Pod Ready and
+    /// answering): what the last round left behind — a deposed primary
+    /// thawed next to its successor, Ready again a readiness period after
+    /// the thaw — is sampled before the run ends, however slow the machine.
     pub async fn settle(&self, clusters: usize, n: usize, patience: Duration) {
-        let count = || self.samples.lock().map(|s| s.len()).unwrap_or_default();
+        let count = || {
+            self.samples
+                .lock()
+                .map(|s| s.iter().filter(|s| s.settled).count())
+                .unwrap_or_default()
+        };
         let want = count() + clusters * n;
         let until = Instant::now() + patience;
         while count() < want && Instant::now() < until {
@@ -86,12 +92,16 @@ async fn probe(
     let lp = ListParams::default().labels(&format!(
         "pgfleet.io/cluster={cluster},pgfleet.io/kind=instance"
     ));
+    let mut settled = false;
     if let Ok(pods) = env.pods().list(&lp).await {
         *known = pods
             .items
             .iter()
             .filter_map(|p| Some((p.metadata.name.clone()?, pod_ip(p)?)))
             .collect();
+        settled = !pods.items.is_empty()
+            && known.len() == pods.items.len()
+            && pods.items.iter().all(pod_ready);
     } else if known.is_empty() {
         return None;
     }
@@ -110,10 +120,14 @@ async fn probe(
                 Ok(Ok(c)) => {
                     sessions.insert(key.clone(), c);
                 }
-                _ => continue,
+                _ => {
+                    settled = false;
+                    continue;
+                }
             }
         }
         let Some(c) = sessions.get(&key) else {
+            settled = false;
             continue;
         };
         let ask = c.query_one("SELECT pg_is_in_recovery()", &[]);
@@ -124,6 +138,7 @@ async fn probe(
                 }
             }
             _ => {
+                settled = false;
                 sessions.remove(&key);
             }
         }
@@ -132,9 +147,19 @@ async fn probe(
         cluster: cluster.to_string(),
         at_ms,
         writable_behind_rw: writable,
+        settled,
     })
 }
 
 fn pod_ip(p: &Pod) -> Option<String> {
     p.status.as_ref()?.pod_ip.clone()
+}
+
+/// Ready by its condition and not being deleted: what makes it an endpoint.
+fn pod_ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }

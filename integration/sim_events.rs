@@ -72,18 +72,18 @@ async fn kubectl_finds_the_events_the_manager_wrote() {
     let described = kubectl_until(
         &kc,
         &["describe", "pgc", "-n", "shop", "orders"],
-        "CreatedInstance",
+        "instance orders-1",
     )
     .await;
     let events_part = described.split("Events:").nth(1).unwrap_or_default();
     assert!(
-        events_part.contains("CreatedInstance") && !events_part.contains("<none>"),
+        events_part.contains("Created") && !events_part.contains("<none>"),
         "{described}"
     );
     kubectl_until(
         &kc,
         &["events", "-n", "shop", "--for", "pgc/orders"],
-        "CreatedInstance",
+        "instance orders-1",
     )
     .await;
     let selected = kubectl_until(
@@ -120,7 +120,7 @@ async fn kubectl_finds_the_events_the_manager_wrote() {
     kubectl_until(
         &kc,
         &["get", "events", "-n", "shop", "--sort-by=.lastTimestamp"],
-        "CreatedInstance",
+        "instance orders-1",
     )
     .await;
 
@@ -133,7 +133,7 @@ async fn kubectl_finds_the_events_the_manager_wrote() {
             "-n",
             "shop",
             "--field-selector",
-            "reason=CreatedInstance",
+            "reason=Created",
             "-o",
             "json",
         ],

@@ -5,8 +5,10 @@
 //! repository, the app Secret…): nine Event writes, the largest share of
 //! the requests it cost (issue 16). They say the same kind of thing at the
 //! same moment, so a reconcile collects them and publishes one `Created`
-//! Event listing them, in order. Everything else (warnings, failovers,
-//! switchovers, instance events) is published at once as before.
+//! Event listing them, in order. A new instance joins it too (it was a
+//! `CreatedInstance` Event of its own, one of the two Events left per new
+//! cluster); its note names the Pod. Everything else (warnings, failovers,
+//! switchovers, a recreated Pod) is published at once as before.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,6 +22,7 @@ const BATCHED: &[&str] = &[
     "BackupRepository",
     "AppSecretWritten",
     "CreatedService",
+    "CreatedInstance",
 ];
 
 /// The API server's limit on an Event's note is 1 KiB.

@@ -309,12 +309,8 @@ async fn manager_phase(
         mib(rss_held),
         mib(rss_after),
         release_took.as_secs_f64() * 1000.0,
-        crate::platform::memory::heap()
-            .map(|h| format!(
-                " (heap in use {:.1} MiB, held free {:.1} MiB)",
-                mib(h.in_use),
-                mib(h.free)
-            ))
+        crate::platform::memory::describe()
+            .map(|h| format!(" ({h})"))
             .unwrap_or_default()
     );
     // The emulator's size is not the manager's, but a lean emulator is part

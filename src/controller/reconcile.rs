@@ -192,15 +192,14 @@ pub(super) async fn instance_event(
 ) {
     // A batched reason (a new instance) joins the round's `Created` Event,
     // whose note names the Pod; a single Event can relate to one object only.
-    let related = (!super::batched::batched(reason)).then(|| {
-        k8s_openapi::api::core::v1::ObjectReference {
+    let related =
+        (!super::batched::batched(reason)).then(|| k8s_openapi::api::core::v1::ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
             name: Some(pod.into()),
             namespace: pg.namespace(),
             ..Default::default()
-        }
-    });
+        });
     publish(ctx, pg, EventType::Normal, reason, note, related).await;
 }
 

@@ -190,17 +190,14 @@ pub(super) async fn instance_event(
     pod: &str,
     note: String,
 ) {
-    // A batched reason (a new instance) joins the round's `Created` Event,
-    // whose note names the Pod; a single Event can relate to one object only.
-    let related =
-        (!super::batched::batched(reason)).then(|| k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(pod.into()),
-            namespace: pg.namespace(),
-            ..Default::default()
-        });
-    publish(ctx, pg, EventType::Normal, reason, note, related).await;
+    let related = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pod.into()),
+        namespace: pg.namespace(),
+        ..Default::default()
+    };
+    publish(ctx, pg, EventType::Normal, reason, note, Some(related)).await;
 }
 
 async fn publish(
@@ -211,7 +208,10 @@ async fn publish(
     note: String,
     secondary: Option<k8s_openapi::api::core::v1::ObjectReference>,
 ) {
-    if type_ == EventType::Normal && secondary.is_none() && super::batched::batched(reason) {
+    // A batched reason joins the round's `Created` Event (a new instance's
+    // note names its Pod; an Event relates to one object only, so its
+    // `related` Pod is dropped).
+    if type_ == EventType::Normal && super::batched::batched(reason) {
         let key = format!("{}/{}", pg.namespace().unwrap_or_default(), pg.name_any());
         ctx.created.push(&key, note);
         return;

@@ -146,6 +146,9 @@ impl ChildIndex {
                 if name == super::tls::server_secret(&key.1) {
                     o.server_tls = Some(super::tls::observed_meta(&ann));
                 }
+                if name == super::access::app_secret_name(&key.1) {
+                    o.app_secret_rv = meta.resource_version.clone();
+                }
                 o.secrets.insert(name);
             }
             Kind::ConfigMap => {
@@ -177,6 +180,9 @@ impl ChildIndex {
             Kind::Secret => {
                 if name == super::tls::server_secret(&key.1) {
                     o.server_tls = None;
+                }
+                if name == super::access::app_secret_name(&key.1) {
+                    o.app_secret_rv = None;
                 }
                 o.secrets.remove(&name);
             }

@@ -48,6 +48,10 @@ pub struct Observed {
     /// name → hash annotation
     pub services: SmallMap<String, String>,
     pub secrets: SmallSet<String>,
+    /// The resourceVersion of `<name>-app` as the Secret watch last showed
+    /// it: the access round uses the Secret its own early write returned
+    /// only while this is still that version (`access::app_secret`).
+    pub app_secret_rv: Option<String>,
     pub config_hash: Option<String>,
     /// Disruption budgets: name → hash annotation.
     pub pdbs: SmallMap<String, String>,

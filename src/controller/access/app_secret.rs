@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 pub const PORT: u16 = 5432;
 
@@ -136,18 +138,19 @@ pub fn key(secret: &Secret, key: &str) -> Option<String> {
 
 /// Applies the Secret when it is missing or any key differs (the password
 /// is the caller's: the existing one, or a new one for a new Secret).
+/// Returns the Secret as the API server stored it when it was written.
 pub async fn ensure(
     client: &kube::Client,
     pg: &PostgresCluster,
     l: &AppLogin,
     existing: Option<&Secret>,
-) -> Result<bool, Error> {
+) -> Result<Option<Secret>, Error> {
     let want = render(pg, l);
     if existing.is_some_and(|e| e.data == want.data && e.type_ == want.type_) {
-        return Ok(false);
+        return Ok(None);
     }
     let n = name(&l.cluster);
-    Api::<Secret>::namespaced(client.clone(), &l.namespace)
+    let written = Api::<Secret>::namespaced(client.clone(), &l.namespace)
         .patch(
             &n,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -155,13 +158,87 @@ pub async fn ensure(
         )
         .await
         .map_err(kerr("apply", "Secret", &n))?;
-    Ok(true)
+    Ok(Some(written))
+}
+
+/// A new cluster's `<name>-app` Secret as its early write returned it
+/// (`round::early_app_secret`), by `member/namespace/cluster`, kept until
+/// the cluster's first access round takes it: that round then reads no
+/// Secret — one request less per new cluster (issue 16). Held only for
+/// that short while (the first instance's start), never for the
+/// cluster's life.
+type Early = HashMap<String, (Instant, Secret)>;
+
+fn early() -> &'static Mutex<Early> {
+    static EARLY: OnceLock<Mutex<Early>> = OnceLock::new();
+    EARLY.get_or_init(Default::default)
+}
+
+/// An entry older than this is dropped when the stash grows (a cluster
+/// whose primary never became ready, deleted by another manager).
+const EARLY_KEPT: Duration = Duration::from_secs(600);
+
+pub(super) fn keep_early(key: String, secret: Secret) {
+    let mut m = early().lock().unwrap_or_else(|e| e.into_inner());
+    if m.len() % 256 == 255 {
+        m.retain(|_, (at, _)| at.elapsed() < EARLY_KEPT);
+    }
+    m.insert(key, (Instant::now(), secret));
+}
+
+/// The stashed Secret, once, when it is still the version the Secret
+/// watch shows (`seen`): one changed since — a tenant's new password — or
+/// not seen by the watch yet is read fresh instead.
+pub(super) fn take_early(key: &str, seen: Option<&str>) -> Option<Secret> {
+    let (_, s) = early()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(key)?;
+    let rv = s.metadata.resource_version.as_deref()?;
+    (Some(rv) == seen).then_some(s)
+}
+
+pub(super) fn forget_early(key: &str) {
+    early()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(key);
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_early_secret_is_taken_once_and_only_at_the_version_the_watch_shows() {
+        let with_rv = |rv: &str| {
+            let mut s = Secret::default();
+            s.metadata.resource_version = Some(rv.into());
+            s
+        };
+        keep_early("m/shop/a".into(), with_rv("7"));
+        assert_eq!(
+            take_early("m/shop/a", Some("7"))
+                .unwrap()
+                .metadata
+                .resource_version
+                .as_deref(),
+            Some("7")
+        );
+        // Taken once: the next round reads.
+        assert!(take_early("m/shop/a", Some("7")).is_none());
+        // Edited since (a tenant's new password), or not seen by the watch
+        // yet: read fresh, and the stash is dropped either way.
+        keep_early("m/shop/b".into(), with_rv("7"));
+        assert!(take_early("m/shop/b", Some("9")).is_none());
+        assert!(take_early("m/shop/b", Some("7")).is_none());
+        keep_early("m/shop/c".into(), with_rv("7"));
+        assert!(take_early("m/shop/c", None).is_none());
+        keep_early("m/shop/d".into(), with_rv("7"));
+        forget_early("m/shop/d");
+        assert!(take_early("m/shop/d", Some("7")).is_none());
+    }
 
     #[test]
     fn every_form_of_the_login() {

@@ -55,10 +55,12 @@ fn last_checks() -> &'static Mutex<HashMap<String, LastCheck>> {
 
 /// Forgets a deleted cluster's last check.
 pub fn forget(member: &str, ns: &str, name: &str) {
+    let key = format!("{member}/{ns}/{name}");
+    app_secret::forget_early(&key);
     last_checks()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .remove(&format!("{member}/{ns}/{name}"));
+        .remove(&key);
 }
 
 /// Whether the superuser may log in over TCP: `spec.enableSuperuserAccess`,
@@ -171,7 +173,8 @@ pub async fn run(pg: &PostgresCluster, ctx: &Ctx, obs: &Observed, primary: Optio
     }
     // Also after a failed round: a primary that cannot answer is asked
     // again after RECHECK, not at every trigger.
-    let (outcome, status) = round::run(pg, ctx, primary, legacy).await;
+    let app_rv = obs.app_secret_rv.as_deref();
+    let (outcome, status) = round::run(pg, ctx, primary, legacy, app_rv).await;
     let every = match outcome {
         round::Outcome::Emulated => None,
         round::Outcome::Checked | round::Outcome::Unreadable => Some(RECHECK),

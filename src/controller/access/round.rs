@@ -50,6 +50,7 @@ pub(super) async fn run(
     ctx: &Ctx,
     primary: &str,
     legacy: bool,
+    app_rv: Option<&str>,
 ) -> (Outcome, Option<AccessStatus>) {
     let ns = pg.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
@@ -59,7 +60,7 @@ pub(super) async fn run(
         legacy_superuser_access: legacy,
         ..Default::default()
     };
-    let app = match app_login(pg, ctx, &secrets).await {
+    let app = match app_login(pg, ctx, &secrets, app_rv).await {
         Ok(a) => Some(a),
         Err(msg) => {
             st.conditions
@@ -157,13 +158,20 @@ async fn checked_catalog(
 /// The application owner's login: database and owner from
 /// `spec.bootstrap.initdb` (defaults `app`/`app`), the password from the
 /// named Secret, the existing `<name>-app` Secret, or a new one; the
-/// `<name>-app` Secret is (re)written when any key differs.
+/// `<name>-app` Secret is (re)written when any key differs. `app_rv`: its
+/// resourceVersion as the Secret watch shows it (the early write's answer
+/// is used instead of a read while it is that version).
 async fn app_login(
     pg: &PostgresCluster,
     ctx: &Ctx,
     secrets: &Api<Secret>,
+    app_rv: Option<&str>,
 ) -> Result<AppLogin, String> {
-    app_login_known(pg, ctx, secrets, false).await
+    let known = match app_secret::take_early(&stash_key(ctx, pg), app_rv) {
+        Some(s) => Known::Have(s),
+        None => Known::Read,
+    };
+    app_login_known(pg, ctx, secrets, known).await
 }
 
 /// A brand-new cluster's `<name>-app` Secret, written before its first
@@ -174,25 +182,41 @@ async fn app_login(
 /// `spec.bootstrap.initdb.secret`). Were the index behind, the Secret is
 /// applied again with a new password before any server or role used it —
 /// the same reasoning as the first server certificate (`tls::ensure`).
-/// The access round on the ready primary reads it as usual.
+/// The access round on the ready primary takes what this write returned
+/// (`app_secret::take_early`) or reads it.
 pub(super) async fn early_app_secret(pg: &PostgresCluster, ctx: &Ctx) {
     if initdb(pg).secret.is_some() {
         return;
     }
     let ns = pg.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    if let Err(e) = app_login_known(pg, ctx, &secrets, true).await {
+    if let Err(e) = app_login_known(pg, ctx, &secrets, Known::Absent).await {
         // The access round reports it (condition AppDatabaseReady).
         tracing::debug!(error = %e, "could not write the app Secret early");
     }
 }
 
-/// [`app_login`]; `absent`: the Secret is known not to exist (no read).
+/// `member/namespace/cluster`: the early Secret's key.
+fn stash_key(ctx: &Ctx, pg: &PostgresCluster) -> String {
+    let ns = pg.namespace().unwrap_or_default();
+    format!("{}/{ns}/{}", ctx.member, pg.name_any())
+}
+
+/// What is known of `<name>-app` before [`app_login_known`] runs.
+enum Known {
+    /// It does not exist (a brand-new cluster): nothing to read.
+    Absent,
+    /// Unknown: read it.
+    Read,
+    /// As the early write returned it, still the current version.
+    Have(Secret),
+}
+
 async fn app_login_known(
     pg: &PostgresCluster,
     ctx: &Ctx,
     secrets: &Api<Secret>,
-    absent: bool,
+    known: Known,
 ) -> Result<AppLogin, String> {
     let init = initdb(pg);
     let dbname = init.database.clone().unwrap_or_else(|| "app".into());
@@ -204,9 +228,11 @@ async fn app_login_known(
         return Err(format!("spec.bootstrap.initdb.database {dbname:?} {r}"));
     }
     let cluster = pg.name_any();
-    let existing = match absent {
-        true => None,
-        false => get(secrets, &app_secret::name(&cluster)).await?,
+    let early = matches!(known, Known::Absent);
+    let existing = match known {
+        Known::Absent => None,
+        Known::Have(s) => Some(s),
+        Known::Read => get(secrets, &app_secret::name(&cluster)).await?,
     };
     let password = match &init.secret {
         Some(s) => secret_password(secrets, s, &username, "spec.bootstrap.initdb.secret").await?,
@@ -225,14 +251,17 @@ async fn app_login_known(
         pooler: pg.spec.pooler.as_ref().is_some_and(|p| p.enabled),
     };
     match app_secret::ensure(&ctx.client, pg, &login, existing.as_ref()).await {
-        Ok(true) => {
+        Ok(Some(written)) => {
+            if early {
+                app_secret::keep_early(stash_key(ctx, pg), written);
+            }
             let note = format!(
                 "application credentials in Secret {}",
                 app_secret::name(&login.cluster)
             );
             status::event(ctx, pg, "AppSecretWritten", note).await;
         }
-        Ok(false) => {}
+        Ok(None) => {}
         Err(e) => return Err(e.to_string()),
     }
     Ok(login)

@@ -12,40 +12,16 @@
 //! only grow, so a cached copy whose version is at least the one our write
 //! returned has that write in it. A version that is not a number (an API
 //! server that is not etcd-backed) is never trusted: the GET then stays.
-//!
-//! A cache behind a write made moments ago is not read past either: the
-//! watch is about to deliver that write, and its event starts the
-//! cluster's next round anyway, so the round waits for it ([`Lag::Behind`])
-//! — up to [`PATIENCE`], after which it reads fresh (a watch that is stuck
-//! or re-listing does not stall the cluster). That read was 0.29 requests
-//! per new PostgresCluster in the cold converge (issue 16).
 
 use crate::crd::PostgresCluster;
 use kube::ResourceExt;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
-/// How long a round waits for the watch to show our own write before it
-/// reads the object fresh.
-pub const PATIENCE: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 pub struct Written {
-    /// `namespace/name` → the resourceVersion our last write returned
-    /// (empty: not known) and when.
-    last: Mutex<HashMap<String, (String, Instant)>>,
-}
-
-/// Whether a cached copy holds our last write ([`Written::lag`]).
-#[derive(Debug, PartialEq)]
-pub enum Lag {
-    Holds,
-    /// Behind a write made this long ago, within [`PATIENCE`]: wait for
-    /// the watch.
-    Behind(Duration),
-    /// Behind for longer, or cannot tell: read fresh.
-    Read,
+    /// `namespace/name` → the resourceVersion our last write returned.
+    last: Mutex<HashMap<String, String>>,
 }
 
 fn key(ns: &str, name: &str) -> String {
@@ -53,7 +29,7 @@ fn key(ns: &str, name: &str) -> String {
 }
 
 impl Written {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
         self.last.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -62,34 +38,31 @@ impl Written {
         let (Some(ns), Some(rv)) = (obj.namespace(), obj.resource_version()) else {
             return;
         };
-        self.lock()
-            .insert(key(&ns, &obj.name_any()), (rv, Instant::now()));
+        self.lock().insert(key(&ns, &obj.name_any()), rv);
     }
 
     /// Records a write whose result is not at hand: the next reconcile
     /// reads fresh.
     pub fn unknown(&self, ns: &str, name: &str) {
-        self.lock()
-            .insert(key(ns, name), (String::new(), Instant::now()));
+        self.lock().insert(key(ns, name), String::new());
     }
 
     /// Whether `cached` holds our last write to it (nothing written since
     /// this process started counts as holding it: the caches were listed
     /// after any earlier process's writes).
-    pub fn lag(&self, cached: &PostgresCluster) -> Lag {
+    pub fn holds_ours(&self, cached: &PostgresCluster) -> bool {
         let ns = cached.namespace().unwrap_or_default();
         let last = self.lock();
-        let Some((written, at)) = last.get(&key(&ns, &cached.name_any())) else {
-            return Lag::Holds;
+        let Some(written) = last.get(&key(&ns, &cached.name_any())) else {
+            return true;
         };
         let parse = |s: &str| s.parse::<u64>().ok();
         match (
             cached.resource_version().as_deref().and_then(parse),
             parse(written),
         ) {
-            (Some(c), Some(w)) if c >= w => Lag::Holds,
-            (Some(_), Some(_)) if at.elapsed() < PATIENCE => Lag::Behind(at.elapsed()),
-            _ => Lag::Read,
+            (Some(c), Some(w)) => c >= w,
+            _ => false,
         }
     }
 
@@ -113,23 +86,19 @@ mod tests {
     }
 
     #[test]
-    fn a_cache_older_than_our_write_waits_then_is_read_fresh() {
+    fn a_cache_older_than_our_write_is_read_fresh() {
         let w = Written::default();
-        assert_eq!(w.lag(&pgc("5")), Lag::Holds, "nothing written yet");
+        assert!(w.holds_ours(&pgc("5")), "nothing written yet");
         w.saw(&pgc("12"));
-        assert!(matches!(w.lag(&pgc("11")), Lag::Behind(_)));
-        assert_eq!(w.lag(&pgc("12")), Lag::Holds);
+        assert!(!w.holds_ours(&pgc("11")));
+        assert!(w.holds_ours(&pgc("12")));
         // Numeric, not lexical: "100" is newer than "12".
-        assert_eq!(w.lag(&pgc("100")), Lag::Holds);
+        assert!(w.holds_ours(&pgc("100")));
         // A version that is no number is never trusted.
-        assert_eq!(w.lag(&pgc("abc")), Lag::Read);
+        assert!(!w.holds_ours(&pgc("abc")));
         w.unknown("ns", "db");
-        assert_eq!(w.lag(&pgc("100")), Lag::Read);
+        assert!(!w.holds_ours(&pgc("100")));
         w.forget("ns", "db");
-        assert_eq!(w.lag(&pgc("1")), Lag::Holds);
-        // Behind for longer than the watch is given: read.
-        w.saw(&pgc("12"));
-        w.lock().get_mut("ns/db").unwrap().1 -= PATIENCE;
-        assert_eq!(w.lag(&pgc("11")), Lag::Read);
+        assert!(w.holds_ours(&pgc("1")));
     }
 }

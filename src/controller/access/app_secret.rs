@@ -136,17 +136,31 @@ pub fn key(secret: &Secret, key: &str) -> Option<String> {
     Some(s.trim_end_matches(['\n', '\r']).to_string())
 }
 
-/// Applies the Secret when it is missing or any key differs (the password
-/// is the caller's: the existing one, or a new one for a new Secret).
-/// Returns the Secret as the API server stored it when it was written.
+/// What [`ensure`] compares: a hash of a Secret's type, keys and values
+/// (so what is kept of the early Secret is a number, not its keys).
+pub fn fingerprint(s: &Secret) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.type_.hash(&mut h);
+    for (k, v) in s.data.iter().flatten() {
+        k.hash(&mut h);
+        v.0.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Applies the Secret when it is missing or any key differs from the one
+/// whose [`fingerprint`] is `existing` (the password is the caller's: the
+/// existing one, or a new one for a new Secret). Returns the Secret as the
+/// API server stored it when it was written.
 pub async fn ensure(
     client: &kube::Client,
     pg: &PostgresCluster,
     l: &AppLogin,
-    existing: Option<&Secret>,
+    existing: Option<u64>,
 ) -> Result<Option<Secret>, Error> {
     let want = render(pg, l);
-    if existing.is_some_and(|e| e.data == want.data && e.type_ == want.type_) {
+    if existing == Some(fingerprint(&want)) {
         return Ok(None);
     }
     let n = name(&l.cluster);
@@ -162,44 +176,62 @@ pub async fn ensure(
 }
 
 /// A new cluster's `<name>-app` Secret as its early write returned it
-/// (`round::early_app_secret`), by `member/namespace/cluster`, kept until
-/// the cluster's first access round takes it: that round then reads no
-/// Secret — one request less per new cluster (issue 16). Held only for
-/// that short while (the first instance's start), never for the
-/// cluster's life.
-type Early = HashMap<String, (Instant, Secret)>;
+/// (`round::early_app_secret`): what the first access round would read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Early {
+    pub resource_version: String,
+    pub password: String,
+    pub fingerprint: u64,
+}
 
-fn early() -> &'static Mutex<Early> {
-    static EARLY: OnceLock<Mutex<Early>> = OnceLock::new();
-    EARLY.get_or_init(Default::default)
+/// [`Early`] by `member/namespace/cluster`, kept until the cluster's first
+/// access round takes it: that round then reads no Secret — one request
+/// less per new cluster (issue 16). Held only for that short while (the
+/// first instance's start), and small: a cold start of 10,000 clusters
+/// holds up to 10,000 at once.
+type Stash = HashMap<String, (Instant, Early)>;
+
+fn stash() -> &'static Mutex<Stash> {
+    static STASH: OnceLock<Mutex<Stash>> = OnceLock::new();
+    STASH.get_or_init(Default::default)
 }
 
 /// An entry older than this is dropped when the stash grows (a cluster
 /// whose primary never became ready, deleted by another manager).
 const EARLY_KEPT: Duration = Duration::from_secs(600);
 
-pub(super) fn keep_early(key: String, secret: Secret) {
-    let mut m = early().lock().unwrap_or_else(|e| e.into_inner());
+/// Keeps what the early write of `secret` (for `password`) returned.
+pub(super) fn keep_early(key: String, secret: &Secret, password: String) {
+    let Some(rv) = secret.metadata.resource_version.clone() else {
+        return;
+    };
+    let early = Early {
+        resource_version: rv,
+        password,
+        fingerprint: fingerprint(secret),
+    };
+    let mut m = stash().lock().unwrap_or_else(|e| e.into_inner());
     if m.len() % 256 == 255 {
         m.retain(|_, (at, _)| at.elapsed() < EARLY_KEPT);
     }
-    m.insert(key, (Instant::now(), secret));
+    m.insert(key, (Instant::now(), early));
 }
 
-/// The stashed Secret, once, when it is still the version the Secret
-/// watch shows (`seen`): one changed since — a tenant's new password — or
-/// not seen by the watch yet is read fresh instead.
-pub(super) fn take_early(key: &str, seen: Option<&str>) -> Option<Secret> {
-    let (_, s) = early()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(key)?;
-    let rv = s.metadata.resource_version.as_deref()?;
-    (Some(rv) == seen).then_some(s)
+/// The kept Secret, once, when it is still the version the Secret watch
+/// shows (`seen`): one changed since — a tenant's new password — or not
+/// seen by the watch yet is read fresh instead.
+pub(super) fn take_early(key: &str, seen: Option<&str>) -> Option<Early> {
+    let mut m = stash().lock().unwrap_or_else(|e| e.into_inner());
+    let (_, e) = m.remove(key)?;
+    // Drained (the cold start is over): give its table back.
+    if m.len() * 4 < m.capacity() {
+        m.shrink_to_fit();
+    }
+    (Some(e.resource_version.as_str()) == seen).then_some(e)
 }
 
 pub(super) fn forget_early(key: &str) {
-    early()
+    stash()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .remove(key);
@@ -217,27 +249,57 @@ mod tests {
             s.metadata.resource_version = Some(rv.into());
             s
         };
-        keep_early("m/shop/a".into(), with_rv("7"));
+        let pw = || "pw".to_string();
+        keep_early("m/shop/a".into(), &with_rv("7"), pw());
+        let e = take_early("m/shop/a", Some("7")).unwrap();
         assert_eq!(
-            take_early("m/shop/a", Some("7"))
-                .unwrap()
-                .metadata
-                .resource_version
-                .as_deref(),
-            Some("7")
+            (e.resource_version.as_str(), e.password.as_str()),
+            ("7", "pw")
+        );
+        assert_eq!(
+            e.fingerprint,
+            fingerprint(&with_rv("8")),
+            "the keys, not the version"
         );
         // Taken once: the next round reads.
         assert!(take_early("m/shop/a", Some("7")).is_none());
         // Edited since (a tenant's new password), or not seen by the watch
         // yet: read fresh, and the stash is dropped either way.
-        keep_early("m/shop/b".into(), with_rv("7"));
+        keep_early("m/shop/b".into(), &with_rv("7"), pw());
         assert!(take_early("m/shop/b", Some("9")).is_none());
         assert!(take_early("m/shop/b", Some("7")).is_none());
-        keep_early("m/shop/c".into(), with_rv("7"));
+        keep_early("m/shop/c".into(), &with_rv("7"), pw());
         assert!(take_early("m/shop/c", None).is_none());
-        keep_early("m/shop/d".into(), with_rv("7"));
+        keep_early("m/shop/d".into(), &with_rv("7"), pw());
         forget_early("m/shop/d");
         assert!(take_early("m/shop/d", Some("7")).is_none());
+    }
+
+    #[test]
+    fn the_fingerprint_sees_every_key_and_value() {
+        let l = AppLogin {
+            cluster: "orders".into(),
+            namespace: "shop".into(),
+            username: "app".into(),
+            password: "one".into(),
+            dbname: "app".into(),
+            pooler: false,
+        };
+        let pg = PostgresCluster::new(
+            "orders",
+            serde_json::from_value(serde_json::json!({})).unwrap(),
+        );
+        let f = fingerprint(&render(&pg, &l));
+        assert_eq!(f, fingerprint(&render(&pg, &l)));
+        let other_pw = AppLogin {
+            password: "two".into(),
+            ..l.clone()
+        };
+        assert_ne!(f, fingerprint(&render(&pg, &other_pw)));
+        assert_ne!(
+            f,
+            fingerprint(&render(&pg, &AppLogin { pooler: true, ..l }))
+        );
     }
 
     #[test]

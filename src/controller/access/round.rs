@@ -209,7 +209,7 @@ enum Known {
     /// Unknown: read it.
     Read,
     /// As the early write returned it, still the current version.
-    Have(Secret),
+    Have(app_secret::Early),
 }
 
 async fn app_login_known(
@@ -229,16 +229,21 @@ async fn app_login_known(
     }
     let cluster = pg.name_any();
     let early = matches!(known, Known::Absent);
-    let existing = match known {
-        Known::Absent => None,
-        Known::Have(s) => Some(s),
-        Known::Read => get(secrets, &app_secret::name(&cluster)).await?,
+    // The existing Secret's password and fingerprint.
+    let (stored, existing) = match known {
+        Known::Absent => (None, None),
+        Known::Have(e) => (Some(e.password), Some(e.fingerprint)),
+        Known::Read => match get(secrets, &app_secret::name(&cluster)).await? {
+            Some(s) => (
+                app_secret::key(&s, "password"),
+                Some(app_secret::fingerprint(&s)),
+            ),
+            None => (None, None),
+        },
     };
     let password = match &init.secret {
         Some(s) => secret_password(secrets, s, &username, "spec.bootstrap.initdb.secret").await?,
-        None => existing
-            .as_ref()
-            .and_then(|e| app_secret::key(e, "password"))
+        None => stored
             .filter(|p| !p.is_empty())
             .unwrap_or_else(sql::random_password),
     };
@@ -250,10 +255,10 @@ async fn app_login_known(
         dbname,
         pooler: pg.spec.pooler.as_ref().is_some_and(|p| p.enabled),
     };
-    match app_secret::ensure(&ctx.client, pg, &login, existing.as_ref()).await {
+    match app_secret::ensure(&ctx.client, pg, &login, existing).await {
         Ok(Some(written)) => {
             if early {
-                app_secret::keep_early(stash_key(ctx, pg), written);
+                app_secret::keep_early(stash_key(ctx, pg), &written, login.password.clone());
             }
             let note = format!(
                 "application credentials in Secret {}",

@@ -53,7 +53,14 @@ fn last_checks() -> &'static Mutex<HashMap<String, LastCheck>> {
     LAST.get_or_init(Default::default)
 }
 
-/// Forgets a deleted cluster's last check.
+/// `member/namespace/name`: a cluster's key in the access step's memory
+/// (its last check, its early app Secret).
+fn cluster_key(ctx: &Ctx, pg: &PostgresCluster) -> String {
+    let ns = pg.namespace().unwrap_or_default();
+    format!("{}/{ns}/{}", ctx.member, pg.name_any())
+}
+
+/// Forgets a deleted cluster's last check (keyed as [`cluster_key`]).
 pub fn forget(member: &str, ns: &str, name: &str) {
     let key = format!("{member}/{ns}/{name}");
     app_secret::forget_early(&key);
@@ -147,12 +154,7 @@ pub async fn run(pg: &PostgresCluster, ctx: &Ctx, obs: &Observed, primary: Optio
     if !ready {
         return waiting(Some(RECHECK));
     }
-    let key = format!(
-        "{}/{}/{}",
-        ctx.member,
-        pg.namespace().unwrap_or_default(),
-        pg.name_any()
-    );
+    let key = cluster_key(ctx, pg);
     // A rollout moving a fleet role set's generation (an annotation, not a
     // spec change) is applied at once too.
     let marker = format!("{primary} {}", role_set_pins(pg));

@@ -167,7 +167,7 @@ async fn app_login(
     secrets: &Api<Secret>,
     app_rv: Option<&str>,
 ) -> Result<AppLogin, String> {
-    let known = match app_secret::take_early(&stash_key(ctx, pg), app_rv) {
+    let known = match app_secret::take_early(&super::cluster_key(ctx, pg), app_rv) {
         Some(s) => Known::Have(s),
         None => Known::Read,
     };
@@ -194,12 +194,6 @@ pub(super) async fn early_app_secret(pg: &PostgresCluster, ctx: &Ctx) {
         // The access round reports it (condition AppDatabaseReady).
         tracing::debug!(error = %e, "could not write the app Secret early");
     }
-}
-
-/// `member/namespace/cluster`: the early Secret's key.
-fn stash_key(ctx: &Ctx, pg: &PostgresCluster) -> String {
-    let ns = pg.namespace().unwrap_or_default();
-    format!("{}/{ns}/{}", ctx.member, pg.name_any())
 }
 
 /// What is known of `<name>-app` before [`app_login_known`] runs.
@@ -258,7 +252,11 @@ async fn app_login_known(
     match app_secret::ensure(&ctx.client, pg, &login, existing).await {
         Ok(Some(written)) => {
             if early {
-                app_secret::keep_early(stash_key(ctx, pg), &written, login.password.clone());
+                app_secret::keep_early(
+                    super::cluster_key(ctx, pg),
+                    &written,
+                    login.password.clone(),
+                );
             }
             let note = format!(
                 "application credentials in Secret {}",

@@ -51,7 +51,7 @@ pub mod written;
 use crate::crd::PostgresCluster;
 use crate::fleet::Member;
 use crate::platform::events::Recorder;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -220,9 +220,11 @@ pub fn start(
     let client = member.client();
     let stats = Arc::new(Stats::default());
     let idx = Arc::new(index::ChildIndex::default());
+    let (store, writer) = reflector::store();
     let ctx = context(
         &member,
         client.clone(),
+        store.clone(),
         shards,
         workers,
         &stats,
@@ -232,7 +234,6 @@ pub fn start(
         config,
     );
     let tasks = Arc::new(Tasks::default());
-    let (store, writer) = reflector::store();
     let (router, receivers) = shards::Router::new(shards);
     for (shard, rx) in (0..).zip(receivers) {
         spawn_shard(
@@ -251,7 +252,7 @@ pub fn start(
         Arc::new(move |r: ObjectRef<PostgresCluster>| router.send(r))
     };
     tasks.spawn(shards::route(
-        watch(client.clone(), writer),
+        watch(client.clone(), writer, ctx.clone()),
         move |r| router.send(r),
         member.name.clone(),
     ));
@@ -275,6 +276,7 @@ pub fn start(
 fn context(
     member: &Member,
     client: kube::Client,
+    cache: Store<PostgresCluster>,
     shards: u32,
     workers: u32,
     stats: &Arc<Stats>,
@@ -314,7 +316,7 @@ fn context(
         storage: storage::Readings::default(),
         contract: instance::ContractFailures::default(),
         cordoned: Arc::new(drain::Cordoned::default()),
-        written: written::Written::default(),
+        written: written::Written::new(cache),
         created: batched::Batched::default(),
     })
 }
@@ -324,20 +326,26 @@ fn context(
 /// (`pgfleet.io/` and its subdomains, such as a role set's
 /// `roles.pgfleet.io/<set>`; a tenant's object may carry up to 256 KiB of
 /// others; the spec itself is bounded by the CRD, docs/security.md).
-/// Reconcile works from this copy (`written`).
+/// Reconcile works from this copy, or from our own newer write while the
+/// watch has not shown it yet (`written`).
 fn watch(
     client: kube::Client,
     writer: reflector::store::Writer<PostgresCluster>,
+    ctx: Arc<Ctx>,
 ) -> impl futures::Stream<Item = Result<PostgresCluster, watcher::Error>> + Send {
     let api: Api<PostgresCluster> = Api::all(client);
     watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(|pg: &mut PostgresCluster| {
-            pg.managed_fields_mut().clear();
-            pg.annotations_mut().retain(|k, _| ours(k));
-        })
+        .modify(strip)
         .reflect(writer)
         .touched_objects()
+        .inspect_ok(move |pg| ctx.written.caught_up(pg))
+}
+
+/// The cache's form of a PostgresCluster (see [`watch`]).
+fn strip(pg: &mut PostgresCluster) {
+    pg.managed_fields_mut().clear();
+    pg.annotations_mut().retain(|k, _| ours(k));
 }
 
 /// One shard's kube-runtime Controller over the member's cache: it

@@ -6,6 +6,7 @@
 
 use super::Ctx;
 use super::build;
+use super::written::Latest;
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::ReclaimPolicy;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -54,18 +55,20 @@ async fn admitted(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Err
     let (ns, name) = build::identity(&pg)?;
     let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // Decisions about the primary must never rest on a cached status that
-    // lags behind our own last write (that could undo a failover): read the
-    // object fresh when the cache may (see `written`).
-    let pg = if ctx.written.holds_ours(&pg) {
-        pg
-    } else {
-        match api
-            .get_opt(&name)
-            .await
-            .map_err(kerr("get", "PostgresCluster", &name))?
-        {
-            Some(fresh) => Arc::new(fresh),
-            None => return Ok(Action::await_change()),
+    // lags behind our own last write (that could undo a failover): work
+    // from what that write returned, or read the object fresh when its
+    // result is unknown (see `written`).
+    let pg = match ctx.written.latest(pg) {
+        Latest::Use(pg) => pg,
+        Latest::Read => {
+            match api
+                .get_opt(&name)
+                .await
+                .map_err(kerr("get", "PostgresCluster", &name))?
+            {
+                Some(fresh) => Arc::new(fresh),
+                None => return Ok(Action::await_change()),
+            }
         }
     };
     // A new cluster: the finalizer is added here rather than by

@@ -177,11 +177,23 @@ pub async fn ensure(
 
 /// A new cluster's `<name>-app` Secret as its early write returned it
 /// (`round::early_app_secret`): what the first access round would read.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Early {
     pub resource_version: String,
     pub password: String,
     pub fingerprint: u64,
+}
+
+/// Without the password: credentials never reach a log line, even
+/// through a debug print of something that holds one.
+impl std::fmt::Debug for Early {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Early")
+            .field("resource_version", &self.resource_version)
+            .field("password", &"<redacted>")
+            .field("fingerprint", &self.fingerprint)
+            .finish()
+    }
 }
 
 /// [`Early`] by `member/namespace/cluster`, kept until the cluster's first

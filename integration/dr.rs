@@ -325,6 +325,19 @@ async fn a_planned_switchover_through_the_pooler_fails_no_transaction() {
     w.engine().switchover("dr-b").await.unwrap();
     until("dr-b takes writes", || w.writable("dr-b")).await;
     more(50).await;
+    // The switchover back needs dr-a's designated primary streaming from
+    // dr-b (the engine refuses otherwise, rightly): wait until it holds
+    // what went through the pooler so far, as an operator would check.
+    let so_far = writer.acked();
+    until("dr-a follows dr-b", || async {
+        let got = w.rows("dr-a").await?;
+        so_far.is_subset(&got).then_some(()).ok_or(format!(
+            "{} of {} rows",
+            got.len(),
+            so_far.len()
+        ))
+    })
+    .await;
     w.engine().switchover("dr-a").await.unwrap();
     until("dr-a takes writes again", || w.writable("dr-a")).await;
     more(50).await;

@@ -246,6 +246,11 @@ impl Writer {
     pub fn acked_count(&self) -> usize {
         self.acked.lock().unwrap().len()
     }
+
+    /// The rows acknowledged so far.
+    pub fn acked(&self) -> BTreeSet<i64> {
+        self.acked.lock().unwrap().clone()
+    }
 }
 
 /// Rows present now, read through `-rw` (retrying until it answers).

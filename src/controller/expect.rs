@@ -14,11 +14,26 @@ const TTL: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 struct Entry {
-    /// instance → (role it was created with, when)
-    created: HashMap<String, (Role, Instant)>,
+    /// instance → what it was created with, when
+    created: HashMap<String, (Created, Instant)>,
     removed: HashMap<String, Instant>,
     /// instance → (template hash of the Pod we deleted to restart it, when)
     restarted: HashMap<String, (Option<String>, Instant)>,
+}
+
+/// What an instance Pod we created carries, so that until the cache shows
+/// it the observation holds it as it is: a new Pod on the current template,
+/// not yet ready. Without its template hash the placeholder read as an
+/// outdated replica that is down — which a rolling update restarts first —
+/// and a round that ran before the Pod watch had shown the Pod deleted it
+/// again (found in CI: a new cluster restarted one replica 32 times).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Created {
+    pub role: Role,
+    /// The Pod's template hash (`pgfleet.io/hash`).
+    pub hash: Option<String>,
+    /// The version it runs (`pgfleet.io/version`).
+    pub version: Option<String>,
 }
 
 impl Entry {
@@ -55,11 +70,11 @@ impl Expectations {
         }
     }
 
-    pub fn created(&self, ns: &str, cluster: &str, instance: &str, role: Role) {
+    pub fn created(&self, ns: &str, cluster: &str, instance: &str, what: Created) {
         self.with(ns, cluster, true, |e| {
             e.removed.remove(instance);
             e.created
-                .insert(instance.to_string(), (role, Instant::now()));
+                .insert(instance.to_string(), (what, Instant::now()));
         });
     }
 
@@ -104,13 +119,15 @@ impl Expectations {
                     p.deleting = true;
                 }
             }
-            for (name, (role, _)) in &e.created {
+            for (name, (what, _)) in &e.created {
                 obs.pvcs.insert(name.clone());
                 obs.pods.insert(
                     name.clone(),
                     PodInfo {
                         name: name.clone(),
-                        role: Some(*role),
+                        role: Some(what.role),
+                        hash: what.hash.clone(),
+                        version: what.version.clone(),
                         ..Default::default()
                     },
                 );
@@ -145,10 +162,21 @@ mod tests {
             },
         );
         obs.pvcs.insert("pg-3".into());
-        x.created("ns", "pg", "pg-2", Role::Replica);
+        let what = Created {
+            role: Role::Replica,
+            hash: Some("h1".into()),
+            version: Some("15.18".into()),
+        };
+        x.created("ns", "pg", "pg-2", what);
         x.removed("ns", "pg", "pg-3");
         let seen = x.adjust("ns", "pg", obs.clone());
         assert!(seen.pods.contains_key("pg-2") && seen.pvcs.contains("pg-2"));
+        // Held as created: on its template, not ready yet.
+        let p = &seen.pods["pg-2"];
+        assert_eq!(
+            (p.role, p.hash.as_deref(), p.version.as_deref(), p.ready),
+            (Some(Role::Replica), Some("h1"), Some("15.18"), false)
+        );
         assert!(!seen.pods.contains_key("pg-3") && !seen.pvcs.contains("pg-3"));
         // Once the cache shows both, the expectations are gone.
         let mut caught_up = Observed::default();

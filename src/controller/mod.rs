@@ -326,8 +326,8 @@ fn context(
 /// (`pgfleet.io/` and its subdomains, such as a role set's
 /// `roles.pgfleet.io/<set>`; a tenant's object may carry up to 256 KiB of
 /// others; the spec itself is bounded by the CRD, docs/security.md).
-/// Reconcile works from this copy, or from our own newer write while the
-/// watch has not shown it yet (`written`).
+/// Reconcile works from this copy, or reads the object fresh while the
+/// copy lags behind our own last write (`written`).
 fn watch(
     client: kube::Client,
     writer: reflector::store::Writer<PostgresCluster>,

@@ -55,9 +55,9 @@ async fn admitted(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Err
     let (ns, name) = build::identity(&pg)?;
     let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // Decisions about the primary must never rest on a cached status that
-    // lags behind our own last write (that could undo a failover): work
-    // from what that write returned, or read the object fresh when its
-    // result is unknown (see `written`).
+    // lags behind our own last write (that could undo a failover): the
+    // cache's newest copy when it holds that write, a fresh read while it
+    // lags (see `written`).
     let pg = match ctx.written.latest(pg) {
         Latest::Use(pg) => pg,
         Latest::Read => {

@@ -56,13 +56,20 @@ fn last_checks() -> &'static Mutex<HashMap<String, LastCheck>> {
 /// `member/namespace/name`: a cluster's key in the access step's memory
 /// (its last check, its early app Secret).
 fn cluster_key(ctx: &Ctx, pg: &PostgresCluster) -> String {
-    let ns = pg.namespace().unwrap_or_default();
-    format!("{}/{ns}/{}", ctx.member, pg.name_any())
+    key_of(
+        &ctx.member,
+        &pg.namespace().unwrap_or_default(),
+        &pg.name_any(),
+    )
+}
+
+fn key_of(member: &str, ns: &str, name: &str) -> String {
+    format!("{member}/{ns}/{name}")
 }
 
 /// Forgets a deleted cluster's last check (keyed as [`cluster_key`]).
 pub fn forget(member: &str, ns: &str, name: &str) {
-    let key = format!("{member}/{ns}/{name}");
+    let key = key_of(member, ns, name);
     app_secret::forget_early(&key);
     last_checks()
         .lock()

@@ -101,7 +101,16 @@ async fn create_instances(
             ssa::<PersistentVolumeClaim>(ctx, &seen.ns, "PersistentVolumeClaim", pvc).await?;
         }
         create_pod(ctx, &seen.ns, &i.pod).await?;
-        ctx.expect.created(&seen.ns, &seen.name, &i.name, i.role);
+        let annotation = |k: &str| {
+            let a = i.pod.metadata.annotations.as_ref();
+            a.and_then(|a| a.get(k)).cloned()
+        };
+        let what = crate::controller::expect::Created {
+            role: i.role,
+            hash: annotation(crate::controller::build::ANN_HASH),
+            version: annotation(crate::controller::build::ANN_VERSION),
+        };
+        ctx.expect.created(&seen.ns, &seen.name, &i.name, what);
         instance_event(ctx, pg, i.reason, &i.name, i.note.clone()).await;
     }
     Ok(())

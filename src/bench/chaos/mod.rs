@@ -149,9 +149,8 @@ pub async fn run_plan(
         unrecovered.extend(out.unrecovered);
         tracing::info!(round, ops = work.count(), "chaos round done");
     }
-    prober
-        .settle(targets.len(), 3, Duration::from_secs(60))
-        .await;
+    let names: Vec<String> = targets.iter().map(|t| t.cluster.clone()).collect();
+    prober.settle(&names, 3, Duration::from_secs(60)).await;
     let ops = work.stop().await;
     let samples = prober.stop().await;
     let mut finals = vec![];

@@ -51,21 +51,31 @@ impl Prober {
         }
     }
 
-    /// Waits (at most `patience`) until every cluster has been sampled
-    /// `n` more times in a settled state (every instance Pod Ready and
-    /// answering): what the last round left behind — a deposed primary
+    /// Waits (at most `patience`) until each of `clusters` has been
+    /// sampled `n` more times in a settled state (every instance Pod Ready
+    /// and answering): what the last round left behind — a deposed primary
     /// thawed next to its successor, Ready again a readiness period after
     /// the thaw — is sampled before the run ends, however slow the machine.
-    pub async fn settle(&self, clusters: usize, n: usize, patience: Duration) {
-        let count = || {
+    /// Counted per cluster: a total let an undisturbed cluster's samples
+    /// end the wait before the disturbed one was Ready again (the
+    /// broken-fencing test then missed the split brain it exists to see).
+    pub async fn settle(&self, clusters: &[String], n: usize, patience: Duration) {
+        let count = |cluster: &str| {
             self.samples
                 .lock()
-                .map(|s| s.iter().filter(|s| s.settled).count())
+                .map(|s| {
+                    s.iter()
+                        .filter(|s| s.settled && s.cluster == cluster)
+                        .count()
+                })
                 .unwrap_or_default()
         };
-        let want = count() + clusters * n;
+        let want: Vec<(&str, usize)> = clusters
+            .iter()
+            .map(|c| (c.as_str(), count(c) + n))
+            .collect();
         let until = Instant::now() + patience;
-        while count() < want && Instant::now() < until {
+        while want.iter().any(|(c, w)| count(c) < *w) && Instant::now() < until {
             tokio::time::sleep(EVERY).await;
         }
     }

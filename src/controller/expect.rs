@@ -36,6 +36,21 @@ pub struct Created {
     pub version: Option<String>,
 }
 
+impl Created {
+    /// What `pod`, created with `role`, carries.
+    pub fn of(role: Role, pod: &k8s_openapi::api::core::v1::Pod) -> Created {
+        let annotation = |k: &str| {
+            let a = pod.metadata.annotations.as_ref();
+            a.and_then(|a| a.get(k)).cloned()
+        };
+        Created {
+            role,
+            hash: annotation(super::build::ANN_HASH),
+            version: annotation(super::build::ANN_VERSION),
+        }
+    }
+}
+
 impl Entry {
     fn is_empty(&self) -> bool {
         self.created.is_empty() && self.removed.is_empty() && self.restarted.is_empty()
@@ -147,6 +162,7 @@ impl Expectations {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -193,6 +209,19 @@ mod tests {
         assert!(x.lock().is_empty());
         x.adjust("ns", "other", Observed::default());
         assert!(x.lock().is_empty());
+    }
+
+    #[test]
+    fn a_created_pod_is_held_with_what_it_carries() {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pg-2", "annotations": {
+                "pgfleet.io/hash": "h2", "pgfleet.io/version": "16.4", "other": "x"}}
+        }))
+        .unwrap();
+        let what = Created::of(Role::Replica, &pod);
+        assert_eq!(what.hash.as_deref(), Some("h2"));
+        assert_eq!(what.version.as_deref(), Some("16.4"));
+        assert_eq!(what.role, Role::Replica);
     }
 
     #[test]

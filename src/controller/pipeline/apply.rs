@@ -101,15 +101,7 @@ async fn create_instances(
             ssa::<PersistentVolumeClaim>(ctx, &seen.ns, "PersistentVolumeClaim", pvc).await?;
         }
         create_pod(ctx, &seen.ns, &i.pod).await?;
-        let annotation = |k: &str| {
-            let a = i.pod.metadata.annotations.as_ref();
-            a.and_then(|a| a.get(k)).cloned()
-        };
-        let what = crate::controller::expect::Created {
-            role: i.role,
-            hash: annotation(crate::controller::build::ANN_HASH),
-            version: annotation(crate::controller::build::ANN_VERSION),
-        };
+        let what = crate::controller::expect::Created::of(i.role, &i.pod);
         ctx.expect.created(&seen.ns, &seen.name, &i.name, what);
         instance_event(ctx, pg, i.reason, &i.name, i.note.clone()).await;
     }

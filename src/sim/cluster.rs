@@ -10,7 +10,7 @@ use super::pod_security::Level as PsaLevel;
 use super::resources::{Registry, ResKey, ResourceType};
 use super::runtime::Runtime;
 use super::schema;
-use super::store::{Change, EventType, Store, StoredObject, str_at};
+use super::store::{Change, EventType, Outcome, Store, StoredObject, str_at};
 use crate::json_ptr::Ptr;
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
@@ -234,7 +234,7 @@ impl Cluster {
                 }
                 Ok(Change::Put(v))
             })?;
-        self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
+        self.after_write(rt, out.as_ref());
         dry.map(|v| StoredObject::new(&v))
             .or(out.map(|o| o.obj))
             .ok_or_else(|| ApiError::new(500, "InternalError", "create produced nothing"))
@@ -321,7 +321,7 @@ impl Cluster {
                 _ => Ok(Change::Changed(v)),
             }
         })?;
-        self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
+        self.after_write(rt, out.as_ref());
         dry.map(|v| StoredObject::new(&v))
             .or(out.map(|o| o.obj))
             .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))
@@ -469,8 +469,16 @@ impl Cluster {
 
     /// Side effects of a committed write: CRDs start or stop being served,
     /// the garbage collector sees what it acts on.
-    fn after_write(&self, rt: &ResourceType, out: Option<(&Arc<StoredObject>, Option<EventType>)>) {
-        let Some((obj, Some(kind))) = out else { return };
+    fn after_write(&self, rt: &ResourceType, out: Option<&Outcome>) {
+        let Some(Outcome {
+            obj,
+            kind: Some(kind),
+            prev,
+        }) = out
+        else {
+            return;
+        };
+        let kind = *kind;
         if rt.namespaced {
             super::quota::refresh(&self.store, obj.namespace());
         }
@@ -483,7 +491,7 @@ impl Cluster {
             }
         }
         // Deletions, new dependents, claims and pods: gc's task acts on them.
-        self.gc.offer(&rt.key(), obj, kind);
+        self.gc.offer(&rt.key(), obj, kind, prev.as_ref());
     }
 
     /// DELETE: immediate, or marked for deletion while finalizers (or a
@@ -558,7 +566,7 @@ impl Cluster {
             }
             Ok(Change::Put(v))
         })?;
-        self.after_write(rt, out.as_ref().map(|o| (&o.obj, o.kind)));
+        self.after_write(rt, out.as_ref());
         dry.map(|v| StoredObject::new(&v))
             .or(out.map(|o| o.obj))
             .ok_or_else(|| ApiError::not_found(&rt.qualified(), name))

@@ -28,12 +28,6 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// What [`super::pvc_protection::claims_of`] reads of a Pod.
-const POD_CLAIMS: Pick<'static> = Pick(&[
-    ("metadata", Pick(&[("name", ALL)])),
-    ("spec", Pick(&[("volumes", ALL)])),
-]);
-
 /// When a claim whose file system did not grow is tried again.
 const RETRY: Duration = Duration::from_secs(5);
 
@@ -54,13 +48,20 @@ pub struct Queue {
 }
 
 impl Queue {
-    /// Queues a committed write if it is one the controllers here act on.
-    pub fn offer(&self, key: &ResKey, obj: &Arc<StoredObject>, kind: EventType) {
+    /// Queues a committed write if it is one the controllers here act on;
+    /// `prev` is the object it replaced.
+    pub fn offer(
+        &self,
+        key: &ResKey,
+        obj: &Arc<StoredObject>,
+        kind: EventType,
+        prev: Option<&Arc<StoredObject>>,
+    ) {
         let relevant = kind == EventType::Deleted
             || obj.is_deleting()
             || (kind == EventType::Added && obj.has_owners())
             || is_core(key, "persistentvolumeclaims")
-            || is_core(key, "pods");
+            || (is_core(key, "pods") && claims_may_care(obj, prev));
         if !relevant {
             return;
         }
@@ -120,6 +121,15 @@ pub async fn run(cluster: std::sync::Weak<Cluster>) {
     }
 }
 
+/// Whether a Pod write can change what the claim controllers decide for
+/// the claims it mounts: they read only its node binding, its phase and its
+/// deletion (`storage::reconcile_claim`, `pvc_protection::pod_uses`). Most
+/// Pod writes are its kubelet's status updates, which change none of these;
+/// each used to list every Pod of the namespace for each claim.
+fn claims_may_care(obj: &StoredObject, prev: Option<&Arc<StoredObject>>) -> bool {
+    obj.claims().next().is_some() && prev.is_none_or(|p| p.pod_state() != obj.pod_state())
+}
+
 fn is_core(k: &ResKey, plural: &str) -> bool {
     k.group.is_empty() && k.plural == plural
 }
@@ -142,11 +152,7 @@ fn handle(
     for t in &batch {
         let ns = t.obj.namespace();
         if is_core(&t.key, "pods") {
-            claims.extend(
-                super::pvc_protection::claims_of(&t.obj.pick(POD_CLAIMS))
-                    .into_iter()
-                    .map(|cl| (ns.to_string(), cl)),
-            );
+            claims.extend(t.obj.claims().map(|cl| (ns.to_string(), cl.to_string())));
         } else if is_core(&t.key, "persistentvolumeclaims") {
             claims.insert((ns.to_string(), t.obj.name().to_string()));
         }
@@ -390,4 +396,36 @@ fn strip_owner(c: &Cluster, key: &ResKey, ns: &str, name: &str, uid: &str) {
         v["metadata"]["ownerReferences"] = json!(refs);
         Ok(v)
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(node: &str, phase: &str, claim: bool) -> Arc<StoredObject> {
+        let volumes = match claim {
+            true => json!([{"name": "data", "persistentVolumeClaim": {"claimName": "db-1"}}]),
+            false => json!([]),
+        };
+        StoredObject::new(&json!({"kind": "Pod",
+            "metadata": {"name": "p", "namespace": "n", "uid": "u"},
+            "spec": {"nodeName": node, "volumes": volumes}, "status": {"phase": phase}}))
+    }
+
+    #[test]
+    fn a_pod_write_reaches_the_claim_controllers_only_when_they_could_decide_otherwise() {
+        let (pending, bound) = (pod("", "Pending", true), pod("n1", "Pending", true));
+        let running = pod("n1", "Running", true);
+        // New, bound, running, finished: each changes what a claim reads.
+        assert!(claims_may_care(&pending, None));
+        assert!(claims_may_care(&bound, Some(&pending)));
+        assert!(claims_may_care(&running, Some(&bound)));
+        assert!(claims_may_care(
+            &pod("n1", "Succeeded", true),
+            Some(&running)
+        ));
+        // Another status update of a running pod, a pod without claims: no.
+        assert!(!claims_may_care(&running, Some(&running)));
+        assert!(!claims_may_care(&pod("n1", "Running", false), None));
+    }
 }

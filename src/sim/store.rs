@@ -59,6 +59,8 @@ pub enum Change {
 pub struct Outcome {
     pub obj: Arc<StoredObject>,
     pub kind: Option<EventType>,
+    /// The object the write replaced (none for a create or no write).
+    pub prev: Option<Arc<StoredObject>>,
 }
 
 /// (namespace, name); cluster-scoped objects use "" as namespace.
@@ -141,6 +143,7 @@ impl Step {
             Step::Done(current.map(|obj| Outcome {
                 obj: obj.clone(),
                 kind: None,
+                prev: None,
             }))
         };
         Some(match change {
@@ -165,6 +168,7 @@ impl Step {
             return Step::Done(Some(Outcome {
                 obj: cur.clone(),
                 kind: None,
+                prev: None,
             }));
         }
         let kind = if current.is_some() {
@@ -331,7 +335,11 @@ impl Store {
         match Step::prepare(change, current.as_ref()) {
             Some(step) => Ok(self.commit(&mut inner, key, id, current, step)),
             // Asked for the lock while holding it: treated as no change.
-            None => Ok(current.map(|obj| Outcome { obj, kind: None })),
+            None => Ok(current.map(|obj| Outcome {
+                obj,
+                kind: None,
+                prev: None,
+            })),
         }
     }
 
@@ -387,7 +395,7 @@ impl Store {
             key: key.clone(),
             kind,
             obj: obj.clone(),
-            prev: current,
+            prev: current.clone(),
         });
         inner.history.push(ev.clone());
         inner.dirty = true;
@@ -396,6 +404,7 @@ impl Store {
         Some(Outcome {
             obj,
             kind: Some(kind),
+            prev: current,
         })
     }
 

@@ -42,6 +42,45 @@ struct Index {
     /// tenth of the emulator's CPU in a fleet's cold start, issue 16).
     claims: u16,
     deleting: bool,
+    /// A Pod's lifecycle as the scheduler and the claim controllers read
+    /// it ([`PodState`]); `None` for every other kind.
+    pod: Option<PodState>,
+}
+
+/// Where a Pod is in its life, as the controllers that watch every Pod
+/// write (the scheduler, the claim controllers) need it: most writes of a
+/// Pod are its kubelet's status updates, which change none of this, and
+/// with it in the index those controllers tell at once whether a write
+/// concerns them instead of parsing the Pod (issue 16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodState {
+    /// `spec.nodeName` is set.
+    pub bound: bool,
+    /// `status.phase`.
+    pub phase: PodPhase,
+}
+
+/// `status.phase`, as far as the controllers above tell phases apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodPhase {
+    /// Pending, Unknown or not set.
+    Other,
+    Running,
+    /// Succeeded or Failed: the Pod holds no node and no claim any more.
+    Finished,
+}
+
+impl PodState {
+    fn of(pod: &Value) -> PodState {
+        PodState {
+            bound: !str_at(pod, "/spec/nodeName").is_empty(),
+            phase: match str_at(pod, "/status/phase") {
+                "Running" => PodPhase::Running,
+                "Succeeded" | "Failed" => PodPhase::Finished,
+                _ => PodPhase::Other,
+            },
+        }
+    }
 }
 
 /// The pieces before the labels.
@@ -72,9 +111,10 @@ impl Index {
             pieces.extend([*k, v.as_str()]);
         }
         pieces.extend(owners);
-        let claims = match value.get("kind").and_then(Value::as_str) {
-            Some("Pod") => crate::pvc_protection::claims_of(value),
-            _ => vec![],
+        let is_pod = value.get("kind").and_then(Value::as_str) == Some("Pod");
+        let claims = match is_pod {
+            true => crate::pvc_protection::claims_of(value),
+            false => vec![],
         };
         pieces.extend(claims.iter().map(String::as_str));
         let mut text = String::with_capacity(pieces.iter().map(|p| p.len()).sum());
@@ -89,6 +129,7 @@ impl Index {
             labels: u16::try_from(labels.len()).unwrap_or(u16::MAX),
             claims: u16::try_from(claims.len()).unwrap_or(u16::MAX),
             deleting: value.ptr("/metadata/deletionTimestamp").is_some(),
+            pod: is_pod.then(|| PodState::of(value)),
         }
     }
 
@@ -220,6 +261,17 @@ impl StoredObject {
     /// `metadata.deletionTimestamp` is set.
     pub fn is_deleting(&self) -> bool {
         self.ix.deleting
+    }
+
+    /// A Pod's node binding and phase; `None` for other kinds.
+    pub fn pod_state(&self) -> Option<PodState> {
+        self.ix.pod
+    }
+
+    /// The claims a Pod mounts (`pvc_protection::claims_of`), kept in the
+    /// index; none for other kinds.
+    pub fn claims(&self) -> impl Iterator<Item = &str> {
+        self.ix.claims()
     }
 }
 

@@ -8,10 +8,11 @@
 use super::build::{
     ANN_CONFIG, ANN_HASH, ANN_VERSION, LABEL_CLUSTER, LABEL_KIND, LABEL_MANAGED_BY, LABEL_ROLE,
 };
+use super::index_wire::{SlimClaim, SlimPod};
 use super::plan::{ClaimInfo, Observed, PodInfo};
 use crate::crd::PostgresCluster;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::WatchStreamExt;
@@ -294,7 +295,7 @@ pub(super) struct Live {
     node: Option<String>,
 }
 
-fn pod_ready(p: &Pod) -> Live {
+fn pod_ready(p: &SlimPod) -> Live {
     let status = p.status.as_ref();
     let cond = status
         .and_then(|s| s.conditions.as_ref())
@@ -327,13 +328,10 @@ fn pod_ready(p: &Pod) -> Live {
     }
 }
 
-fn claim_info(c: &PersistentVolumeClaim) -> ClaimInfo {
-    let storage = |m: Option<
-        &std::collections::BTreeMap<
-            String,
-            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-        >,
-    >| { m.and_then(|m| m.get("storage")).map(|q| q.0.clone()) };
+fn claim_info(c: &SlimClaim) -> ClaimInfo {
+    let storage = |m: Option<&std::collections::BTreeMap<String, String>>| {
+        m.and_then(|m| m.get("storage")).cloned()
+    };
     let status = c.status.as_ref();
     ClaimInfo {
         request: storage(
@@ -362,29 +360,23 @@ pub async fn run(client: kube::Client, index: std::sync::Arc<ChildIndex>, trigge
     let pods = {
         let (index, trigger) = (index.clone(), trigger.clone());
         let stream =
-            watcher::watcher(Api::<Pod>::all(client.clone()), selector()).default_backoff();
-        feed(stream, index, trigger, Kind::Pod, |p: &Pod| {
+            watcher::watcher(Api::<SlimPod>::all(client.clone()), selector()).default_backoff();
+        feed(stream, index, trigger, Kind::Pod, |p: &SlimPod| {
             (p.meta().clone(), Some(pod_ready(p)))
         })
     };
-    // Claims in full (they are small): expansion reads their size.
+    // Claims with their size and resize state: expansion reads them.
     let claims = {
         let (index, trigger) = (index.clone(), trigger.clone());
-        let api = Api::<PersistentVolumeClaim>::all(client.clone());
+        let api = Api::<SlimClaim>::all(client.clone());
         let stream = watcher::watcher(api, selector()).default_backoff();
-        feed(
-            stream,
-            index,
-            trigger,
-            Kind::Pvc,
-            |c: &PersistentVolumeClaim| {
-                let live = Live {
-                    claim: Some(claim_info(c)),
-                    ..Default::default()
-                };
-                (c.meta().clone(), Some(live))
-            },
-        )
+        feed(stream, index, trigger, Kind::Pvc, |c: &SlimClaim| {
+            let live = Live {
+                claim: Some(claim_info(c)),
+                ..Default::default()
+            };
+            (c.meta().clone(), Some(live))
+        })
     };
     macro_rules! meta_feed {
         ($k:ty, $kind:expr) => {{

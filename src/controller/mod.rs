@@ -22,6 +22,7 @@ mod function_length;
 mod golden_tests;
 mod image_policy;
 pub mod index;
+mod index_wire;
 mod instance;
 mod instance_pod;
 pub mod major_upgrade;

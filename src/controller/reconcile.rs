@@ -10,7 +10,7 @@ use super::written::Latest;
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::ReclaimPolicy;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -241,6 +241,21 @@ where
         + Serialize
         + std::fmt::Debug,
 {
+    ssa_with(&ctx.client, ns, kind, obj).await
+}
+
+/// [`ssa`] through `client`.
+pub(crate) async fn ssa_with<K>(
+    client: &kube::Client,
+    ns: &str,
+    kind: &'static str,
+    obj: &K,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Serialize
+        + std::fmt::Debug,
+{
     let name = build::child_name(obj)?;
     let url = K::url_path(&(), Some(ns));
     let req = kube::core::Request::new(url)
@@ -250,11 +265,39 @@ where
             &Patch::Apply(obj),
         )
         .map_err(|e| kerr("apply", kind, &name)(kube::Error::BuildRequest(e)))?;
-    ctx.client
+    client
         .request::<serde::de::IgnoredAny>(req)
         .await
         .map_err(kerr("apply", kind, &name))?;
     Ok(())
+}
+
+/// Creates a child; false when one of that name exists already. The
+/// created object in the answer is skipped, not parsed (as in [`ssa`]).
+pub(crate) async fn create_child<K>(
+    client: &kube::Client,
+    ns: &str,
+    kind: &'static str,
+    obj: &K,
+) -> Result<bool, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Serialize,
+{
+    let name = build::child_name(obj)?;
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let body = serde_json::to_vec(obj)
+        .map_err(|e| kerr("create", kind, &name)(kube::Error::SerdeError(e)))?;
+    let req = kube::core::Request::new(K::url_path(&(), Some(ns)))
+        .create(&pp, body)
+        .map_err(|e| kerr("create", kind, &name)(kube::Error::BuildRequest(e)))?;
+    match client.request::<serde::de::IgnoredAny>(req).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(kerr("create", kind, &name)(e)),
+    }
 }
 
 /// Children with owner references go with the cluster (garbage collection);

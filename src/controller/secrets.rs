@@ -7,12 +7,10 @@
 use super::Ctx;
 use super::build::{self, Owner};
 use super::plan::Observed;
-use super::reconcile::{Error, FIELD_MANAGER, event, kerr};
+use super::reconcile::{Error, create_child, event};
 use super::restore::Authorized;
 use crate::crd::PostgresCluster;
 use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
-use kube::api::PostParams;
 use kube::runtime::events::EventType;
 
 /// Creates a missing credentials Secret: with the password a restore
@@ -121,19 +119,7 @@ pub async fn backup_tls(
 
 /// Creates a Secret; false when one of that name exists already.
 async fn create(ctx: &Ctx, owner: &Owner, secret: Secret) -> Result<bool, Error> {
-    let name = build::child_name(&secret)?;
-    let pp = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match Api::<Secret>::namespaced(ctx.client.clone(), &owner.namespace)
-        .create(&pp, &secret)
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-        Err(e) => Err(kerr("create", "Secret", &name)(e)),
-    }
+    create_child(&ctx.client, &owner.namespace, "Secret", &secret).await
 }
 
 fn random_password() -> String {

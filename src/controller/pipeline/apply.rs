@@ -15,13 +15,13 @@
 use super::desired::{Desired, NewInstance};
 use super::observe::Seen;
 use crate::controller::build::{LABEL_ROLE, child_name, hash_annotation};
-use crate::controller::reconcile::{Error, FIELD_MANAGER, event, instance_event, kerr, ssa};
+use crate::controller::reconcile::{Error, create_child, event, instance_event, kerr, ssa};
 use crate::controller::rolling_update::execute::{self as rolling_update, Outcome};
 use crate::controller::{Ctx, config, pooler};
 use crate::crd::{PostgresCluster, Role};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -112,22 +112,7 @@ async fn create_instances(
 /// image to a running pod would restart it outside the rolling update's
 /// order. An existing pod (the index lagging behind) is left as it is.
 async fn create_pod(ctx: &Ctx, ns: &str, obj: &Pod) -> Result<(), Error> {
-    let name = child_name(obj)?;
-    let pp = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    // The created Pod in the answer is skipped, not parsed (see `ssa`).
-    let body = serde_json::to_vec(obj)
-        .map_err(|e| kerr("create", "Pod", &name)(kube::Error::SerdeError(e)))?;
-    let req = kube::core::Request::new(Pod::url_path(&(), Some(ns)))
-        .create(&pp, body)
-        .map_err(|e| kerr("create", "Pod", &name)(kube::Error::BuildRequest(e)))?;
-    match ctx.client.request::<serde::de::IgnoredAny>(req).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(kerr("create", "Pod", &name)(e)),
-    }
+    create_child(&ctx.client, ns, "Pod", obj).await.map(drop)
 }
 
 async fn relabel(ctx: &Ctx, seen: &Seen, relabel: &[(String, Role)]) -> Result<(), Error> {

@@ -23,12 +23,12 @@ pub mod provided;
 use super::Ctx;
 use super::build::Owner;
 use super::plan::Observed;
-use super::reconcile::{Error, FIELD_MANAGER, event, kerr};
+use super::reconcile::{Error, create_child, event, kerr, ssa_with};
 use crate::crd::PostgresCluster;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -152,7 +152,7 @@ pub async fn ensure(
     let ca = ca(pg, ctx, &api, owner, now, obs).await?;
     let published = !obs.secrets.contains(&ca_secret(&owner.name));
     if published {
-        publish_ca(&api, owner, &ca.cert).await?;
+        publish_ca(&ctx.client, owner, &ca.cert).await?;
     }
     let not_after = current
         .as_ref()
@@ -176,11 +176,11 @@ pub async fn ensure(
     let first = current.is_none() && obs.pods.is_empty();
     let fp = issue::fingerprint(&pair);
     let loaded = first.then_some(fp.as_str());
-    apply_server(&api, owner, &pair, &ca.cert, Some(end), loaded).await?;
+    apply_server(&ctx.client, owner, &pair, &ca.cert, Some(end), loaded).await?;
     // The CA clients trust is pgfleet's again (after a provided one);
     // a new cluster's was published just above.
     if !published {
-        publish_ca(&api, owner, &ca.cert).await?;
+        publish_ca(&ctx.client, owner, &ca.cert).await?;
     }
     let (verb, reason) = match current {
         Some(_) => ("renewed", "RenewedCertificate"),
@@ -247,7 +247,7 @@ async fn provided_state(
         &spec.server_secret,
     ))?;
     match got {
-        Ok(p) => use_provided(pg, ctx, api, owner, current, p).await.map(Ok),
+        Ok(p) => use_provided(pg, ctx, owner, current, p).await.map(Ok),
         // Keep a provided certificate the servers have; pgfleet's own goes
         // on being renewed (and is issued so a new cluster starts).
         Err(why) if current.is_some_and(|s| ann(s, ANN_NOT_AFTER).is_none()) => Ok(Ok(State {
@@ -271,7 +271,6 @@ fn unloaded(current: Option<&Secret>) -> Option<String> {
 async fn use_provided(
     pg: &PostgresCluster,
     ctx: &Ctx,
-    api: &Api<Secret>,
     owner: &Owner,
     current: Option<&Secret>,
     p: provided::Provided,
@@ -285,8 +284,8 @@ async fn use_provided(
             problem: None,
         });
     }
-    apply_server(api, owner, &p.pair, &p.ca, None, None).await?;
-    publish_ca(api, owner, &p.ca).await?;
+    apply_server(&ctx.client, owner, &p.pair, &p.ca, None, None).await?;
+    publish_ca(&ctx.client, owner, &p.ca).await?;
     let note = format!(
         "the servers use the certificate of Secret {} (spec.tls); applications trust ca.crt of {}",
         pg.spec
@@ -305,17 +304,10 @@ async fn use_provided(
 }
 
 /// Server-side applies `<name>-ca` (the CA certificate applications trust).
-async fn publish_ca(api: &Api<Secret>, owner: &Owner, ca: &str) -> Result<(), Error> {
+async fn publish_ca(client: &kube::Client, owner: &Owner, ca: &str) -> Result<(), Error> {
     let name = ca_secret(&owner.name);
     let s = secret(owner, &name, "Opaque", &[("ca.crt", ca)]);
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&s),
-    )
-    .await
-    .map_err(kerr("apply", "Secret", &name))?;
-    Ok(())
+    ssa_with(client, &owner.namespace, "Secret", &s).await
 }
 
 /// The cluster CA: read from `<name>-ca-key`, or made and stored there.
@@ -356,7 +348,7 @@ async fn ca(
             "Opaque",
             &[("ca.crt", &pair.cert), ("ca.key", &pair.key)],
         );
-        if create(api, s).await? {
+        if create_child(&ctx.client, &owner.namespace, "Secret", &s).await? {
             event(
                 ctx,
                 pg,
@@ -390,25 +382,11 @@ fn secret(owner: &Owner, name: &str, type_: &str, data: &[(&str, &str)]) -> Secr
     }
 }
 
-/// Creates a Secret; false when one of that name exists already.
-async fn create(api: &Api<Secret>, s: Secret) -> Result<bool, Error> {
-    let name = s.metadata.name.clone().unwrap_or_default();
-    let pp = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match api.create(&pp, &s).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-        Err(e) => Err(kerr("create", "Secret", &name)(e)),
-    }
-}
-
 /// Server-side applies the server Secret: the pair, its end, its
 /// fingerprint and, for a first certificate, the `reloaded` mark (later
 /// marks are `mark_reloaded`'s).
 async fn apply_server(
-    api: &Api<Secret>,
+    client: &kube::Client,
     owner: &Owner,
     pair: &issue::Pair,
     ca: &str,
@@ -442,14 +420,7 @@ async fn apply_server(
         annotations: Some(anns),
         ..s.metadata
     };
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&s),
-    )
-    .await
-    .map_err(kerr("apply", "Secret", &name))?;
-    Ok(())
+    ssa_with(client, &owner.namespace, "Secret", &s).await
 }
 
 /// Has every live instance and pooler load the certificate `fp`; marks it

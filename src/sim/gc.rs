@@ -7,7 +7,8 @@
 //!
 //! Driven by the writes themselves, as kube's controllers are driven by
 //! their informers: every committed write that can matter (a deletion, a
-//! deletion mark, a new object with owners, a claim, a pod) is queued with
+//! deletion mark, a new object with owners, a claim, a Pod write that binds,
+//! changes the phase of or adds a Pod mounting a claim) is queued with
 //! the object it wrote, and one pass handles just those objects and what
 //! they point at. A full pass over the store ([`resync`]) runs only at start
 //! (a loaded store); after that nothing sweeps: every write is offered here

@@ -470,15 +470,10 @@ impl Cluster {
     /// Side effects of a committed write: CRDs start or stop being served,
     /// the garbage collector sees what it acts on.
     fn after_write(&self, rt: &ResourceType, out: Option<&Outcome>) {
-        let Some(Outcome {
-            obj,
-            kind: Some(kind),
-            prev,
-        }) = out
-        else {
+        let Some((o, kind)) = out.and_then(|o| Some((o, o.kind?))) else {
             return;
         };
-        let kind = *kind;
+        let obj = &o.obj;
         if rt.namespaced {
             super::quota::refresh(&self.store, obj.namespace());
         }
@@ -491,7 +486,7 @@ impl Cluster {
             }
         }
         // Deletions, new dependents, claims and pods: gc's task acts on them.
-        self.gc.offer(&rt.key(), obj, kind, prev.as_ref());
+        self.gc.offer(&rt.key(), obj, kind, o.prev.as_ref());
     }
 
     /// DELETE: immediate, or marked for deletion while finalizers (or a

@@ -77,7 +77,10 @@ pub async fn pgcs(state: &ApiState) -> (Vec<PgcView>, BTreeMap<String, Source>) 
                 h.store
                     .state()
                     .iter()
-                    .map(|pg| PgcView::of(&m.name, pg))
+                    // Parsed for the view (`controller::cached`); a copy
+                    // that cannot be is left out, as the watch used to.
+                    .filter_map(|pg| pg.typed().ok())
+                    .map(|pg| PgcView::of(&m.name, &pg))
                     .collect(),
                 Source::Cache,
             ),

@@ -10,6 +10,7 @@
 
 use super::Args;
 use super::env::{rss, settings, settled_rss, tail};
+use crate::controller::cached::CachedCluster;
 use crate::crd::PostgresCluster;
 use crate::fleet::Fleet;
 use anyhow::{Context, Result};
@@ -133,12 +134,11 @@ struct Ctx {
     writes: Arc<AtomicU64>,
 }
 
-async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+async fn reconcile(pg: Arc<CachedCluster>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
     let _permit = ctx.pool.acquire().await;
     ctx.reconciles.fetch_add(1, Ordering::Relaxed);
     let generation = pg.metadata.generation;
-    if generation.is_none() || pg.status.as_ref().and_then(|s| s.observed_generation) == generation
-    {
+    if generation.is_none() || pg.observed_generation() == generation {
         return Ok(Action::await_change());
     }
     let body = json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
@@ -154,13 +154,13 @@ async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, ku
     Ok(Action::await_change())
 }
 
-fn error_policy(_pg: Arc<PostgresCluster>, _e: &kube::Error, _ctx: Arc<Ctx>) -> Action {
+fn error_policy(_pg: Arc<CachedCluster>, _e: &kube::Error, _ctx: Arc<Ctx>) -> Action {
     Action::requeue(Duration::from_secs(1))
 }
 
 /// The watch and shard controllers of one member, as the manager builds
 /// them (`controller::shards`); the member's cache.
-fn start_member(ctx: Arc<Ctx>, shards: u32, workers: u32) -> Store<PostgresCluster> {
+fn start_member(ctx: Arc<Ctx>, shards: u32, workers: u32) -> Store<CachedCluster> {
     use crate::controller::shards;
     let (reader, writer) = reflector::store();
     let (router, receivers) = shards::Router::new(shards);
@@ -173,10 +173,10 @@ fn start_member(ctx: Arc<Ctx>, shards: u32, workers: u32) -> Store<PostgresClust
                 .await;
         });
     }
-    let api: Api<PostgresCluster> = Api::all(ctx.client.clone());
+    let api: Api<CachedCluster> = Api::all(ctx.client.clone());
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(|pg: &mut PostgresCluster| {
+        .modify(|pg: &mut CachedCluster| {
             pg.managed_fields_mut().clear();
             pg.annotations_mut()
                 .remove("kubectl.kubernetes.io/last-applied-configuration");
@@ -192,13 +192,12 @@ fn start_member(ctx: Arc<Ctx>, shards: u32, workers: u32) -> Store<PostgresClust
 }
 
 /// Objects whose status has caught up with their generation.
-fn caught_up(stores: &[Store<PostgresCluster>]) -> usize {
+fn caught_up(stores: &[Store<CachedCluster>]) -> usize {
     stores
         .iter()
         .flat_map(|s| s.state())
         .filter(|pg| {
-            pg.metadata.generation.is_some()
-                && pg.status.as_ref().and_then(|s| s.observed_generation) >= pg.metadata.generation
+            pg.metadata.generation.is_some() && pg.observed_generation() >= pg.metadata.generation
         })
         .count()
 }

@@ -183,7 +183,7 @@ pub async fn replace_conditions(ctx: &Ctx, pg: &PostgresCluster, conditions: &[C
 /// The condition and, when it is new or changed, the Warning Event. Best
 /// effort: a failure to say it is logged; the reconcile's own error is
 /// what the caller returns.
-pub async fn surface(ctx: &Ctx, pg: &PostgresCluster, b: &Blocked) {
+pub async fn surface(ctx: &Ctx, pg: &impl kube::Resource<DynamicType = ()>, b: &Blocked) {
     let (ns, name) = (pg.namespace().unwrap_or_default(), pg.name_any());
     let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // Fresh: the cached copy may lag behind our last status write.
@@ -202,7 +202,7 @@ pub async fn surface(ctx: &Ctx, pg: &PostgresCluster, b: &Blocked) {
     {
         return;
     }
-    super::reconcile::event(ctx, pg, EventType::Warning, b.condition, b.message.clone()).await;
+    super::reconcile::event_on(ctx, pg, EventType::Warning, b.condition, b.message.clone()).await;
     let patch = json!({"status": {"conditions": conditions}});
     match api
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))

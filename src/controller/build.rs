@@ -40,9 +40,9 @@ pub struct Owner {
 
 /// The namespace and name of a PostgresCluster; an object without them
 /// (never one the API server returns) is an error, not an empty string.
-pub fn identity(pg: &PostgresCluster) -> Result<(String, String), Error> {
-    let name = required(pg.metadata.name.as_ref(), "?", "metadata.name")?;
-    let ns = required(pg.metadata.namespace.as_ref(), name, "metadata.namespace")?;
+pub fn identity(pg: &impl kube::Resource) -> Result<(String, String), Error> {
+    let name = required(pg.meta().name.as_ref(), "?", "metadata.name")?;
+    let ns = required(pg.meta().namespace.as_ref(), name, "metadata.namespace")?;
     Ok((ns.clone(), name.clone()))
 }
 

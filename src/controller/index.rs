@@ -10,7 +10,6 @@ use super::build::{
 };
 use super::index_wire::{SlimClaim, SlimPod};
 use super::plan::{ClaimInfo, Observed, PodInfo};
-use crate::crd::PostgresCluster;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -349,7 +348,7 @@ fn claim_info(c: &SlimClaim) -> ClaimInfo {
 
 /// Where child changes are sent: the owner's reference (the controller mod
 /// routes it to the owner's shard).
-pub type Trigger = std::sync::Arc<dyn Fn(ObjectRef<PostgresCluster>) + Send + Sync>;
+pub type Trigger = std::sync::Arc<dyn Fn(ObjectRef<super::cached::CachedCluster>) + Send + Sync>;
 
 fn selector() -> watcher::Config {
     watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}=pgfleet,{LABEL_CLUSTER}"))
@@ -460,6 +459,7 @@ async fn feed<S, T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::cached::CachedCluster;
 
     fn meta(name: &str, cluster: &str) -> ObjectMeta {
         ObjectMeta {
@@ -516,7 +516,7 @@ mod tests {
         let fired = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
         let trigger: Trigger = {
             let fired = fired.clone();
-            std::sync::Arc::new(move |r: ObjectRef<PostgresCluster>| {
+            std::sync::Arc::new(move |r: ObjectRef<CachedCluster>| {
                 fired.lock().unwrap_or_else(|e| e.into_inner()).push(r.name)
             })
         };

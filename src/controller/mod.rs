@@ -10,6 +10,7 @@ pub mod admission;
 pub mod batched;
 pub mod blocked;
 pub mod build;
+pub mod cached;
 mod config;
 pub mod dr;
 pub mod drain;
@@ -49,9 +50,9 @@ pub mod tls;
 pub mod validate;
 pub mod written;
 
-use crate::crd::PostgresCluster;
 use crate::fleet::Member;
 use crate::platform::events::Recorder;
+use cached::CachedCluster;
 use futures::{StreamExt, TryStreamExt};
 use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -124,7 +125,7 @@ pub use shards::shard_of;
 #[derive(Clone)]
 pub struct Handle {
     pub member: Arc<Member>,
-    pub store: Store<PostgresCluster>,
+    pub store: Store<CachedCluster>,
     pub stats: Arc<Stats>,
     tasks: Arc<Tasks>,
 }
@@ -163,7 +164,7 @@ impl Handle {
         let mut total = 0;
         for pg in self.store.state() {
             total += 1;
-            if pg.status.as_ref().and_then(|st| st.phase) == Some(crate::crd::Phase::Healthy) {
+            if pg.phase() == Some(crate::crd::Phase::Healthy) {
                 healthy += 1;
             }
         }
@@ -250,7 +251,7 @@ pub fn start(
     let router = Arc::new(router);
     let trigger: index::Trigger = {
         let router = router.clone();
-        Arc::new(move |r: ObjectRef<PostgresCluster>| router.send(r))
+        Arc::new(move |r: ObjectRef<CachedCluster>| router.send(r))
     };
     tasks.spawn(shards::route(
         watch(client.clone(), writer, ctx.clone()),
@@ -277,7 +278,7 @@ pub fn start(
 fn context(
     member: &Member,
     client: kube::Client,
-    cache: Store<PostgresCluster>,
+    cache: Store<CachedCluster>,
     shards: u32,
     workers: u32,
     stats: &Arc<Stats>,
@@ -323,7 +324,7 @@ fn context(
 }
 
 /// The member's PostgresCluster watch, reflected into the cache in the form
-/// reconcile reads: no managedFields, no annotations but pgfleet's own
+/// reconcile reads (`cached`: spec and status as text): no managedFields, no annotations but pgfleet's own
 /// (`pgfleet.io/` and its subdomains, such as a role set's
 /// `roles.pgfleet.io/<set>`; a tenant's object may carry up to 256 KiB of
 /// others; the spec itself is bounded by the CRD, docs/security.md).
@@ -331,10 +332,10 @@ fn context(
 /// copy lags behind our own last write (`written`).
 fn watch(
     client: kube::Client,
-    writer: reflector::store::Writer<PostgresCluster>,
+    writer: reflector::store::Writer<CachedCluster>,
     ctx: Arc<Ctx>,
-) -> impl futures::Stream<Item = Result<PostgresCluster, watcher::Error>> + Send {
-    let api: Api<PostgresCluster> = Api::all(client);
+) -> impl futures::Stream<Item = Result<CachedCluster, watcher::Error>> + Send {
+    let api: Api<CachedCluster> = Api::all(client);
     watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(strip)
@@ -344,7 +345,7 @@ fn watch(
 }
 
 /// The cache's form of a PostgresCluster (see [`watch`]).
-fn strip(pg: &mut PostgresCluster) {
+fn strip(pg: &mut CachedCluster) {
     pg.managed_fields_mut().clear();
     pg.annotations_mut().retain(|k, _| ours(k));
 }
@@ -357,7 +358,7 @@ fn spawn_shard(
     member: &str,
     shard: u32,
     workers: u32,
-    cache: Store<PostgresCluster>,
+    cache: Store<CachedCluster>,
     rx: shards::Triggers,
 ) {
     let ctx = ctx.clone();
@@ -386,7 +387,7 @@ fn spawn_shard(
 /// the category — or, for a failure a person must act on (`blocked`), as a
 /// condition and an Event naming it.
 async fn observed(
-    pg: Arc<PostgresCluster>,
+    pg: Arc<CachedCluster>,
     ctx: Arc<Ctx>,
     shard: u32,
 ) -> Result<kube::runtime::controller::Action, reconcile::Error> {
@@ -406,23 +407,23 @@ async fn observed(
     timer.finish(category.map(error::Category::label));
     match (&result, category) {
         (Ok(_), _) => {
-            ctx.failures.succeeded(&retry::key(&pg));
+            ctx.failures.succeeded(&retry::key(&*pg));
             // An instance whose script cannot run answers None to `report`;
             // the round may still succeed, but the cluster must say so.
             let pods = ctx.index.get(&ns, &name).pods;
             if let Some(b) = ctx.contract.of(&ns, &pods) {
-                blocked::surface(&ctx, &pg, &b).await;
+                blocked::surface(&ctx, &*pg, &b).await;
             }
         }
         (Err(_), Some(error::Category::Conflict)) | (Err(_), None) => {}
         (Err(e), Some(c)) => match blocked::classify(e) {
             // A quota or an image without the instance script: named, with
             // a condition, instead of the generic category Event.
-            Some(b) => blocked::surface(&ctx, &pg, &b).await,
+            Some(b) => blocked::surface(&ctx, &*pg, &b).await,
             None => {
                 // An Event's note is at most 1 KiB on a real API server.
                 let note: String = e.to_string().chars().take(1000).collect();
-                reconcile::event(&ctx, &pg, EventType::Warning, c.reason(), note).await;
+                reconcile::event_on(&ctx, &*pg, EventType::Warning, c.reason(), note).await;
             }
         },
     }

@@ -6,6 +6,7 @@
 
 use super::Ctx;
 use super::build;
+use super::cached::CachedCluster;
 use super::written::Latest;
 use crate::crd::PostgresCluster;
 use crate::crd::cluster::ReclaimPolicy;
@@ -24,7 +25,7 @@ pub use crate::platform::labels::{FIELD_MANAGER, FINALIZER, PAUSED};
 pub use super::error::Error;
 pub(crate) use super::error::kerr;
 
-pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+pub async fn reconcile(pg: Arc<CachedCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     // The cluster's bounded worker pool, shared by its shards; then the
     // fleet's bound on reconciles at once (`admission`).
     debug_assert!(
@@ -40,7 +41,7 @@ pub async fn reconcile(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action
 }
 
 /// A reconcile once admitted.
-async fn admitted(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+async fn admitted(pg: Arc<CachedCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.stats
         .reconciles
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -52,14 +53,23 @@ async fn admitted(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Err
         // missing; acting now could recreate what exists.
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
-    let (ns, name) = build::identity(&pg)?;
+    let (ns, name) = build::identity(&*pg)?;
     let api: Api<PostgresCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // Decisions about the primary must never rest on a cached status that
     // lags behind our own last write (that could undo a failover): the
     // cache's newest copy when it holds that write, a fresh read while it
     // lags (see `written`).
     let pg = match ctx.written.latest(pg) {
-        Latest::Use(pg) => pg,
+        // Parsed here, once a worker has it (`cached`).
+        // A spec the schema let through but the manager cannot read is the
+        // tenant's to fix (invalid spec); a status, ours.
+        Latest::Use(pg) => Arc::new(pg.typed().map_err(|e| match e.part {
+            "spec" => Error::Validate(e.to_string()),
+            _ => Error::Build {
+                what: format!("PostgresCluster {ns}/{name}"),
+                message: e.to_string(),
+            },
+        })?),
         Latest::Read => {
             match api
                 .get_opt(&name)
@@ -158,12 +168,12 @@ async fn add_finalizer(
 
 /// The retry policy: when a failed reconcile runs again depends on what
 /// kind of failure it was and how often it failed in a row (`retry`).
-pub fn error_policy(pg: Arc<PostgresCluster>, err: &Error, ctx: Arc<Ctx>) -> Action {
+pub fn error_policy(pg: Arc<CachedCluster>, err: &Error, ctx: Arc<Ctx>) -> Action {
     ctx.stats
         .errors
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let category = err.category();
-    let failures = ctx.failures.failed(&super::retry::key(&pg));
+    let failures = ctx.failures.failed(&super::retry::key(&*pg));
     let next = super::retry::after(category, failures);
     tracing::warn!(cluster = %ctx.member, error = %err, %category, failures, retry_in = ?next,
         "reconcile failed");
@@ -177,6 +187,17 @@ pub fn error_policy(pg: Arc<PostgresCluster>, err: &Error, ctx: Arc<Ctx>) -> Act
 pub(super) async fn event(
     ctx: &Ctx,
     pg: &PostgresCluster,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    publish(ctx, pg, type_, reason, note, None).await;
+}
+
+/// [`event`] for any form of the cluster (the cache's, `cached`).
+pub(super) async fn event_on(
+    ctx: &Ctx,
+    pg: &impl Resource<DynamicType = ()>,
     type_: EventType,
     reason: &str,
     note: String,
@@ -205,7 +226,7 @@ pub(super) async fn instance_event(
 
 async fn publish(
     ctx: &Ctx,
-    pg: &PostgresCluster,
+    pg: &impl Resource<DynamicType = ()>,
     type_: EventType,
     reason: &str,
     note: String,
@@ -303,7 +324,7 @@ where
 /// Children with owner references go with the cluster (garbage collection);
 /// PVCs carry none, so the reclaim policy decides about the data here.
 async fn cleanup(pg: Arc<PostgresCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let (ns, name) = build::identity(&pg)?;
+    let (ns, name) = build::identity(&*pg)?;
     if pg.spec.storage.reclaim_policy == ReclaimPolicy::Delete {
         let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
         let lp = ListParams::default().labels(&format!("{}={name}", build::LABEL_CLUSTER));

@@ -32,7 +32,7 @@ pub fn after(category: Category, failures: u32) -> Option<Duration> {
 }
 
 /// The [`Failures`] key of a PostgresCluster.
-pub fn key(pg: &crate::crd::PostgresCluster) -> String {
+pub fn key(pg: &impl kube::Resource) -> String {
     use kube::ResourceExt;
     format!("{}/{}", pg.namespace().unwrap_or_default(), pg.name_any())
 }

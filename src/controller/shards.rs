@@ -19,7 +19,7 @@
 //! children's labels (`pgfleet.io/shard`, the anti-affinity terms), with
 //! the same hash, so no running Pod changes.
 
-use crate::crd::PostgresCluster;
+use super::cached::CachedCluster;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Stream, StreamExt};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
@@ -34,16 +34,16 @@ pub fn shard_of(ns: &str, name: &str, shards: u32) -> u32 {
 
 /// The shard of a reference (a cluster-scoped reference has no namespace;
 /// PostgresClusters always have one).
-pub fn shard_of_ref(r: &ObjectRef<PostgresCluster>, shards: u32) -> usize {
+pub fn shard_of_ref(r: &ObjectRef<CachedCluster>, shards: u32) -> usize {
     shard_of(r.namespace.as_deref().unwrap_or_default(), &r.name, shards) as usize
 }
 
 /// A member's shard channels: a reference sent here reaches the
 /// controller of its shard (the watch's objects, child changes).
-pub struct Router(Vec<UnboundedSender<ObjectRef<PostgresCluster>>>);
+pub struct Router(Vec<UnboundedSender<ObjectRef<CachedCluster>>>);
 
 /// What a shard controller reconciles: the references routed to it.
-pub type Triggers = UnboundedReceiver<ObjectRef<PostgresCluster>>;
+pub type Triggers = UnboundedReceiver<ObjectRef<CachedCluster>>;
 
 impl Router {
     /// A router over `shards` (at least one) channels, and their receiving
@@ -55,7 +55,7 @@ impl Router {
 
     /// Hands `r` to its shard. A shard whose controller has stopped (the
     /// member's controllers are being dropped) has nothing to do with it.
-    pub fn send(&self, r: ObjectRef<PostgresCluster>) {
+    pub fn send(&self, r: ObjectRef<CachedCluster>) {
         let _ = self.0[shard_of_ref(&r, self.0.len() as u32)].unbounded_send(r);
     }
 }
@@ -64,12 +64,9 @@ impl Router {
 /// (`trigger` routes a reference to its shard); runs as long as the watch.
 /// Watch failures are retried by the watcher's backoff; they are logged
 /// here because nothing else sees them.
-pub async fn route<S>(
-    stream: S,
-    trigger: impl Fn(ObjectRef<PostgresCluster>) + Send,
-    member: String,
-) where
-    S: Stream<Item = Result<PostgresCluster, watcher::Error>> + Send,
+pub async fn route<S>(stream: S, trigger: impl Fn(ObjectRef<CachedCluster>) + Send, member: String)
+where
+    S: Stream<Item = Result<CachedCluster, watcher::Error>> + Send,
 {
     futures::pin_mut!(stream);
     while let Some(item) = stream.next().await {
@@ -87,11 +84,11 @@ pub async fn route<S>(
 /// the index) with at most `workers` at once. Its own object stream never
 /// yields: the watch is read once, by [`route`].
 pub fn controller(
-    cache: Store<PostgresCluster>,
+    cache: Store<CachedCluster>,
     triggers: Triggers,
     workers: u32,
-) -> Controller<PostgresCluster> {
-    let none = futures::stream::pending::<Result<PostgresCluster, watcher::Error>>();
+) -> Controller<CachedCluster> {
+    let none = futures::stream::pending::<Result<CachedCluster, watcher::Error>>();
     Controller::for_stream(none, cache)
         .with_config(ControllerConfig::default().concurrency(workers.max(1) as u16))
         .reconcile_on(triggers)
@@ -103,7 +100,7 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
-    fn pgc(ns: &str, name: &str) -> PostgresCluster {
+    fn pgc(ns: &str, name: &str) -> CachedCluster {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
             "metadata": {"name": name, "namespace": ns},
@@ -122,7 +119,7 @@ mod tests {
             Ok(pgc("shop", "orders")),
         ];
         let sink = seen.clone();
-        let trigger = move |r: ObjectRef<PostgresCluster>| {
+        let trigger = move |r: ObjectRef<CachedCluster>| {
             sink.lock().unwrap().push((shard_of_ref(&r, 4), r.name));
         };
         route(futures::stream::iter(items), trigger, "east".into()).await;
@@ -146,7 +143,7 @@ mod tests {
             counts[shard_of("ns", &format!("pg-{i}"), 4) as usize] += 1;
         }
         assert!(counts.iter().all(|c| *c > 60), "{counts:?}");
-        let r = ObjectRef::<PostgresCluster>::new("orders").within("shop");
+        let r = ObjectRef::<CachedCluster>::new("orders").within("shop");
         assert_eq!(shard_of_ref(&r, 4), 3);
     }
 

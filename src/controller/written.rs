@@ -27,9 +27,10 @@
 //! nothing, and the CI run after it failed (for other reasons, found
 //! since; the GET is the behaviour the suite was proven with).
 
+use super::cached::CachedCluster;
 use crate::crd::PostgresCluster;
-use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -38,13 +39,13 @@ pub struct Written {
     /// does not hold yet.
     last: Mutex<HashMap<String, u64>>,
     /// The member's PostgresCluster cache (what the watch has shown).
-    cache: Store<PostgresCluster>,
+    cache: Store<CachedCluster>,
 }
 
 /// What a round works from.
 pub enum Latest {
     /// This copy: the cache's newest, holding our last write.
-    Use(Arc<PostgresCluster>),
+    Use(Arc<CachedCluster>),
     /// The cache lags behind our last write: read the object fresh.
     Read,
 }
@@ -53,16 +54,16 @@ fn key(ns: &str, name: &str) -> String {
     format!("{ns}/{name}")
 }
 
-fn key_of(pg: &PostgresCluster) -> String {
+fn key_of(pg: &impl Resource) -> String {
     key(&pg.namespace().unwrap_or_default(), &pg.name_any())
 }
 
-fn number(pg: &PostgresCluster) -> Option<u64> {
+fn number(pg: &impl Resource) -> Option<u64> {
     pg.resource_version().and_then(|v| v.parse().ok())
 }
 
 impl Written {
-    pub fn new(cache: Store<PostgresCluster>) -> Self {
+    pub fn new(cache: Store<CachedCluster>) -> Self {
         Written {
             last: Mutex::default(),
             cache,
@@ -92,12 +93,12 @@ impl Written {
     /// write (nothing written since this process started counts as
     /// holding it: the caches were listed after any earlier process's
     /// writes), else a fresh read.
-    pub fn latest(&self, dispatched: Arc<PostgresCluster>) -> Latest {
+    pub fn latest(&self, dispatched: Arc<CachedCluster>) -> Latest {
         // Under the lock: `caught_up` drops an entry only after the cache
         // holds its write, so a copy read here while the entry is gone
         // holds that write.
         let mut last = self.lock();
-        let k = key_of(&dispatched);
+        let k = key_of(&*dispatched);
         let current = self
             .cache
             .get(&ObjectRef::from_obj(&*dispatched))
@@ -112,7 +113,7 @@ impl Written {
     /// The watch showed a change of `seen`: the entry goes once the cache
     /// holds our write. The cache, not `seen`, is asked: during a re-list
     /// the watcher hands out objects before the cache swaps them in.
-    pub fn caught_up(&self, seen: &PostgresCluster) {
+    pub fn caught_up(&self, seen: &CachedCluster) {
         let mut last = self.lock();
         if let Some(current) = self.cache.get(&ObjectRef::from_obj(seen)) {
             Self::settle(&mut last, &key_of(seen), &current);
@@ -121,7 +122,7 @@ impl Written {
 
     /// Whether `current` holds our last write to `k`; drops the entry
     /// when it does.
-    fn settle(last: &mut HashMap<String, u64>, k: &str, current: &PostgresCluster) -> bool {
+    fn settle(last: &mut HashMap<String, u64>, k: &str, current: &CachedCluster) -> bool {
         let Some(&ours) = last.get(k) else {
             return true;
         };
@@ -143,7 +144,8 @@ mod tests {
     use super::*;
     use kube::runtime::{reflector, watcher};
 
-    fn pgc(rv: &str) -> Arc<PostgresCluster> {
+    /// A PostgresCluster at `rv`, typed (a write's answer) or cached.
+    fn pgc<K: serde::de::DeserializeOwned>(rv: &str) -> Arc<K> {
         Arc::new(
             serde_json::from_value(serde_json::json!({
                 "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
@@ -166,7 +168,7 @@ mod tests {
         let (store, mut writer) = reflector::store();
         let w = Written::new(store);
         let show = move |rv: &str| {
-            writer.apply_watcher_event(&watcher::Event::Apply((*pgc(rv)).clone()));
+            writer.apply_watcher_event(&watcher::Event::Apply((*pgc::<CachedCluster>(rv)).clone()));
         };
         (w, show)
     }

@@ -66,8 +66,8 @@ pub fn list_error(e: &ApiError) -> Response<Body> {
 
 /// A watch that ends at once with `e` as its ERROR event.
 pub fn watch_error(e: &ApiError) -> Response<Body> {
-    let frame = json!({"type": "ERROR", "object": e.status()});
-    let mut r = Response::new(Body::from(format!("{frame}\n")));
+    let frame = super::watch::event_line("ERROR", &e.status());
+    let mut r = Response::new(Body::from(frame));
     *r.status_mut() = StatusCode::OK;
     r.headers_mut().insert(
         header::CONTENT_TYPE,

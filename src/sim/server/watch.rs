@@ -42,12 +42,9 @@ impl Stream {
                     json!({"resourceVersion": obj.rv().to_string()}),
                     chrono::Utc::now(),
                 );
-                Bytes::from(format!("{}\n", json!({"type": kind, "object": t})))
+                event_line(kind, &t)
             }
-            None if self.metadata_only => Bytes::from(format!(
-                "{}\n",
-                json!({"type": kind, "object": super::rest::metadata_only_of(obj)})
-            )),
+            None if self.metadata_only => event_line(kind, &super::rest::metadata_only_of(obj)),
             None => {
                 let mut b = Vec::with_capacity(obj.json.len() + 32);
                 b.extend_from_slice(b"{\"type\":\"");
@@ -95,8 +92,17 @@ impl Stream {
         }
         let obj =
             json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version(), "metadata": meta});
-        Bytes::from(format!("{}\n", json!({"type": "BOOKMARK", "object": obj})))
+        event_line("BOOKMARK", &obj)
     }
+}
+
+/// One watch event line with `type` before `object`, in the order the
+/// Kubernetes API server writes them (Go's `metav1.WatchEvent` field order;
+/// `json!` sorts keys, which put `object` first). A client may rely on it to
+/// decode the object as it streams, without buffering it first (the
+/// manager's PostgresCluster cache keeps spec and status as the raw JSON).
+pub fn event_line(kind: &str, object: &serde_json::Value) -> Bytes {
+    Bytes::from(format!("{{\"type\":\"{kind}\",\"object\":{object}}}\n"))
 }
 
 pub fn watch(
@@ -149,12 +155,7 @@ pub fn watch(
                 let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                     "message": format!("too old resource version: {} ({})", rv.unwrap_or(0), g.oldest),
                     "reason": "Expired", "code": 410});
-                let _ = s
-                    .send(Bytes::from(format!(
-                        "{}\n",
-                        json!({"type": "ERROR", "object": status})
-                    )))
-                    .await;
+                let _ = s.send(event_line("ERROR", &status)).await;
                 return;
             }
         };

@@ -17,10 +17,13 @@
 //! writes them in that order (Go's `metav1.WatchEvent` field order), as
 //! every list and watch answer is decoded by kube's own client.
 //!
-//! A spec or status that does not parse as the typed PostgresCluster no
-//! longer stops at the watch (where kube dropped the event with a decode
-//! error nobody saw): the round fails with an error naming where, as a
-//! Warning Event on the object.
+//! A spec or status that does not parse as the typed PostgresCluster (the
+//! API server checks the CRD's schema, which may be another pgfleet
+//! version's during an upgrade) no longer fails the member's whole list —
+//! one such object kept kube's typed watcher re-listing and the member's
+//! cache empty — or vanishes from a watch with a decode error nobody saw:
+//! that object's rounds fail with an invalid-spec error naming the part and
+//! the column, as a Warning Event on it.
 
 use crate::crd::{Phase, PostgresCluster};
 use kube::api::ObjectMeta;
@@ -212,6 +215,24 @@ mod tests {
         };
         assert_eq!(c.phase(), Some(Phase::Healthy));
         assert_eq!(c.typed().unwrap().spec.cluster_size, 3);
+    }
+
+    /// One object the types cannot read (a CRD of another pgfleet version,
+    /// say) used to fail the whole list, so the member's cache never
+    /// filled; now only that object's rounds fail.
+    #[test]
+    fn one_unreadable_object_does_not_fail_the_list() {
+        let mut bad = object();
+        bad["metadata"]["name"] = json!("bad");
+        bad["spec"]["clusterSize"] = json!("three");
+        let list = json!({"apiVersion": "pgfleet.io/v1", "kind": "PostgresClusterList",
+                          "metadata": {"resourceVersion": "50"}, "items": [object(), bad]});
+        let text = serde_json::to_string(&list).unwrap();
+        assert!(serde_json::from_str::<kube::core::ObjectList<PostgresCluster>>(&text).is_err());
+        let cached: kube::core::ObjectList<CachedCluster> = serde_json::from_str(&text).unwrap();
+        assert_eq!(cached.items.len(), 2);
+        assert!(cached.items[0].typed().is_ok());
+        assert!(cached.items[1].typed().is_err());
     }
 
     #[test]

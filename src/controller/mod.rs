@@ -324,10 +324,11 @@ fn context(
 }
 
 /// The member's PostgresCluster watch, reflected into the cache in the form
-/// reconcile reads (`cached`: spec and status as text): no managedFields, no annotations but pgfleet's own
-/// (`pgfleet.io/` and its subdomains, such as a role set's
-/// `roles.pgfleet.io/<set>`; a tenant's object may carry up to 256 KiB of
-/// others; the spec itself is bounded by the CRD, docs/security.md).
+/// reconcile reads (`cached`: spec and status as text): no managedFields,
+/// no annotations but pgfleet's own (`pgfleet.io/` and its subdomains, such
+/// as a role set's `roles.pgfleet.io/<set>`; a tenant's object may carry up
+/// to 256 KiB of others; the spec itself is bounded by the CRD,
+/// docs/security.md).
 /// Reconcile works from this copy, or reads the object fresh while the
 /// copy lags behind our own last write (`written`).
 fn watch(

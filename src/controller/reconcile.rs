@@ -60,9 +60,9 @@ async fn admitted(pg: Arc<CachedCluster>, ctx: Arc<Ctx>) -> Result<Action, Error
     // cache's newest copy when it holds that write, a fresh read while it
     // lags (see `written`).
     let pg = match ctx.written.latest(pg) {
-        // Parsed here, once a worker has it (`cached`).
-        // A spec the schema let through but the manager cannot read is the
-        // tenant's to fix (invalid spec); a status, ours.
+        // Parsed here, once a worker has it (`cached`). A spec the schema
+        // let through but the manager cannot read is the tenant's to fix
+        // (invalid spec); a status, ours.
         Latest::Use(pg) => Arc::new(pg.typed().map_err(|e| match e.part {
             "spec" => Error::Validate(e.to_string()),
             _ => Error::Build {

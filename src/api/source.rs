@@ -78,7 +78,7 @@ pub async fn pgcs(state: &ApiState) -> (Vec<PgcView>, BTreeMap<String, Source>) 
                     .state()
                     .iter()
                     // Parsed for the view (`controller::cached`); a copy
-                    // that cannot be is left out, as the watch used to.
+                    // that cannot be is left out (its rounds say why).
                     .filter_map(|pg| pg.typed().ok())
                     .map(|pg| PgcView::of(&m.name, &pg))
                     .collect(),

@@ -1,7 +1,7 @@
 //! The floor of the fleet benchmark: a no-op reconciler over the same
 //! watches as the manager (per member cluster, one PostgresCluster watch
 //! whose objects are handed by hash to one kube-runtime Controller per
-//! shard, managedFields stripped, the same client with its QPS limit, the
+//! shard, managedFields skipped while parsing, the same client with its QPS limit, the
 //! same bounded worker pool) whose reconcile only writes
 //! `status.observedGeneration` (server-side apply on status).
 //!
@@ -177,7 +177,6 @@ fn start_member(ctx: Arc<Ctx>, shards: u32, workers: u32) -> Store<CachedCluster
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(|pg: &mut CachedCluster| {
-            pg.managed_fields_mut().clear();
             pg.annotations_mut()
                 .remove("kubectl.kubernetes.io/last-applied-configuration");
         })

@@ -47,7 +47,11 @@ pub struct CachedCluster {
 /// `kind`) are skipped.
 #[derive(Deserialize)]
 struct Wire {
-    #[serde(default)]
+    /// Without `managedFields` (skipped while parsing, never cached).
+    #[serde(
+        default,
+        deserialize_with = "super::index_wire::meta_without_managed_fields"
+    )]
     metadata: ObjectMeta,
     spec: Box<RawValue>,
     #[serde(default)]
@@ -170,7 +174,9 @@ mod tests {
         json!({
             "apiVersion": "pgfleet.io/v1", "kind": "PostgresCluster",
             "metadata": {"name": "orders", "namespace": "shop", "resourceVersion": "42",
-                         "generation": 3, "finalizers": ["pgfleet.io/cleanup"]},
+                         "generation": 3, "finalizers": ["pgfleet.io/cleanup"],
+                         "managedFields": [{"manager": "kubectl", "operation": "Apply",
+                             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]},
             "spec": {"clusterSize": 3, "version": "15"},
             "status": {"phase": "Healthy", "readyInstances": 3, "currentPrimary": "orders-1",
                        "observedGeneration": 3,
@@ -191,7 +197,14 @@ mod tests {
             let cached: CachedCluster = serde_json::from_str(&text).unwrap();
             let typed: PostgresCluster = serde_json::from_str(&text).unwrap();
             let parsed = cached.typed().unwrap();
-            assert_eq!(parsed.metadata, typed.metadata);
+            // managedFields are skipped while parsing; the rest is the same.
+            assert!(typed.metadata.managed_fields.is_some());
+            let want = ObjectMeta {
+                managed_fields: None,
+                ..typed.metadata.clone()
+            };
+            assert_eq!(cached.metadata, want);
+            assert_eq!(parsed.metadata, want);
             assert_eq!(parsed.spec, typed.spec);
             assert_eq!(parsed.status, typed.status);
             let status = typed.status.as_ref();

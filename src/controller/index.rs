@@ -8,7 +8,7 @@
 use super::build::{
     ANN_CONFIG, ANN_HASH, ANN_VERSION, LABEL_CLUSTER, LABEL_KIND, LABEL_MANAGED_BY, LABEL_ROLE,
 };
-use super::index_wire::{SlimClaim, SlimPod};
+use super::index_wire::{SlimClaim, SlimMeta, SlimPod};
 use super::plan::{ClaimInfo, Observed, PodInfo};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
@@ -379,17 +379,14 @@ pub async fn run(client: kube::Client, index: std::sync::Arc<ChildIndex>, trigge
     };
     macro_rules! meta_feed {
         ($k:ty, $kind:expr) => {{
-            let stream = watcher::watcher(
-                Api::<kube::core::PartialObjectMeta<$k>>::all(client.clone()),
-                selector(),
-            )
-            .default_backoff();
+            let stream = watcher::watcher(Api::<SlimMeta<$k>>::all(client.clone()), selector())
+                .default_backoff();
             feed(
                 stream,
                 index.clone(),
                 trigger.clone(),
                 $kind,
-                |m: &kube::core::PartialObjectMeta<$k>| (m.metadata.clone(), None),
+                |m: &SlimMeta<$k>| (m.metadata.clone(), None),
             )
         }};
     }

@@ -345,9 +345,9 @@ fn watch(
         .inspect_ok(move |pg| ctx.written.caught_up(pg))
 }
 
-/// The cache's form of a PostgresCluster (see [`watch`]).
+/// The cache's form of a PostgresCluster (see [`watch`]); its
+/// `managedFields` were skipped while parsing (`CachedCluster`).
 fn strip(pg: &mut CachedCluster) {
-    pg.managed_fields_mut().clear();
     pg.annotations_mut().retain(|k, _| ours(k));
 }
 

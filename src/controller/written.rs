@@ -28,7 +28,6 @@
 //! since; the GET is the behaviour the suite was proven with).
 
 use super::cached::CachedCluster;
-use crate::crd::PostgresCluster;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use std::collections::HashMap;
@@ -78,7 +77,7 @@ impl Written {
     /// of one object whose results arrive out of order keep the newest.
     /// A version that is no number is kept as one no copy reaches, so
     /// every round reads fresh.
-    pub fn saw(&self, obj: &PostgresCluster) {
+    pub fn saw(&self, obj: &impl Resource) {
         if obj.namespace().is_none() {
             return;
         }
@@ -142,6 +141,7 @@ impl Written {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::crd::PostgresCluster;
     use kube::runtime::{reflector, watcher};
 
     /// A PostgresCluster at `rv`, typed (a write's answer) or cached.
@@ -182,10 +182,10 @@ mod tests {
             "nothing written"
         );
         show("11");
-        w.saw(&pgc("12"));
+        w.saw(&*pgc::<PostgresCluster>("12"));
         assert!(matches!(w.latest(pgc("11")), Latest::Read));
         // Results arriving out of order keep the newest.
-        w.saw(&pgc("9"));
+        w.saw(&*pgc::<PostgresCluster>("9"));
         show("11");
         assert!(matches!(w.latest(pgc("11")), Latest::Read));
         // Numeric, not lexical: "100" is newer than "12".
@@ -193,7 +193,7 @@ mod tests {
         assert_eq!(version(w.latest(pgc("11"))).as_deref(), Some("100"));
         assert!(w.lock().is_empty(), "dropped once the cache holds it");
         // A version that is no number is never trusted.
-        w.saw(&pgc("abc"));
+        w.saw(&*pgc::<PostgresCluster>("abc"));
         assert!(matches!(w.latest(pgc("100")), Latest::Read));
         w.forget("ns", "db");
         assert_eq!(version(w.latest(pgc("1"))).as_deref(), Some("100"));
@@ -207,7 +207,7 @@ mod tests {
         let (w, mut show) = fixture();
         show("10");
         let queued = w.cache.get(&ObjectRef::from_obj(&*pgc("10"))).unwrap();
-        w.saw(&pgc("20"));
+        w.saw(&*pgc::<PostgresCluster>("20"));
         show("19");
         w.caught_up(&pgc("19"));
         assert!(matches!(w.latest(queued.clone()), Latest::Read));
@@ -223,7 +223,7 @@ mod tests {
     fn an_object_the_cache_does_not_hold_yet_keeps_the_entry() {
         let (w, mut show) = fixture();
         show("10");
-        w.saw(&pgc("20"));
+        w.saw(&*pgc::<PostgresCluster>("20"));
         w.caught_up(&pgc("20"));
         assert_eq!(w.lock().len(), 1);
         show("20");

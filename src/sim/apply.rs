@@ -361,7 +361,17 @@ pub fn server_side_apply(
         }
     }
 
-    let cmp = compare(&live_obj, &merged);
+    // What changed matters only for other managers' fields (conflicts, and
+    // what they lose). With none — every create, and every object only
+    // this manager writes — the walk over both objects finds nothing to
+    // use (half of the comparing, 5 % of the emulator's CPU, in a cold
+    // start of 100 × 100 PostgresClusters).
+    let others = managers.iter().any(|e| !e.is(manager, APPLY));
+    let cmp = if others {
+        compare(&live_obj, &merged)
+    } else {
+        Comparison::default()
+    };
     let mut changed = cmp.added.clone();
     changed.union_with(&cmp.modified);
     let mut conflicts: Vec<String> = managers

@@ -16,6 +16,7 @@
 use super::run::{self, Job};
 use super::schedule::{self, Candidate, Caps, Due, Running};
 use crate::config::backups::Backups;
+use crate::controller::SlimMeta;
 use crate::crd::{PostgresBackup, PostgresCluster};
 use crate::fleet::{ConnState, Fleet, Member};
 use crate::pgbackrest::repo::BackupEnv;
@@ -537,7 +538,9 @@ impl Dispatcher {
                 async move {
                     use futures::StreamExt;
                     use kube::runtime::{WatchStreamExt, watcher};
-                    let api: Api<PostgresBackup> = Api::all(client);
+                    // Metadata only: a new or changed object is all that
+                    // is read.
+                    let api: Api<SlimMeta<PostgresBackup>> = Api::all(client);
                     let stream = watcher(api, watcher::Config::default())
                         .default_backoff()
                         .applied_objects();

@@ -24,6 +24,9 @@ mod golden_tests;
 mod image_policy;
 pub mod index;
 mod index_wire;
+/// Metadata-only watches that skip `managedFields` (the rollout and backup
+/// wake-ups use it too).
+pub use index_wire::SlimMeta;
 mod instance;
 mod instance_pod;
 pub mod major_upgrade;

@@ -12,6 +12,7 @@ use super::plan::{
     Unreachable,
 };
 use crate::config::{Rollout, Settings};
+use crate::controller::SlimMeta;
 use crate::crd::PostgresCluster;
 use crate::fleet::{ConnState, Fleet};
 use kube::Api;
@@ -311,7 +312,9 @@ impl Engine {
                 async move {
                     use futures::StreamExt;
                     use kube::runtime::{WatchStreamExt, watcher};
-                    let api: Api<PostgresCluster> = Api::all(client);
+                    // Metadata only: a change is all that is read (every
+                    // change, status too, moves the resourceVersion).
+                    let api: Api<SlimMeta<PostgresCluster>> = Api::all(client);
                     let stream = watcher(api, watcher::Config::default())
                         .default_backoff()
                         .touched_objects();

@@ -11,7 +11,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PostParams};
+use kube::Resource;
+use kube::api::PostParams;
 use kube::runtime::events::{Event, EventType, Reporter};
 
 #[derive(Clone)]
@@ -26,12 +27,16 @@ impl Recorder {
     }
 
     /// Creates one Event about `reference` (in its namespace, or `default`).
+    /// The created Event in the answer is skipped while parsed, not built
+    /// (nothing reads it; its managedFields alone are most of it).
     pub async fn publish(&self, ev: &Event, reference: &ObjectReference) -> kube::Result<()> {
         let event = self.build(ev, reference, Timestamp::now());
         let ns = reference.namespace.as_deref().unwrap_or("default");
-        Api::<K8sEvent>::namespaced(self.client.clone(), ns)
-            .create(&PostParams::default(), &event)
-            .await?;
+        let body = serde_json::to_vec(&event).map_err(kube::Error::SerdeError)?;
+        let req = kube::core::Request::new(K8sEvent::url_path(&(), Some(ns)))
+            .create(&PostParams::default(), body)
+            .map_err(kube::Error::BuildRequest)?;
+        self.client.request::<serde::de::IgnoredAny>(req).await?;
         Ok(())
     }
 

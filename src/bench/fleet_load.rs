@@ -7,7 +7,6 @@
 
 use super::NS;
 use super::env::pg_name;
-use crate::controller::cached::CachedCluster;
 use crate::crd::PostgresCluster;
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -72,8 +71,7 @@ impl Tracker {
             watchers: Mutex::default(),
         });
         for (ci, c) in clients.iter().enumerate() {
-            // The manager's cache form: the watchers read generations only.
-            let api: Api<CachedCluster> = Api::namespaced(c.clone(), NS);
+            let api: Api<PostgresCluster> = Api::namespaced(c.clone(), NS);
             let t2 = t.clone();
             let task = tokio::spawn(async move {
                 let t = t2;
@@ -83,7 +81,7 @@ impl Tracker {
                 while let Some(ev) = stream.next().await {
                     match ev {
                         Ok(Event::Apply(pg) | Event::InitApply(pg)) => {
-                            let og = pg.observed_generation();
+                            let og = pg.status.as_ref().and_then(|s| s.observed_generation);
                             let g = pg.metadata.generation.unwrap_or(0);
                             t.observe(ci, &pg.name_any(), g, og.unwrap_or(0));
                         }

@@ -24,8 +24,9 @@ mod golden_tests;
 mod image_policy;
 pub mod index;
 mod index_wire;
-/// Metadata-only watches that skip `managedFields` (the rollout and backup
-/// wake-ups use it too).
+/// Metadata that skips `managedFields` while parsing: the index's
+/// metadata-only watches, the rollout and backup wake-ups, and answers read
+/// only for their resourceVersion.
 pub use index_wire::SlimMeta;
 mod instance;
 mod instance_pod;

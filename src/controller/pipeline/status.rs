@@ -7,7 +7,7 @@ use super::desired::Desired;
 use super::observe::Seen;
 use super::validate::Invalid;
 use crate::controller::Ctx;
-use crate::controller::cached::CachedCluster;
+use crate::controller::SlimMeta;
 use crate::controller::plan::{self, StatusInput};
 use crate::controller::reconcile::{Error, FIELD_MANAGER, event, kerr};
 use crate::crd::cluster::PostgresClusterStatus;
@@ -163,10 +163,10 @@ async fn write_status(
         return Ok(());
     }
     let (ns, name) = crate::controller::build::identity(pg)?;
-    // The answer is read for its resourceVersion (`written`): as the
-    // cache's form, its spec and status stay text and its managedFields
-    // are skipped, instead of building a whole PostgresCluster per write.
-    let api: Api<CachedCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    // The answer is read for its identity and resourceVersion (`written`):
+    // its spec, status and managedFields are skipped while parsing, not
+    // built into a whole PostgresCluster per write.
+    let api: Api<SlimMeta<PostgresCluster>> = Api::namespaced(ctx.client.clone(), &ns);
     let mut status = serde_json::to_value(&st).map_err(|e| Error::Build {
         what: "status".into(),
         message: e.to_string(),

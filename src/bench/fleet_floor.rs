@@ -1,8 +1,8 @@
 //! The floor of the fleet benchmark: a no-op reconciler over the same
 //! watches as the manager (per member cluster, one PostgresCluster watch
 //! whose objects are handed by hash to one kube-runtime Controller per
-//! shard, managedFields skipped while parsing, the same client with its QPS limit, the
-//! same bounded worker pool) whose reconcile only writes
+//! shard, managedFields skipped while parsing, the same client with its
+//! QPS limit, the same bounded worker pool) whose reconcile only writes
 //! `status.observedGeneration` (server-side apply on status).
 //!
 //! It runs in a child process (`pgfleet bench fleet … --floor-child DIR`) so

@@ -364,8 +364,8 @@ pub fn server_side_apply(
     // What changed matters only for other managers' fields (conflicts, and
     // what they lose). With none — every create, and every object only
     // this manager writes — the walk over both objects finds nothing to
-    // use (half of the comparing, 5 % of the emulator's CPU, in a cold
-    // start of 100 × 100 PostgresClusters).
+    // use (server-side apply's share of the emulator's CPU in a cold start
+    // of 100 × 100 PostgresClusters fell from 10.6 to 7.4 %).
     let others = managers.iter().any(|e| !e.is(manager, APPLY));
     let cmp = if others {
         compare(&live_obj, &merged)
